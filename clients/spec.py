@@ -1,0 +1,120 @@
+"""A model's one description: ``models/<name>/model.toml``.
+
+The model-preparation script writes ``config.pbtxt`` and the artifact from it; the router
+reads the family, the pre- and post-processing settings and the tensor contract from it.
+Nothing here imports more than the standard library and numpy, so both sides can use it.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+SPEC_FILE = "model.toml"
+
+# Triton's data type names (config.pbtxt spells them TYPE_<name>) and their numpy twins.
+TRITON_TO_NUMPY: Mapping[str, np.dtype] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype(np.uint8),
+    "INT8": np.dtype(np.int8),
+    "INT32": np.dtype(np.int32),
+    "INT64": np.dtype(np.int64),
+    "FP16": np.dtype(np.float16),
+    "FP32": np.dtype(np.float32),
+    "FP64": np.dtype(np.float64),
+}
+
+
+class SpecError(ValueError):
+    """A model.toml that cannot be used; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    dtype: str  # Triton's name: FP32, INT64, UINT8, ...
+    dims: tuple[int, ...]  # without the batch dimension
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        return TRITON_TO_NUMPY[self.dtype]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    family: str
+    folder: Path
+    max_batch_size: int
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    description: str = ""
+    max_queue_delay_microseconds: int = 0
+    instance_count: int = 1
+    export: Mapping[str, Any] = field(default_factory=dict)
+    preprocess: Mapping[str, Any] = field(default_factory=dict)
+    postprocess: Mapping[str, Any] = field(default_factory=dict)
+
+    def file(self, relative: str) -> Path:
+        """A file named in the spec, relative to the model's folder."""
+        return self.folder / relative
+
+
+def _tensors(raw: Any, where: str) -> tuple[TensorSpec, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise SpecError(f"{where}: needs at least one [[...]] table")
+    tensors = []
+    for i, item in enumerate(raw):
+        try:
+            dtype = str(item["dtype"]).upper()
+            if dtype not in TRITON_TO_NUMPY:
+                raise SpecError(f"{where}[{i}].dtype {dtype!r} is not one of {sorted(TRITON_TO_NUMPY)}")
+            dims = tuple(int(d) for d in item["dims"])
+            tensors.append(TensorSpec(name=str(item["name"]), dtype=dtype, dims=dims))
+        except KeyError as missing:
+            raise SpecError(f"{where}[{i}] has no {missing.args[0]!r}") from None
+    return tuple(tensors)
+
+
+def load_spec(folder: str | Path) -> ModelSpec:
+    """Read ``<folder>/model.toml``; the folder's name is the model's name."""
+    folder = Path(folder)
+    path = folder / SPEC_FILE
+    try:
+        with path.open("rb") as f:
+            raw = tomllib.load(f)
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such file") from None
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(f"{path}: {e}") from None
+    for key in ("family", "max_batch_size"):
+        if key not in raw:
+            raise SpecError(f"{path}: missing {key!r}")
+    return ModelSpec(
+        name=folder.name,
+        family=str(raw["family"]),
+        folder=folder,
+        description=str(raw.get("description", "")),
+        max_batch_size=int(raw["max_batch_size"]),
+        inputs=_tensors(raw.get("inputs"), f"{path}: inputs"),
+        outputs=_tensors(raw.get("outputs"), f"{path}: outputs"),
+        max_queue_delay_microseconds=int(raw.get("batching", {}).get("max_queue_delay_microseconds", 0)),
+        instance_count=int(raw.get("instances", {}).get("count", 1)),
+        export=dict(raw.get("export", {})),
+        preprocess=dict(raw.get("preprocess", {})),
+        postprocess=dict(raw.get("postprocess", {})),
+    )
+
+
+def find_specs(repository: str | Path) -> dict[str, ModelSpec]:
+    """Every model folder of a repository that carries a model.toml, by name."""
+    repository = Path(repository)
+    return {
+        folder.name: load_spec(folder)
+        for folder in sorted(repository.iterdir())
+        if folder.is_dir() and (folder / SPEC_FILE).is_file()
+    }

@@ -1,0 +1,1 @@
+"""Command-line tools of the project (run as files or with ``python -m scripts.<name>``)."""

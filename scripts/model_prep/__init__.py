@@ -1,0 +1,1 @@
+"""Model preparation: export the models of a repository to ONNX and write Triton's files."""

@@ -1,0 +1,175 @@
+"""Export a recipe's torch module to ONNX, check it, and cache it by model and weights source."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from clients.spec import ModelSpec, TensorSpec
+
+OPSET = 17
+CHECK_BATCH = 2
+ONNX_FILE = "model.onnx"
+REPORT_FILE = "export.json"
+
+
+class ExportError(RuntimeError):
+    """An export that failed a check; the message names the model and the check."""
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    path: Path
+    sha256: str
+    max_abs_diff: dict[str, float]
+    tolerance: dict[str, float]
+    cached: bool
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def graph_tensors(path: Path) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """The ONNX graph's inputs and outputs as specs; a dynamic dimension is -1."""
+    import onnx
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    from clients.spec import TRITON_TO_NUMPY
+
+    numpy_to_triton = {dtype: name for name, dtype in TRITON_TO_NUMPY.items()}
+    graph = onnx.load(str(path), load_external_data=False).graph
+
+    def convert(value) -> TensorSpec:
+        tensor_type = value.type.tensor_type
+        dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor_type.shape.dim)
+        dtype = numpy_to_triton.get(np.dtype(tensor_dtype_to_np_dtype(tensor_type.elem_type)), "UNKNOWN")
+        return TensorSpec(name=value.name, dtype=dtype, dims=dims)
+
+    initializers = {i.name for i in graph.initializer}
+    inputs = [convert(v) for v in graph.input if v.name not in initializers]
+    return inputs, [convert(v) for v in graph.output]
+
+
+def graph_mismatches(path: Path, spec: ModelSpec) -> list[str]:
+    """Differences between the graph's tensors and the spec's ([batch, *dims], batch dynamic)."""
+    inputs, outputs = graph_tensors(path)
+    problems = []
+    for kind, got, want in (("input", inputs, spec.inputs), ("output", outputs, spec.outputs)):
+        expected = [TensorSpec(t.name, t.dtype, (-1, *t.dims)) for t in want]
+        if got != expected:
+            problems.append(f"{kind}s: graph has {_show(got)}, model.toml says {_show(expected)}")
+    return problems
+
+
+def _show(tensors: list[TensorSpec]) -> str:
+    return ", ".join(f"{t.name} {t.dtype} {list(t.dims)}" for t in tensors) or "none"
+
+
+def export(module, spec: ModelSpec, sample: dict[str, np.ndarray], path: Path) -> None:
+    import torch
+
+    names = [t.name for t in spec.inputs] + [t.name for t in spec.outputs]
+    args = tuple(torch.from_numpy(sample[t.name]) for t in spec.inputs)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings(), torch.no_grad():
+        # The exporter's deprecation notes and the tracer's notes on shapes it fixes (the spec's
+        # dims are fixed; the batch axis is declared dynamic below and checked at batch 2).
+        for category in (DeprecationWarning, FutureWarning, UserWarning, torch.jit.TracerWarning):
+            warnings.simplefilter("ignore", category)
+        torch.onnx.export(
+            module,
+            args,
+            str(path),
+            input_names=[t.name for t in spec.inputs],
+            output_names=[t.name for t in spec.outputs],
+            dynamic_axes={name: {0: "batch"} for name in names},
+            opset_version=OPSET,
+            do_constant_folding=True,
+            dynamo=False,
+        )
+    declare_output_shapes(path, spec)
+
+
+def declare_output_shapes(path: Path, spec: ModelSpec) -> None:
+    """Write the spec's dims into outputs whose dims the exporter left symbolic.
+
+    Reshapes computed from traced shapes (YOLOv5's Detect) leave every output dim symbolic; the
+    spec's dims are declared instead, with the batch dim named ``batch``. ``check`` then verifies
+    that ONNX Runtime's outputs really have these shapes.
+    """
+    import onnx
+
+    model = onnx.load(str(path))
+    for value, tensor in zip(model.graph.output, spec.outputs):
+        dims = value.type.tensor_type.shape.dim
+        if len(dims) != len(tensor.dims) + 1:
+            continue
+        dims[0].Clear()
+        dims[0].dim_param = "batch"
+        for dim, size in zip(list(dims)[1:], tensor.dims):
+            if not dim.HasField("dim_value"):
+                dim.Clear()
+                dim.dim_value = size
+    onnx.save(model, str(path))
+
+
+def run_onnxruntime(path: Path, spec: ModelSpec, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run([t.name for t in spec.outputs], {t.name: inputs[t.name] for t in spec.inputs})
+
+
+def check(path: Path, spec: ModelSpec, recipe, module, seed: int) -> tuple[dict[str, float], dict[str, float]]:
+    """onnx.checker, the graph's tensors against the spec, and ONNX Runtime against torch."""
+    import onnx
+
+    onnx.checker.check_model(str(path))
+    problems = graph_mismatches(path, spec)
+    if problems:
+        raise ExportError(f"[{spec.name}] the ONNX graph does not match model.toml: " + "; ".join(problems))
+    inputs = recipe.sample_inputs(spec, CHECK_BATCH, np.random.default_rng(seed))
+    outputs = run_onnxruntime(path, spec, inputs)
+    for tensor, array in zip(spec.outputs, outputs):
+        if array.shape != (CHECK_BATCH, *tensor.dims):
+            raise ExportError(f"[{spec.name}] ONNX Runtime gives {tensor.name} the shape {list(array.shape)}, "
+                              f"model.toml says {[CHECK_BATCH, *tensor.dims]}")
+    compared = recipe.compare(module, spec, inputs, outputs, recipe.tolerance)
+    diffs = {name: diff for name, (diff, _) in compared.items()}
+    limits = {name: limit for name, (_, limit) in compared.items()}
+    failed = [f"{n}: {diffs[n]:.3g} > {limits[n]:.3g}" for n in diffs if not diffs[n] <= limits[n]]
+    if failed:
+        raise ExportError(f"[{spec.name}] ONNX Runtime differs from torch beyond the tolerance: " + "; ".join(failed))
+    return diffs, limits
+
+
+def cached(folder: Path, spec: ModelSpec) -> ExportResult | None:
+    """A previous export of the same model and weights, if complete and still matching the spec."""
+    path, report_path = folder / ONNX_FILE, folder / REPORT_FILE
+    if not (path.is_file() and report_path.is_file()):
+        return None
+    report = json.loads(report_path.read_text())
+    if report.get("opset") != OPSET or graph_mismatches(path, spec):
+        return None
+    return ExportResult(path, report["onnx_sha256"], report["max_abs_diff"], report["tolerance"], cached=True)
+
+
+def save_report(folder: Path, result: ExportResult, weights: dict) -> None:
+    report = {
+        "opset": OPSET,
+        "onnx_sha256": result.sha256,
+        "max_abs_diff": result.max_abs_diff,
+        "tolerance": result.tolerance,
+        "weights": weights,
+    }
+    (folder / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")

@@ -1,0 +1,70 @@
+"""config.pbtxt for each target, built as Triton's own ModelConfig protobuf from a model's spec."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from clients.spec import ModelSpec
+
+PYTHON, ONNXRUNTIME, TENSORRT = "python", "onnxruntime", "tensorrt"
+TARGETS = (PYTHON, ONNXRUNTIME, TENSORRT)
+
+# The file each target's backend loads from the version folder.
+ARTIFACT = {PYTHON: "model.onnx", ONNXRUNTIME: "model.onnx", TENSORRT: "model.plan"}
+
+# Where instances run. python: ONNX Runtime on the CPU provider inside the python backend.
+# onnxruntime: KIND_AUTO, so the same repository loads on a GPU instance (GPU) and on a CPU-only
+# one (CPU); KIND_GPU would fail to load without a GPU. tensorrt: engines only run on a GPU.
+INSTANCE_KIND = {
+    PYTHON: mc.ModelInstanceGroup.KIND_CPU,
+    ONNXRUNTIME: mc.ModelInstanceGroup.KIND_AUTO,
+    TENSORRT: mc.ModelInstanceGroup.KIND_GPU,
+}
+
+WEIGHTS_SOURCE_PARAMETER = "weights_source"
+ORT_THREADS_PARAMETER = "ort_intra_op_threads"
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The settings a user tunes per model, already resolved against the spec's defaults."""
+
+    max_batch_size: int
+    max_queue_delay_microseconds: int
+    instance_count: int
+    ort_threads: int = 0  # 0: ONNX Runtime's default (one thread per core)
+
+
+def model_config(spec: ModelSpec, target: str, tuning: Tuning, weights_source: str) -> mc.ModelConfig:
+    config = mc.ModelConfig(name=spec.name, max_batch_size=tuning.max_batch_size)
+    if target == PYTHON:
+        config.backend = "python"
+    else:
+        config.platform = "onnxruntime_onnx" if target == ONNXRUNTIME else "tensorrt_plan"
+    for tensor in spec.inputs:
+        config.input.add(name=tensor.name, data_type=_data_type(tensor.dtype), dims=tensor.dims)
+    for tensor in spec.outputs:
+        config.output.add(name=tensor.name, data_type=_data_type(tensor.dtype), dims=tensor.dims)
+    config.dynamic_batching.max_queue_delay_microseconds = tuning.max_queue_delay_microseconds
+    config.instance_group.add(count=tuning.instance_count, kind=INSTANCE_KIND[target])
+    if target != PYTHON:
+        config.default_model_filename = ARTIFACT[target]
+    config.parameters[WEIGHTS_SOURCE_PARAMETER].string_value = weights_source
+    if target == PYTHON:
+        config.parameters[ORT_THREADS_PARAMETER].string_value = str(tuning.ort_threads)
+    return config
+
+
+def _data_type(dtype: str) -> int:
+    return mc.DataType.Value(f"TYPE_{dtype}")
+
+
+def to_text(config: mc.ModelConfig) -> str:
+    return text_format.MessageToString(config)
+
+
+def parse(text: str) -> mc.ModelConfig:
+    return text_format.Parse(text, mc.ModelConfig())

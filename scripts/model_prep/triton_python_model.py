@@ -1,0 +1,88 @@
+"""Triton python-backend model: runs the version folder's ``model.onnx`` with ONNX Runtime.
+
+Copied as ``<model>/1/model.py`` by scripts/prepare_models.py. Generic: tensor names and dtypes
+come from the model's config.pbtxt. All requests of one ``execute()`` call are concatenated along
+the batch axis and served by ONE ``session.run``; the outputs are split back per request.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+try:
+    import triton_python_backend_utils as pb_utils
+except ImportError:  # outside Triton (unit tests import run_batched from this file)
+    pb_utils = None
+
+ONNX_FILE = "model.onnx"
+ORT_THREADS_PARAMETER = "ort_intra_op_threads"
+
+
+def run_batched(
+    run: Callable[[dict[str, np.ndarray]], Sequence[np.ndarray]],
+    feeds: Sequence[Mapping[str, np.ndarray]],
+    output_names: Sequence[str],
+) -> list[dict[str, np.ndarray]]:
+    """Serve several requests with one ``run``: concatenate on axis 0, run, split back in order.
+
+    ``feeds``: one {input name: array [b_i, ...]} per request. ``run`` takes the concatenated
+    feed and returns the outputs in ``output_names`` order, each [sum(b_i), ...].
+    """
+    sizes = [len(next(iter(feed.values()))) for feed in feeds]
+    batch = {name: np.concatenate([feed[name] for feed in feeds], axis=0) for name in feeds[0]}
+    outputs = run(batch)
+    total = sum(sizes)
+    for name, array in zip(output_names, outputs):
+        if len(array) != total:
+            raise ValueError(f"output {name!r} has batch {len(array)}, expected {total}")
+    bounds = np.cumsum(sizes)[:-1]
+    pieces = [np.split(array, bounds, axis=0) for array in outputs]
+    return [{name: piece[i] for name, piece in zip(output_names, pieces)} for i in range(len(feeds))]
+
+
+def intra_op_threads(config: Mapping) -> int:
+    """The ``ort_intra_op_threads`` parameter of a model config (JSON form); 0 when absent."""
+    value = config.get("parameters", {}).get(ORT_THREADS_PARAMETER, {}).get("string_value", "")
+    return int(value) if value.strip() else 0
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict) -> None:
+        import onnxruntime as ort
+
+        config = json.loads(args["model_config"])
+        self.input_names = [tensor["name"] for tensor in config["input"]]
+        self.outputs = [
+            (tensor["name"], pb_utils.triton_string_to_numpy(tensor["data_type"])) for tensor in config["output"]
+        ]
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = intra_op_threads(config)
+        options.inter_op_num_threads = 1
+        path = Path(args["model_repository"]) / args["model_version"] / ONNX_FILE
+        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+    def _run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return self.session.run([name for name, _ in self.outputs], feed)
+
+    def _feed(self, request) -> dict[str, np.ndarray]:
+        return {name: pb_utils.get_input_tensor_by_name(request, name).as_numpy() for name in self.input_names}
+
+    def execute(self, requests: list) -> list:
+        feeds = [self._feed(request) for request in requests]
+        try:
+            results = run_batched(self._run, feeds, [name for name, _ in self.outputs])
+        except Exception as error:  # one failed batch answers its requests with errors; the model lives on
+            message = f"inference failed: {error.__class__.__name__}: {error}"
+            return [pb_utils.InferenceResponse(error=pb_utils.TritonError(message)) for _ in requests]
+        return [self._response(result) for result in results]
+
+    def _response(self, result: Mapping[str, np.ndarray]):
+        tensors = [pb_utils.Tensor(name, np.ascontiguousarray(result[name], dtype=dtype)) for name, dtype in self.outputs]
+        return pb_utils.InferenceResponse(output_tensors=tensors)
+
+    def finalize(self) -> None:
+        self.session = None

@@ -1,0 +1,376 @@
+"""Build a Triton model repository for one target from the models' ``model.toml`` descriptions.
+
+For each model: write the data files the router needs (labels, vocabulary), get the weights
+(pretrained, a user's file, or seeded random), export and check ONNX (cached under build/onnx),
+then write ``config.pbtxt`` and the target's artifact into ``<repository>/<model>/1/``.
+
+    python scripts/prepare_models.py --target python --weights random
+    python -m scripts.prepare_models --target tensorrt --models resnet --max-batch-size 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_SOURCE = REPO_ROOT / "models"
+BUILD_DIR = REPO_ROOT / "build"
+VERSION = "1"
+DATA_KEYS = ("labels", "vocab")  # spec settings that name a file the router reads
+
+
+@dataclass(frozen=True)
+class Options:
+    target: str
+    models: list[str]
+    source: Path
+    repository: Path
+    weights: str
+    weights_files: dict[str, Path]
+    seed: int
+    max_batch_size: dict[str, int]
+    max_queue_delay_us: dict[str, int]
+    instance_count: dict[str, int]
+    ort_threads: int
+    precision: str
+    config_only: bool
+    reexport: bool
+    cache_dir: Path
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    from scripts.model_prep.triton_config import TARGETS
+
+    parser = argparse.ArgumentParser(
+        prog="prepare_models",
+        description="Export the models to ONNX and write a Triton model repository for one target.",
+    )
+    parser.add_argument("--target", choices=TARGETS, default="python",
+                        help="python: ONNX Runtime in Triton's python backend (default); onnxruntime: "
+                             "Triton's onnxruntime backend; tensorrt: a TensorRT engine (needs a GPU)")
+    parser.add_argument("--models", nargs="+", metavar="NAME",
+                        help="models to prepare (default: every folder of --source with a model.toml)")
+    parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE,
+                        help="folder of the model descriptions (default: %(default)s)")
+    parser.add_argument("--repository", type=Path,
+                        help="output model repository (default: --source, in place)")
+    parser.add_argument("--weights", choices=("pretrained", "random"), default="pretrained",
+                        help="pretrained (falls back to random, loudly, when offline) or seeded random")
+    parser.add_argument("--weights-file", action="append", default=[], metavar="NAME=PATH",
+                        help="weights of one model: a torch state_dict (resnet, yolov5) or a "
+                             "save_pretrained() directory (bert); repeatable")
+    parser.add_argument("--seed", type=int, default=0, help="seed of random weights (default: 0)")
+    parser.add_argument("--max-batch-size", action="append", default=[], metavar="[NAME=]N",
+                        help="Triton max_batch_size, for all models or one; repeatable")
+    parser.add_argument("--max-queue-delay-us", action="append", default=[], metavar="[NAME=]N",
+                        help="dynamic batching max_queue_delay_microseconds; repeatable")
+    parser.add_argument("--instance-count", action="append", default=[], metavar="[NAME=]N",
+                        help="instance_group count; repeatable")
+    parser.add_argument("--ort-threads", type=int, default=0,
+                        help="python target: ONNX Runtime intra-op threads per instance (0: its default)")
+    parser.add_argument("--precision", choices=("fp16", "fp32"), default="fp16",
+                        help="tensorrt target: engine precision (default: fp16)")
+    parser.add_argument("--config-only", action="store_true",
+                        help="write config.pbtxt and the other small files, not the model artifact")
+    parser.add_argument("--reexport", action="store_true", help="ignore the ONNX cache under build/onnx")
+    parser.add_argument("--cache-dir", type=Path, default=BUILD_DIR,
+                        help="ONNX exports, downloads and the TensorRT timing cache (default: %(default)s)")
+    return parser.parse_args(argv)
+
+
+def per_model(values: list[str], option: str) -> dict[str, int]:
+    """``N`` or ``NAME=N`` entries -> {NAME or "*": N}; the last entry for a key wins."""
+    result = {}
+    for value in values:
+        name, _, number = value.rpartition("=")
+        try:
+            result[name or "*"] = int(number)
+        except ValueError:
+            raise SystemExit(f"prepare_models: error: {option} {value!r}: expected N or NAME=N") from None
+        if result[name or "*"] < (0 if option == "--max-queue-delay-us" else 1):
+            raise SystemExit(f"prepare_models: error: {option} {value!r}: out of range")
+    return result
+
+
+def weights_files(values: list[str]) -> dict[str, Path]:
+    result = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep or not name or not path:
+            raise SystemExit(f"prepare_models: error: --weights-file {value!r}: expected NAME=PATH")
+        if not Path(path).exists():
+            raise SystemExit(f"prepare_models: error: --weights-file {value!r}: {path} does not exist")
+        result[name] = Path(path)
+    return result
+
+
+def make_options(args: argparse.Namespace) -> Options:
+    from clients.spec import find_specs
+
+    source = args.source.resolve()
+    available = sorted(find_specs(source)) if source.is_dir() else []
+    names = [n for item in args.models or available for n in item.split(",") if n]
+    unknown = sorted(set(names) - set(available))
+    if unknown or not names:
+        raise SystemExit(f"prepare_models: error: no model.toml for {unknown or 'any model'} "
+                         f"in {source} (available: {', '.join(available) or 'none'})")
+    files = weights_files(args.weights_file)
+    unknown_files = sorted(set(files) - set(available))
+    if unknown_files:
+        raise SystemExit(f"prepare_models: error: --weights-file names unknown models {unknown_files}")
+    return Options(
+        target=args.target,
+        models=names,
+        source=source,
+        repository=(args.repository or source).resolve(),
+        weights=args.weights,
+        weights_files=files,
+        seed=args.seed,
+        max_batch_size=per_model(args.max_batch_size, "--max-batch-size"),
+        max_queue_delay_us=per_model(args.max_queue_delay_us, "--max-queue-delay-us"),
+        instance_count=per_model(args.instance_count, "--instance-count"),
+        ort_threads=args.ort_threads,
+        precision=args.precision,
+        config_only=args.config_only,
+        reexport=args.reexport,
+        cache_dir=args.cache_dir.resolve(),
+    )
+
+
+@contextmanager
+def step(model: str, text: str):
+    """Print ``[model] text ... 1.2 s`` around a long step."""
+    print(f"[{model}] {text} ...", end="", flush=True)
+    started = time.perf_counter()
+    try:
+        yield
+    except BaseException:
+        print(" failed", flush=True)
+        raise
+    print(f" {time.perf_counter() - started:.1f} s", flush=True)
+
+
+def choose_weights(spec, recipe, options: Options, probe=None):
+    """What weights to use; pretrained falls back to random (loudly) when its host is unreachable."""
+    from scripts.model_prep import weights
+
+    probe = probe or weights.probe
+    if spec.name in options.weights_files:
+        return weights.WeightsChoice(weights.FILE, options.seed, options.weights_files[spec.name])
+    if options.weights == weights.RANDOM:
+        return weights.WeightsChoice(weights.RANDOM, options.seed)
+    with step(spec.name, "probing the pretrained weights' host"):
+        reason = probe(recipe.pretrained_url)
+    if reason is None:
+        return weights.WeightsChoice(weights.PRETRAINED, options.seed)
+    weights.warn_fallback(spec.name, reason, options.seed)
+    return weights.WeightsChoice(weights.RANDOM, options.seed, reason=reason)
+
+
+def load_module(spec, recipe, choice, options: Options):
+    """The torch module for ``choice``; a failed pretrained download falls back to random."""
+    import torch
+
+    from scripts.model_prep import weights
+
+    if choice.source == weights.PRETRAINED:
+        try:
+            with step(spec.name, "loading pretrained weights"):
+                return recipe.pretrained(spec, options.cache_dir / "downloads"), choice
+        except (OSError, RuntimeError, ValueError) as error:
+            reason = f"download failed: {error.__class__.__name__}: {error}"
+            weights.warn_fallback(spec.name, reason, options.seed)
+            choice = weights.WeightsChoice(weights.RANDOM, options.seed, reason=reason)
+    if choice.source == weights.FILE:
+        with step(spec.name, f"loading {choice.describe()}"):
+            return recipe.from_file(spec, choice.path), choice
+    with step(spec.name, f"building the model ({choice.describe()})"):
+        torch.manual_seed(choice.seed)
+        return recipe.random(spec), choice
+
+
+def ensure_onnx(spec, recipe, choice, options: Options):
+    """The checked ONNX export for (model, weights), from the cache when it is there."""
+    import numpy as np
+
+    from scripts.model_prep import onnx_export
+
+    hit = _cache_hit(spec, choice, options)
+    if hit:
+        return hit, choice
+    module, choice = load_module(spec, recipe, choice, options)
+    hit = _cache_hit(spec, choice, options)
+    if hit:
+        return hit, choice
+    folder = options.cache_dir / "onnx" / spec.name / choice.cache_key
+    partial = folder / "partial.onnx"
+    sample = recipe.sample_inputs(spec, 1, np.random.default_rng(choice.seed))
+    with step(spec.name, f"exporting ONNX ({choice.describe()})"):
+        onnx_export.export(module, spec, sample, partial)
+    with step(spec.name, f"checking the export (onnx.checker, tensors, ONNX Runtime vs torch at batch "
+                         f"{onnx_export.CHECK_BATCH})"):
+        diffs, limits = onnx_export.check(partial, spec, recipe, module, choice.seed)
+    final = partial.replace(folder / onnx_export.ONNX_FILE)
+    result = onnx_export.ExportResult(final, onnx_export.sha256_of(final), diffs, limits, cached=False)
+    onnx_export.save_report(folder, result, _weights_record(choice))
+    return result, choice
+
+
+def _cache_hit(spec, choice, options: Options):
+    from scripts.model_prep import onnx_export
+
+    if options.reexport:
+        return None
+    hit = onnx_export.cached(options.cache_dir / "onnx" / spec.name / choice.cache_key, spec)
+    if hit:
+        print(f"[{spec.name}] ONNX export ({choice.describe()}) from the cache: {hit.path}", flush=True)
+    return hit
+
+
+def _weights_record(choice) -> dict:
+    return {
+        "weights": choice.source,
+        "seed": choice.seed if choice.source == "random" else None,
+        "path": str(choice.path) if choice.path else None,
+        "reason": choice.reason or None,
+    }
+
+
+def tuning_for(spec, options: Options):
+    from scripts.model_prep.triton_config import Tuning
+
+    def pick(table: dict[str, int], default: int) -> int:
+        return table.get(spec.name, table.get("*", default))
+
+    return Tuning(
+        max_batch_size=pick(options.max_batch_size, spec.max_batch_size),
+        max_queue_delay_microseconds=pick(options.max_queue_delay_us, spec.max_queue_delay_microseconds),
+        instance_count=pick(options.instance_count, spec.instance_count),
+        ort_threads=options.ort_threads,
+    )
+
+
+def link_or_copy(source: Path, destination: Path) -> None:
+    """Hard-link (no second copy of a large file) where the file system allows, else copy."""
+    if destination.exists() and destination.samefile(source):
+        return
+    destination.unlink(missing_ok=True)
+    try:
+        os.link(source, destination)
+    except OSError:
+        shutil.copyfile(source, destination)
+
+
+def write_artifact(spec, options: Options, export, tuning) -> None:
+    from scripts.model_prep import tensorrt_engine
+    from scripts.model_prep.triton_config import ARTIFACT, PYTHON, TENSORRT
+
+    version = options.repository / spec.name / VERSION
+    version.mkdir(parents=True, exist_ok=True)
+    keep = {ARTIFACT[options.target]} | ({"model.py"} if options.target == PYTHON else set())
+    for stale in ({"model.py"} | set(ARTIFACT.values())) - keep:
+        (version / stale).unlink(missing_ok=True)
+    if options.target == PYTHON:
+        shutil.copyfile(REPO_ROOT / "scripts" / "model_prep" / "triton_python_model.py", version / "model.py")
+    if options.config_only:
+        return
+    if options.target == TENSORRT:
+        with step(spec.name, f"building the TensorRT engine ({options.precision}, batch 1..{tuning.max_batch_size})"):
+            tensorrt_engine.build_engine(export.path, version / ARTIFACT[TENSORRT], spec, tuning.max_batch_size,
+                                         options.precision, options.cache_dir / "tensorrt" / "timing.cache")
+    else:
+        link_or_copy(export.path, version / ARTIFACT[options.target])
+
+
+def write_model_files(spec, options: Options, export, choice, tuning) -> None:
+    from scripts.model_prep import triton_config
+
+    folder = options.repository / spec.name
+    config = triton_config.model_config(spec, options.target, tuning, choice.source)
+    (folder / "config.pbtxt").write_text(triton_config.to_text(config))
+    record = {
+        "model": spec.name,
+        "target": options.target,
+        "builder": spec.export.get("builder"),
+        **_weights_record(choice),
+        "onnx_sha256": export.sha256,
+        "max_abs_diff": export.max_abs_diff,
+        "tolerance": export.tolerance,
+        "tuning": asdict(tuning),
+    }
+    (folder / "source.json").write_text(json.dumps(record, indent=2) + "\n")
+    if folder.resolve() != spec.folder.resolve():
+        for name in ["model.toml", *_data_file_names(spec)]:
+            shutil.copyfile(spec.file(name), folder / name)
+
+
+def _data_file_names(spec) -> list[str]:
+    settings = {**spec.preprocess, **spec.postprocess}
+    return [str(settings[key]) for key in DATA_KEYS if key in settings]
+
+
+def prepare(spec, recipe, options: Options) -> dict:
+    with step(spec.name, "writing data files"):
+        recipe.data_files(spec)
+    choice = choose_weights(spec, recipe, options)
+    export, choice = ensure_onnx(spec, recipe, choice, options)
+    diffs = ", ".join(f"{n} {export.max_abs_diff[n]:.2e} (limit {export.tolerance[n]:.1e})" for n in export.max_abs_diff)
+    print(f"[{spec.name}] max abs diff ONNX Runtime vs torch: {diffs}", flush=True)
+    tuning = tuning_for(spec, options)
+    write_artifact(spec, options, export, tuning)
+    write_model_files(spec, options, export, choice, tuning)
+    print(f"[{spec.name}] wrote {options.repository / spec.name} ({options.target}, {choice.describe()})", flush=True)
+    return {"model": spec.name, "weights": choice.source, "max_abs_diff": export.max_abs_diff}
+
+
+def run(options: Options) -> int:
+    from clients.spec import load_spec
+    from scripts.model_prep import tensorrt_engine
+    from scripts.model_prep.recipes import recipes
+
+    if options.target == "tensorrt" and not options.config_only:
+        missing = tensorrt_engine.missing_requirements()
+        if missing:
+            print(missing, file=sys.stderr, flush=True)
+            return 1
+    table = recipes()
+    started = time.perf_counter()
+    for name in options.models:
+        spec = load_spec(options.source / name)
+        builder = spec.export.get("builder")
+        if builder not in table:
+            print(f"prepare_models: error: {name}: unknown [export] builder {builder!r} "
+                  f"(known: {', '.join(sorted(table))})", file=sys.stderr)
+            return 1
+        prepare(spec, table[builder], options)
+    print(f"prepared {len(options.models)} model(s) for {options.target} in {options.repository} "
+          f"in {time.perf_counter() - started:.1f} s", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))
+    from clients.spec import SpecError
+    from scripts.model_prep.onnx_export import ExportError
+    from scripts.model_prep.recipes import RecipeError
+    from scripts.model_prep.tensorrt_engine import EngineError
+
+    options = make_options(parse_args(argv))
+    try:
+        return run(options)
+    except (SpecError, ExportError, RecipeError, EngineError) as error:
+        print(f"prepare_models: error: {error}", file=sys.stderr, flush=True)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

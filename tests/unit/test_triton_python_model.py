@@ -1,0 +1,94 @@
+"""The python backend's model.py: many requests, one ONNX Runtime run, outputs split back in order."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from scripts.model_prep import triton_python_model as backend
+
+
+def _feeds(sizes):
+    return [
+        {"x": np.full((n, 3), i, dtype=np.float32), "mask": np.ones((n, 2), dtype=np.int64)}
+        for i, n in enumerate(sizes)
+    ]
+
+
+def test_requests_share_one_run_and_get_their_own_rows_back():
+    calls = []
+
+    def run(feed):
+        calls.append({name: array.shape for name, array in feed.items()})
+        return [feed["x"] * 2, feed["x"].sum(axis=1)]
+
+    results = backend.run_batched(run, _feeds([1, 3, 2]), ["double", "total"])
+
+    assert calls == [{"x": (6, 3), "mask": (6, 2)}]
+    assert [r["double"].shape[0] for r in results] == [1, 3, 2]
+    for i, result in enumerate(results):
+        assert set(result) == {"double", "total"}
+        np.testing.assert_array_equal(result["double"], np.full((len(result["double"]), 3), 2 * i))
+        np.testing.assert_array_equal(result["total"], np.full(len(result["total"]), 3 * i))
+
+
+def test_a_single_request_passes_through():
+    results = backend.run_batched(lambda feed: [feed["x"] + 1], _feeds([4]), ["y"])
+    assert len(results) == 1 and results[0]["y"].shape == (4, 3)
+
+
+def test_an_output_with_the_wrong_batch_is_an_error():
+    with pytest.raises(ValueError, match="batch"):
+        backend.run_batched(lambda feed: [feed["x"][:1]], _feeds([2, 2]), ["y"])
+
+
+@pytest.mark.parametrize(
+    ("config", "threads"),
+    [({}, 0), ({"parameters": {"ort_intra_op_threads": {"string_value": "3"}}}, 3),
+     ({"parameters": {"ort_intra_op_threads": {"string_value": ""}}}, 0)],
+)
+def test_intra_op_threads_come_from_the_config(config, threads):
+    assert backend.intra_op_threads(config) == threads
+
+
+class _FakeUtils:
+    """The few pieces of triton_python_backend_utils that execute() uses."""
+
+    TritonError = staticmethod(lambda message: SimpleNamespace(message=message))
+    Tensor = staticmethod(lambda name, array: SimpleNamespace(name=name, array=array))
+
+    @staticmethod
+    def InferenceResponse(output_tensors=(), error=None):
+        return SimpleNamespace(output_tensors=list(output_tensors), error=error)
+
+    @staticmethod
+    def get_input_tensor_by_name(request, name):
+        return SimpleNamespace(as_numpy=lambda: request[name])
+
+
+def _model(monkeypatch, run):
+    monkeypatch.setattr(backend, "pb_utils", _FakeUtils)
+    model = backend.TritonPythonModel()
+    model.input_names = ["x", "mask"]
+    model.outputs = [("y", np.float32)]
+    monkeypatch.setattr(model, "_run", run)
+    return model
+
+
+def test_execute_answers_each_request_in_order(monkeypatch):
+    model = _model(monkeypatch, lambda feed: [feed["x"].astype(np.float64)])
+    responses = model.execute(_feeds([2, 1]))
+    assert [r.error for r in responses] == [None, None]
+    assert [r.output_tensors[0].array.tolist() for r in responses] == [[[0.0] * 3] * 2, [[1.0] * 3]]
+    assert responses[0].output_tensors[0].array.dtype == np.float32
+
+
+def test_a_failed_run_gives_every_request_an_error_response(monkeypatch):
+    def broken(feed):
+        raise RuntimeError("out of memory")
+
+    responses = _model(monkeypatch, broken).execute(_feeds([1, 2, 1]))
+    assert len(responses) == 3
+    assert all("RuntimeError: out of memory" in r.error.message for r in responses)

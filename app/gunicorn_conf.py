@@ -1,0 +1,25 @@
+"""gunicorn settings for the router: threaded workers, each building its app after the fork.
+
+Environment: ``GUNICORN_BIND`` (``serve`` sets ``unix:<dir>/router.sock``), ``MODEL_SERVER_WORKERS``,
+``MODEL_SERVER_THREADS``, ``MODEL_SERVER_TIMEOUT``, ``LOG_LEVEL`` (see ``app/settings.py``).
+"""
+
+from app.logs import logging_config
+from app.settings import Settings
+
+_settings = Settings.from_env()
+
+wsgi_app = "app.wsgi:app"
+bind = [_settings.router_bind]
+worker_class = "gthread"
+workers = _settings.workers
+threads = _settings.threads
+preload_app = False  # the gRPC client must be created after the fork
+timeout = int(_settings.server_timeout_s) + 30  # above MODEL_SERVER_TIMEOUT: NGINX cuts first
+graceful_timeout = 25  # SIGTERM: requests in flight get 25 s (SageMaker kills at 30 s)
+accesslog = None
+errorlog = "-"
+loglevel = _settings.log_level.lower()
+logconfig_dict = logging_config(_settings.log_level)
+# gunicorn's control socket lives at one per-user path; several stacks on a machine would share it.
+control_socket_disable = True

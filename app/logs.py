@@ -1,0 +1,37 @@
+"""One JSON object per log line on stdout, for the router's and gunicorn's loggers."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
+            "level": record.levelname,
+            "logger": record.name,
+            "process": record.process,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
+
+
+def logging_config(level: str) -> dict[str, Any]:
+    """A ``logging.config.dictConfig`` dict (also gunicorn's ``logconfig_dict``)."""
+    handler = {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stdout"}
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json": {"()": JsonFormatter}},
+        "handlers": {"stdout": handler},
+        "root": {"level": level, "handlers": ["stdout"]},
+        "loggers": {
+            "gunicorn.error": {"level": level, "handlers": ["stdout"], "propagate": False},
+            "gunicorn.access": {"level": level, "handlers": ["stdout"], "propagate": False},
+        },
+    }

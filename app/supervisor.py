@@ -1,0 +1,268 @@
+"""`serve`: start Triton, the router (gunicorn + Flask) and NGINX, and supervise them.
+
+- Triton first, then the router on a unix socket, then NGINX on the public port. /ping says
+  503 until Triton and every model are ready, so nothing waits here for readiness.
+- If any of the three exits, the other two are stopped and `serve` exits non-zero.
+- SIGTERM drains: NGINX stops accepting and finishes what is in flight (up to 25 s), then the
+  router and Triton stop; exit 0 within SageMaker's 30 s.
+- Each child leads its own process group and dies with `serve` (PR_SET_PDEATHSIG), so stopping
+  a group takes its workers and stubs with it and nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import logging.config
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import IO, Mapping, Sequence
+
+from app import logs
+from app.settings import (
+    MODEL_REPOSITORY,
+    PROJECT_ROOT,
+    ROUTER_BIND,
+    TRITON_BIND_ADDRESS,
+    TRITON_GRPC_URL,
+    Settings,
+    is_model_repository,
+    triton_ports,
+)
+from app.tritonserver import TritonNotFound, find_triton, triton_command
+
+log = logging.getLogger("serve")
+
+DRAIN_TIMEOUT_S = 25  # SageMaker sends SIGKILL 30 s after SIGTERM
+STOP_GRACE_S = 4  # after a child died: how long the others get before SIGKILL
+POLL_S = 0.1
+NGINX_CONF = PROJECT_ROOT / "nginx.conf"
+GUNICORN_CONF = PROJECT_ROOT / "app" / "gunicorn_conf.py"
+NGINX_BIN = "NGINX_BIN"
+PR_SET_PDEATHSIG = 1
+
+_stdout_lock = threading.Lock()
+
+
+def _child_setup() -> None:
+    """Runs in the child before exec: its own process group, and death with its parent."""
+    os.setsid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass  # not Linux: the supervisor's own clean-up still applies
+
+
+def _relay(name: str, stream: IO[bytes]) -> None:
+    """Copy a child's output to stdout; lines that are not JSON already are wrapped in JSON."""
+    for raw in iter(stream.readline, b""):
+        line = raw.decode("utf-8", "replace").rstrip("\n")
+        if not line.strip():
+            continue
+        if not line.startswith("{"):
+            line = json.dumps({"level": "INFO", "logger": name, "message": line}, ensure_ascii=False)
+        with _stdout_lock:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+    stream.close()
+
+
+class Child:
+    def __init__(self, name: str, argv: Sequence[str], env: Mapping[str, str], cwd: Path | None = None):
+        self.name = name
+        self.proc = subprocess.Popen(
+            list(argv),
+            env=dict(env),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_child_setup,
+        )
+        threading.Thread(target=_relay, args=(name, self.proc.stdout), daemon=True).start()
+        log.info("started %s (pid %d)", name, self.proc.pid)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def wait(self, timeout: float) -> bool:
+        try:
+            self.proc.wait(timeout=max(timeout, 0))
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
+
+def render_nginx_conf(template: str, *, port: int, runtime_dir: Path, router_socket: Path,
+                      proxy_timeout_s: float, models: Sequence[str]) -> str:
+    values = {
+        "PORT": str(port),
+        "RUNTIME_DIR": str(runtime_dir),
+        "ROUTER_SOCKET": str(router_socket),
+        "PROXY_TIMEOUT": str(int(proxy_timeout_s)),
+        "DRAIN_TIMEOUT": str(DRAIN_TIMEOUT_S - 1),
+        "MODELS_UNKNOWN": json.dumps({name: "UNKNOWN" for name in models}),
+    }
+    for key, value in values.items():
+        template = template.replace("{{" + key + "}}", value)
+    if "{{" in template:
+        raise ValueError(f"{NGINX_CONF} has a field serve does not fill: {template[template.index('{{'):][:40]}")
+    return template
+
+
+def find_nginx(env: Mapping[str, str]) -> str:
+    explicit = env.get(NGINX_BIN, "").strip()
+    found = explicit or shutil.which("nginx", path=env.get("PATH")) or shutil.which("nginx", path="/usr/sbin")
+    if not found:
+        raise FileNotFoundError("nginx not found: install it (apt-get install nginx; make run does) or set NGINX_BIN")
+    return found
+
+
+def served_models(repository: Path) -> list[str]:
+    return sorted(p.name for p in repository.iterdir() if (p / "config.pbtxt").is_file())
+
+
+class Supervisor:
+    def __init__(self, settings: Settings, env: Mapping[str, str]):
+        self.settings = settings
+        self.env = dict(env)
+        self.children: list[Child] = []
+        self.stop_requested = threading.Event()
+
+    def request_stop(self, signum: int, _frame: object) -> None:
+        log.info("received %s: draining", signal.Signals(signum).name)
+        self.stop_requested.set()
+
+    def start(self, runtime_dir: Path) -> None:
+        settings, env = self.settings, self.env
+        repository = settings.model_repository
+        if not is_model_repository(repository):
+            raise FileNotFoundError(f"{repository} holds no Triton model repository: run `make models` first")
+        http, grpc, metrics = triton_ports(env)
+        external_triton = env.get(TRITON_GRPC_URL, "").strip()
+        if external_triton:
+            log.info("using the Triton at %s (%s is set): not starting one", external_triton, TRITON_GRPC_URL)
+        else:
+            install = find_triton(env)
+            backend_dir = install.prepare(runtime_dir)
+            bind_address = env.get(TRITON_BIND_ADDRESS, "").strip() or "127.0.0.1"
+            triton_argv = triton_command(install, repository, (http, grpc, metrics), bind_address, backend_dir)
+            self.children.append(Child("triton", triton_argv, {**env, **install.env}))
+
+        socket_path = runtime_dir / "router.sock"
+        router_env = {
+            **env,
+            ROUTER_BIND: f"unix:{socket_path}",
+            TRITON_GRPC_URL: external_triton or f"127.0.0.1:{grpc}",
+            MODEL_REPOSITORY: str(repository),
+        }
+        gunicorn_argv = [sys.executable, "-m", "gunicorn", "--config", str(GUNICORN_CONF), "app.wsgi:app"]
+        self.children.append(Child("router", gunicorn_argv, router_env, cwd=PROJECT_ROOT))
+
+        conf = runtime_dir / "nginx.conf"
+        conf.write_text(render_nginx_conf(
+            NGINX_CONF.read_text(), port=settings.port, runtime_dir=runtime_dir, router_socket=socket_path,
+            proxy_timeout_s=settings.server_timeout_s + 5, models=served_models(repository),
+        ))
+        nginx_argv = [find_nginx(env), "-e", "stderr", "-p", str(runtime_dir), "-c", str(conf)]
+        self.children.append(Child("nginx", nginx_argv, env))
+        log.info("serving on port %d: models from %s, Triton at %s, %d router workers", settings.port,
+                 repository, router_env[TRITON_GRPC_URL], settings.workers)
+
+    def supervise(self) -> int:
+        while not self.stop_requested.is_set():
+            for child in self.children:
+                if not child.alive():
+                    log.error("%s exited with status %s: stopping the stack", child.name, child.proc.returncode)
+                    self.stop_now()
+                    return 1
+            self.stop_requested.wait(POLL_S)
+        return self.drain()
+
+    def _child(self, name: str) -> Child | None:
+        return next((c for c in self.children if c.name == name), None)
+
+    def drain(self) -> int:
+        """Stop taking connections, let requests in flight finish, then stop the rest."""
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        nginx, router, triton = self._child("nginx"), self._child("router"), self._child("triton")
+        if nginx is not None:
+            nginx.signal_group(signal.SIGQUIT)  # graceful: close listeners, finish requests
+            nginx.wait(deadline - time.monotonic())
+        if router is not None:
+            router.signal_group(signal.SIGTERM)  # graceful; nothing is in flight any more
+            router.wait(min(3.0, deadline + 2 - time.monotonic()))
+        if triton is not None:
+            triton.signal_group(signal.SIGTERM)  # SIGTERM lets the python backend free its shm
+            triton.wait(4.0)
+        self._kill_leftovers()
+        log.info("stopped")
+        return 0
+
+    def stop_now(self) -> None:
+        """A child died: stop the others quickly (NGINX and router first, Triton last)."""
+        for child in self.children:
+            if child.alive():
+                child.signal_group(signal.SIGQUIT if child.name == "router" else signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for child in self.children:
+            child.wait(deadline - time.monotonic())
+        self._kill_leftovers()
+
+    def _kill_leftovers(self) -> None:
+        """SIGKILL whatever remains in the children's process groups (workers, stubs)."""
+        for child in self.children:
+            child.signal_group(signal.SIGKILL)
+        for child in self.children:
+            child.wait(2.0)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # SageMaker runs `docker run IMAGE serve`: with `serve` as the ENTRYPOINT that is `serve serve`.
+    if argv and argv[0] == "serve":
+        argv = argv[1:]
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    if argv:
+        print(f"serve: unexpected arguments {argv}; usage: serve [serve]", file=sys.stderr)
+        return 2
+    try:
+        settings = Settings.from_env()
+    except ValueError as e:
+        print(f"serve: {e}", file=sys.stderr)
+        return 2
+    logging.config.dictConfig(logs.logging_config(settings.log_level))
+    supervisor = Supervisor(settings, os.environ)
+    signal.signal(signal.SIGTERM, supervisor.request_stop)
+    signal.signal(signal.SIGINT, supervisor.request_stop)
+    runtime_dir = Path(tempfile.mkdtemp(prefix="serve-"))
+    runtime_dir.chmod(0o711)  # NGINX workers (nobody, when started as root) reach the socket
+    try:
+        supervisor.start(runtime_dir)
+        return supervisor.supervise()
+    except (TritonNotFound, FileNotFoundError, ValueError) as e:
+        log.error("cannot start: %s", e)
+        supervisor.stop_now()
+        return 2
+    finally:
+        shutil.rmtree(runtime_dir, ignore_errors=True)

@@ -1,0 +1,117 @@
+"""Find a Triton Inference Server binary and build the command line that runs it.
+
+Three places, in this order: ``$TRITON_SERVER_BIN``, ``tritonserver`` on ``PATH`` (the NGC image),
+and the standalone server inside the ``nvidia-pytriton`` wheel (any laptop; python backend only).
+The wheel's server needs a little set-up, which `prepare` does in a runtime directory.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+TRITON_SERVER_BIN = "TRITON_SERVER_BIN"
+
+
+class TritonNotFound(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class TritonInstall:
+    binary: Path
+    # Set for the wheel's server only: where its backends and python stub live.
+    wheel_root: Path | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def prepare(self, runtime_dir: Path) -> Path | None:
+        """Lay out a backend directory the server can use; None when the server has its own."""
+        if self.wheel_root is None:
+            return None
+        backends = runtime_dir / "backends"
+        if not backends.exists():
+            shutil.copytree(self.wheel_root / "backends", backends)
+            stub = self.wheel_root / "python_backend_stubs" / f"{sys.version_info.major}.{sys.version_info.minor}"
+            shutil.copy2(stub / "triton_python_backend_stub", backends / "python" / "triton_python_backend_stub")
+        return backends
+
+
+def _wheel_root() -> Path | None:
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(next(iter(spec.submodule_search_locations))) / "tritonserver"
+    return root if (root / "bin" / "tritonserver").is_file() else None
+
+
+def _wheel_env(wheel_root: Path, base: Mapping[str, str]) -> dict[str, str]:
+    """The stub finds neither its libraries nor its packages without these."""
+    libs = wheel_root.parent.parent / "nvidia_pytriton.libs"
+    lib_path = [sysconfig.get_config_var("LIBDIR") or "", str(libs)]
+    if base.get("LD_LIBRARY_PATH"):
+        lib_path.append(base["LD_LIBRARY_PATH"])
+    # The stub's interpreter ignores PYTHONPATH: it uses the first python3 on PATH.
+    path = os.pathsep.join([str(Path(sys.executable).parent), base.get("PATH", os.defpath)])
+    return {"LD_LIBRARY_PATH": os.pathsep.join(p for p in lib_path if p), "PATH": path}
+
+
+def find_triton(env: Mapping[str, str] | None = None) -> TritonInstall:
+    env = os.environ if env is None else env
+    explicit = env.get(TRITON_SERVER_BIN, "").strip()
+    if explicit:
+        binary = Path(explicit)
+        if not (binary.is_file() and os.access(binary, os.X_OK)):
+            raise TritonNotFound(f"{TRITON_SERVER_BIN}={explicit} is not an executable file")
+        return TritonInstall(binary=binary)
+    on_path = shutil.which("tritonserver", path=env.get("PATH"))
+    if on_path:
+        return TritonInstall(binary=Path(on_path))
+    wheel_root = _wheel_root()
+    if wheel_root is not None:
+        return TritonInstall(
+            binary=wheel_root / "bin" / "tritonserver", wheel_root=wheel_root, env=_wheel_env(wheel_root, env)
+        )
+    raise TritonNotFound(
+        "no Triton Inference Server found: set TRITON_SERVER_BIN, put tritonserver on PATH, "
+        "or pip install nvidia-pytriton (make run does this)"
+    )
+
+
+def triton_command(
+    install: TritonInstall,
+    repository: Path,
+    ports: Sequence[int],
+    bind_address: str = "127.0.0.1",
+    backend_dir: Path | None = None,
+    exit_timeout_s: int = 3,
+    extra_args: Sequence[str] = (),
+) -> list[str]:
+    http, grpc, metrics = ports
+    command = [
+        str(install.binary),
+        f"--model-repository={repository}",
+        f"--http-address={bind_address}",
+        f"--http-port={http}",
+        f"--grpc-address={bind_address}",
+        f"--grpc-port={grpc}",
+        f"--metrics-address={bind_address}",
+        f"--metrics-port={metrics}",
+        "--strict-readiness=true",
+        # A model that fails to load leaves Triton up: /ping then says 503 with that model's state
+        # and the other models keep serving, instead of the whole server exiting.
+        "--exit-on-error=false",
+        f"--exit-timeout-secs={exit_timeout_s}",
+    ]
+    if install.wheel_root is not None:
+        # No GPU in the wheel's world: skip GPU metrics and the pinned (CUDA host) memory pool.
+        command += ["--allow-gpu-metrics=false", "--pinned-memory-pool-byte-size=0"]
+    if backend_dir is not None:
+        command.append(f"--backend-directory={backend_dir}")
+    command += list(extra_args)
+    return command

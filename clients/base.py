@@ -1,0 +1,187 @@
+"""The abstract model client: ``inference(payload)`` = options -> preprocess -> Triton -> postprocess.
+
+A family subclass declares its input field, the raw content types it takes and its options
+(type, range, default from the model's ``[postprocess]``), and implements ``preprocess`` (one
+item -> its input arrays and a context) and ``postprocess`` (one item's outputs and its context ->
+the result). Whatever a request needs between the two travels in that context, never on ``self``:
+one client serves many threads at once.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Generic, Mapping, Protocol, Sequence, TypeVar
+
+import numpy as np
+
+from app.errors import InvalidInput
+from app.settings import Settings
+from clients.spec import ModelSpec, SpecError
+
+Context = TypeVar("Context")
+
+
+class Triton(Protocol):
+    """What a client needs from Triton (``clients.triton.TritonClient``, or a fake in tests)."""
+
+    def infer(
+        self,
+        model: str,
+        inputs: Mapping[str, np.ndarray],
+        output_names: Sequence[str],
+        version: str | None = None,
+    ) -> tuple[dict[str, np.ndarray], str]: ...
+
+
+@dataclass(frozen=True)
+class Option:
+    """A request option: its type, its inclusive range and its default."""
+
+    name: str
+    kind: type  # int or float
+    minimum: float
+    maximum: float
+    default: int | float
+
+    def _check_range(self, value: int | float, where: str) -> int | float:
+        if not (self.minimum <= value <= self.maximum):
+            raise InvalidInput(f"{where} must be between {self.minimum:g} and {self.maximum:g}, got {value!r}")
+        return value
+
+    def parse(self, value: Any, where: str) -> int | float:
+        """A JSON value: ints for int options, ints or floats for float options, in range."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InvalidInput(f"{where} must be {'an integer' if self.kind is int else 'a number'}")
+        if self.kind is int:
+            if isinstance(value, float):
+                if not value.is_integer():
+                    raise InvalidInput(f"{where} must be an integer, got {value!r}")
+                value = int(value)
+            return self._check_range(value, where)
+        if not math.isfinite(value):
+            raise InvalidInput(f"{where} must be a finite number")
+        return self._check_range(float(value), where)
+
+    def parse_text(self, text: str, where: str) -> int | float:
+        """A value from a header: the same checks, after converting the string."""
+        try:
+            value: int | float = self.kind(text.strip())
+        except ValueError:
+            raise InvalidInput(
+                f"{where} must be {'an integer' if self.kind is int else 'a number'}, got {text!r}"
+            ) from None
+        return self.parse(value, where)
+
+
+class ModelClient(ABC, Generic[Context]):
+    """A model served by Triton, with its pre- and post-processing."""
+
+    family: ClassVar[str]
+    input_field: ClassVar[str]  # the payload field holding one item or a list of them
+    content_types: ClassVar[frozenset[str]]  # raw-body media types, besides the JSON envelope
+    OPTIONS: ClassVar[tuple[Option, ...]] = ()  # the options table: name, type, range, family default
+
+    def __init__(self, spec: ModelSpec, triton: Triton, settings: Settings) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.triton = triton
+        self.settings = settings
+        self.output_names = tuple(t.name for t in spec.outputs)
+        self.options: dict[str, Option] = {o.name: self._configure(o) for o in self.OPTIONS}
+
+    def option_limits(self) -> Mapping[str, float]:
+        """Upper bounds that depend on the model (a top-k no larger than its classes)."""
+        return {}
+
+    def _configure(self, option: Option) -> Option:
+        """The family's option with the model's default (``[postprocess] <name>``) and bound
+        (``[postprocess] max_<name>``, and ``option_limits``)."""
+        post = self.spec.postprocess
+        maximum = min(option.maximum, post.get(f"max_{option.name}", option.maximum))
+        maximum = min(maximum, self.option_limits().get(option.name, maximum))
+        bounded = replace(option, maximum=maximum)
+        where = f"{self.spec.folder}/model.toml: [postprocess] {option.name}"
+        try:
+            return replace(bounded, default=bounded.parse(post.get(option.name, option.default), where))
+        except InvalidInput as error:
+            raise SpecError(error.message) from None
+
+    @abstractmethod
+    def preprocess(self, item: Any, where: str, options: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], Context]:
+        """One input item -> its arrays (keyed by input name, no batch axis) and its context."""
+
+    @abstractmethod
+    def postprocess(self, outputs: Mapping[str, np.ndarray], context: Context, options: Mapping[str, Any]) -> Any:
+        """One item's outputs (keyed by output name, no batch axis) and context -> its result."""
+
+    def parse_options(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+        """Every option of the family, from the payload or its default; unknown keys are refused."""
+        unknown = sorted(k for k in payload if k != self.input_field and k not in self.options)
+        if unknown:
+            raise InvalidInput(
+                f"payload.{unknown[0]} is not an option of {self.name!r} "
+                f"(options: {', '.join(sorted(self.options)) or 'none'}; input: {self.input_field})"
+            )
+        return {
+            name: option.parse(payload[name], f"payload.{name}") if name in payload else option.default
+            for name, option in self.options.items()
+        }
+
+    def options_from_attributes(self, attributes: Mapping[str, str], where: str) -> dict[str, Any]:
+        """Typed options from header strings; keys that are not options of this model are ignored."""
+        return {
+            name: option.parse_text(attributes[name], f"{where} {name}")
+            for name, option in self.options.items()
+            if name in attributes
+        }
+
+    def _items(self, payload: Mapping[str, Any], label: str) -> tuple[list[tuple[Any, str]], bool]:
+        if self.input_field not in payload:
+            raise InvalidInput(f"{label} is missing")
+        value = payload[self.input_field]
+        if not isinstance(value, list):
+            return [(value, label)], True
+        if not value:
+            raise InvalidInput(f"{label} is an empty list")
+        if len(value) > self.settings.max_batch_items:
+            raise InvalidInput(f"{label} has {len(value)} items, over the limit of {self.settings.max_batch_items}")
+        return [(item, f"{label}[{i}]") for i, item in enumerate(value)], False
+
+    def _stack(self, arrays: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        """One Triton request's inputs; a model without batching (max_batch_size 0) has no batch axis."""
+        batched = self.spec.max_batch_size > 0
+        return {
+            tensor.name: (np.stack([a[tensor.name] for a in arrays]) if batched else arrays[0][tensor.name]).astype(
+                tensor.numpy_dtype, copy=False
+            )
+            for tensor in self.spec.inputs
+        }
+
+    def _unstack(self, outputs: Mapping[str, np.ndarray], i: int) -> dict[str, np.ndarray]:
+        if self.spec.max_batch_size > 0:
+            return {k: v[i] for k, v in outputs.items()}
+        return dict(outputs)
+
+    def inference(
+        self, payload: Mapping[str, Any], version: str | None = None, *, label: str | None = None
+    ) -> tuple[Any, str]:
+        """The result for a payload (a list of results for a list input) and the version that served it.
+
+        A list is sent to Triton in chunks of ``max_batch_size``, one call per chunk. ``label`` is how
+        error messages name the input (``payload.<field>`` unless given: a raw body is "the body").
+        """
+        options = self.parse_options(payload)
+        items, single = self._items(payload, label or f"payload.{self.input_field}")
+        batch = max(1, self.spec.max_batch_size)
+        results: list[Any] = []
+        served = version or ""
+        for start in range(0, len(items), batch):
+            prepared = [self.preprocess(item, where, options) for item, where in items[start : start + batch]]
+            outputs, served = self.triton.infer(
+                self.name, self._stack([arrays for arrays, _ in prepared]), self.output_names, version
+            )
+            for i, (_, context) in enumerate(prepared):
+                results.append(self.postprocess(self._unstack(outputs, i), context, options))
+        return (results[0] if single else results), served

@@ -1,0 +1,214 @@
+"""Image pre- and post-processing as pure functions, each beside its inverse.
+
+- ``decode_image``: base64 or raw bytes -> RGB ``PIL.Image``, as displayed (EXIF orientation
+  applied); the pixel limit is checked from the header, before any pixel is decoded.
+- ``resize_short_side`` / ``center_crop`` / ``normalize_lut``: torchvision's ImageNet eval
+  transform (``Resize``, ``CenterCrop``, ``ToTensor``, ``Normalize``) on PIL images.
+- ``letterbox`` / ``scale_boxes``: ultralytics' letterbox (``auto=False``) and its inverse.
+- ``non_max_suppression``: YOLOv5's class-aware NMS on one image's raw output, in numpy.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+from typing import Sequence
+
+import cv2
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from app.errors import InvalidInput
+
+# Our own limit (settings.max_image_pixels) is checked from the header before decoding;
+# PIL's bomb check would fire first, with its own limit and message, so it is turned off.
+Image.MAX_IMAGE_PIXELS = None
+
+DECODABLE_FORMATS = ("JPEG", "PNG", "BMP", "GIF", "WEBP", "TIFF")
+
+# YOLOv5's non_max_suppression constants.
+MAX_WH = 7680  # per-class box offset, larger than any input side
+MAX_NMS = 30000  # candidates kept for NMS, best first
+
+
+def _b64decode(text: str, where: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        pass
+    try:  # base64 wrapped over lines (the `base64` tool's default) is accepted too
+        return base64.b64decode("".join(text.split()), validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidInput(f"{where} is not valid base64") from None
+
+
+def decode_image(data: str | bytes, where: str, max_pixels: int) -> Image.Image:
+    """An RGB image as displayed, from base64 text or raw bytes; errors name ``where``."""
+    raw = _b64decode(data, where) if isinstance(data, str) else data
+    if not raw:
+        raise InvalidInput(f"{where} is empty")
+    try:
+        image = Image.open(io.BytesIO(raw), formats=DECODABLE_FORMATS)
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
+        raise InvalidInput(f"{where} is not a decodable image (JPEG or PNG expected)") from None
+    width, height = image.size
+    if width * height > max_pixels:
+        raise InvalidInput(
+            f"{where} is {width}x{height} = {width * height} pixels, over the limit of {max_pixels}"
+        )
+    try:
+        image = ImageOps.exif_transpose(image)
+        if image.mode != "RGB":
+            image = image.convert("RGB")
+        image.load()
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+        raise InvalidInput(f"{where} is not a decodable image (truncated or corrupt data)") from None
+    return image
+
+
+def resize_short_side(image: Image.Image, size: int) -> Image.Image:
+    """torchvision ``Resize(size)`` on a PIL image: short side to ``size``, bilinear."""
+    width, height = image.size
+    short, long = (width, height) if width <= height else (height, width)
+    if short == size:
+        return image
+    new_short, new_long = size, int(size * long / short)
+    new_w, new_h = (new_short, new_long) if width <= height else (new_long, new_short)
+    return image.resize((new_w, new_h), Image.BILINEAR)
+
+
+def center_crop(image: Image.Image, size: int) -> Image.Image:
+    """torchvision ``CenterCrop(size)`` on a PIL image at least ``size`` on each side."""
+    width, height = image.size
+    if width < size or height < size:
+        # torchvision pads with zeros, the left/top side getting the smaller half
+        left, top = (size - width) // 2 if width < size else 0, (size - height) // 2 if height < size else 0
+        padded = Image.new(image.mode, (max(width, size), max(height, size)))
+        padded.paste(image, (left, top))
+        image, (width, height) = padded, padded.size
+    top = int(round((height - size) / 2.0))
+    left = int(round((width - size) / 2.0))
+    return image.crop((left, top, left + size, top + size))
+
+
+def normalize_lut(
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+    scale: float | Sequence[float] | None = None,
+    offset: float | Sequence[float] = 0.0,
+) -> np.ndarray:
+    """A [3, 256] float32 table: uint8 value -> model input, per channel.
+
+    ``mean``/``std``: torchvision's ``ToTensor`` then ``Normalize`` (``(v / 255 - mean) / std``,
+    in float32 as torch computes it). ``scale``/``offset`` (one number, or one per channel):
+    ``v * scale + offset``, computed in float64 and rounded once, which equals float32 ``v / 255``
+    for ``scale = 1/255``.
+    """
+    values = np.arange(256)
+    if mean is not None and std is not None:
+        unit = values.astype(np.float32) / np.float32(255)
+        mean32 = np.asarray(mean, dtype=np.float32)[:, None]
+        std32 = np.asarray(std, dtype=np.float32)[:, None]
+        return ((unit[None, :] - mean32) / std32).astype(np.float32)
+    if scale is None:
+        raise ValueError("normalisation needs mean and std, or scale (and offset)")
+    scales = np.broadcast_to(np.asarray(scale, dtype=np.float64), (3,))[:, None]
+    offsets = np.broadcast_to(np.asarray(offset, dtype=np.float64), (3,))[:, None]
+    return (values[None, :].astype(np.float64) * scales + offsets).astype(np.float32)
+
+
+def to_chw(pixels: np.ndarray, lut: np.ndarray) -> np.ndarray:
+    """HWC uint8 RGB -> CHW float32 through a per-channel table from ``normalize_lut``."""
+    planes = np.ascontiguousarray(pixels.transpose(2, 0, 1))
+    out = np.empty(planes.shape, dtype=np.float32)
+    for channel in range(3):
+        out[channel] = cv2.LUT(planes[channel], lut[channel])  # a table lookup, faster than numpy's take
+    return out
+
+
+def letterbox(
+    pixels: np.ndarray, size: int, color: Sequence[int] = (114, 114, 114)
+) -> tuple[np.ndarray, float, tuple[float, float]]:
+    """ultralytics ``letterbox(im, size, color, auto=False, scaleup=True)``.
+
+    Returns the padded image, the ratio and the (dw, dh) padding of each side before rounding.
+    """
+    height, width = pixels.shape[:2]
+    ratio = min(size / height, size / width)
+    new_unpad = int(round(width * ratio)), int(round(height * ratio))
+    dw, dh = (size - new_unpad[0]) / 2, (size - new_unpad[1]) / 2
+    if (width, height) != new_unpad:
+        pixels = cv2.resize(pixels, new_unpad, interpolation=cv2.INTER_LINEAR)
+    top, bottom = int(round(dh - 0.1)), int(round(dh + 0.1))
+    left, right = int(round(dw - 0.1)), int(round(dw + 0.1))
+    pixels = cv2.copyMakeBorder(
+        pixels, top, bottom, left, right, cv2.BORDER_CONSTANT, value=tuple(int(c) for c in color)
+    )
+    return pixels, ratio, (dw, dh)
+
+
+def scale_boxes(
+    input_shape: tuple[int, int], boxes: np.ndarray, image_shape: tuple[int, int]
+) -> np.ndarray:
+    """YOLOv5's ``scale_boxes`` (``ratio_pad=None``) + ``clip_boxes``: xyxy boxes in the letterboxed
+    input (height, width) -> the original image (height, width). Returns a new array."""
+    gain = min(input_shape[0] / image_shape[0], input_shape[1] / image_shape[1])
+    pad_x = (input_shape[1] - image_shape[1] * gain) / 2
+    pad_y = (input_shape[0] - image_shape[0] * gain) / 2
+    out = np.array(boxes, dtype=np.float32, copy=True)
+    out[..., [0, 2]] -= pad_x
+    out[..., [1, 3]] -= pad_y
+    out[..., :4] /= gain
+    out[..., [0, 2]] = out[..., [0, 2]].clip(0, image_shape[1])
+    out[..., [1, 3]] = out[..., [1, 3]].clip(0, image_shape[0])
+    return out
+
+
+def xywh2xyxy(boxes: np.ndarray) -> np.ndarray:
+    out = np.empty_like(boxes)
+    half_w, half_h = boxes[..., 2] / 2, boxes[..., 3] / 2
+    out[..., 0] = boxes[..., 0] - half_w
+    out[..., 1] = boxes[..., 1] - half_h
+    out[..., 2] = boxes[..., 0] + half_w
+    out[..., 3] = boxes[..., 1] + half_h
+    return out
+
+
+def greedy_nms(boxes: np.ndarray, iou_threshold: float, max_keep: int) -> np.ndarray:
+    """Indices kept by greedy NMS over xyxy ``boxes`` already sorted best first
+    (torchvision.ops.nms semantics: suppress IoU > threshold), stopping at ``max_keep``."""
+    x1, y1, x2, y2 = boxes[:, 0], boxes[:, 1], boxes[:, 2], boxes[:, 3]
+    areas = (x2 - x1) * (y2 - y1)
+    order = np.arange(boxes.shape[0])
+    keep: list[int] = []
+    while order.size and len(keep) < max_keep:
+        i = order[0]
+        keep.append(int(i))
+        rest = order[1:]
+        w = np.maximum(0.0, np.minimum(x2[i], x2[rest]) - np.maximum(x1[i], x1[rest]))
+        h = np.maximum(0.0, np.minimum(y2[i], y2[rest]) - np.maximum(y1[i], y1[rest]))
+        inter = w * h
+        iou = inter / (areas[i] + areas[rest] - inter)
+        order = rest[iou <= iou_threshold]
+    return np.asarray(keep, dtype=np.int64)
+
+
+def non_max_suppression(
+    prediction: np.ndarray, conf_threshold: float, iou_threshold: float, max_detections: int
+) -> np.ndarray:
+    """YOLOv5's ``non_max_suppression`` (class-aware, one label per box) on one image's
+    [N, 5 + classes] output. Returns [K, 6] float32 rows ``x1, y1, x2, y2, conf, class``, best first."""
+    candidates = prediction[prediction[:, 4] > conf_threshold]
+    if not candidates.shape[0]:
+        return np.zeros((0, 6), dtype=np.float32)
+    scores = candidates[:, 5:] * candidates[:, 4:5]
+    classes = scores.argmax(axis=1)
+    conf = scores[np.arange(scores.shape[0]), classes]
+    selected = conf > conf_threshold
+    boxes = xywh2xyxy(candidates[selected, :4])
+    conf, classes = conf[selected], classes[selected].astype(np.float32)
+    order = np.argsort(-conf, kind="stable")[:MAX_NMS]
+    boxes, conf, classes = boxes[order], conf[order], classes[order]
+    keep = greedy_nms(boxes + classes[:, None] * MAX_WH, iou_threshold, max_detections)
+    return np.concatenate([boxes[keep], conf[keep, None], classes[keep, None]], axis=1).astype(np.float32)

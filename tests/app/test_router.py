@@ -1,0 +1,428 @@
+"""The Flask router against a fake Triton: every error row of CONTRACT.md, both body formats."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import shutil
+import socket
+import time
+
+import pytest
+from PIL import Image
+
+from app import create_app
+from app.errors import InferenceTimeout, ModelNotReady, TritonUnavailable
+from app.settings import Settings
+from clients.triton import TritonClient
+
+ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
+
+
+def image_bytes(width=64, height=48, color=(200, 30, 30), mode="RGB", fmt="PNG") -> bytes:
+    buffer = io.BytesIO()
+    Image.new(mode, (width, height), color).save(buffer, format=fmt)
+    return buffer.getvalue()
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def invoke(client, modelname="resnet", payload=None, **envelope):
+    body = {"modelname": modelname, "payload": payload if payload is not None else {}, **envelope}
+    return client.post("/invocations", json=body)
+
+
+def assert_error(response, status, code, *fragments):
+    assert response.status_code == status, response.get_data(as_text=True)
+    assert response.mimetype == "application/json"
+    error = response.get_json()["error"]
+    assert error["code"] == code
+    for fragment in fragments:
+        assert fragment in error["message"], error["message"]
+    return error
+
+
+# ---- /ping ----------------------------------------------------------------------------------
+
+
+def test_ping_healthy(client):
+    response = client.get("/ping")
+    assert response.status_code == 200
+    assert response.get_json() == {
+        "status": "healthy",
+        "models": {"bert_base": "READY", "resnet": "READY", "yolov5": "READY"},
+    }
+
+
+def test_ping_unhealthy_while_a_model_loads(client, triton):
+    triton.states["yolov5"] = "LOADING"
+    del triton.states["bert_base"]
+    response = client.get("/ping")
+    assert response.status_code == 503
+    assert response.get_json() == {
+        "status": "unhealthy",
+        "models": {"bert_base": "UNAVAILABLE", "resnet": "READY", "yolov5": "LOADING"},
+    }
+
+
+def test_ping_unhealthy_when_server_not_ready(client, triton):
+    triton.ready = False
+    response = client.get("/ping")
+    assert response.status_code == 503
+    assert response.get_json()["status"] == "unhealthy"
+
+
+def test_ping_unknown_when_triton_unreachable(client, triton):
+    triton.readiness_error = TritonUnavailable("Triton cannot be reached: connection refused")
+    response = client.get("/ping")
+    assert response.status_code == 503
+    assert response.get_json() == {
+        "status": "unhealthy",
+        "models": {"bert_base": "UNKNOWN", "resnet": "UNKNOWN", "yolov5": "UNKNOWN"},
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("hang", [False, True], ids=["refused", "hanging"])
+def test_ping_with_real_client_answers_fast(settings, triton, hang):
+    """A real gRPC client: nothing listening, or a socket that accepts and never answers."""
+    listener = None
+    port = _free_port()
+    if hang:
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", port))
+        listener.listen(16)
+    try:
+        real = TritonClient(f"127.0.0.1:{port}", timeout_s=30, ping_timeout_s=0.5)
+        app = create_app(settings, registry={}, triton=real)
+        test_client = app.test_client()
+        for _ in range(2):
+            started = time.monotonic()
+            response = test_client.get("/ping")
+            assert time.monotonic() - started < 2.0
+            assert response.status_code == 503
+            assert response.get_json()["status"] == "unhealthy"
+    finally:
+        if listener is not None:
+            listener.close()
+
+
+# ---- JSON envelope: the three models --------------------------------------------------------
+
+
+def test_resnet_single_image(client, triton):
+    response = invoke(client, payload={"img": b64(image_bytes())})
+    assert response.status_code == 200, response.get_data(as_text=True)
+    body = response.get_json()
+    assert body["modelname"] == "resnet" and body["version"] == "1"
+    result = body["result"]
+    assert len(result) == 3  # topk default from model.toml
+    assert [set(r) for r in result] == [{"label", "index", "score"}] * 3
+    assert result[0]["score"] > result[1]["score"] >= result[2]["score"]
+    assert result[0]["label"] == f"class {result[0]['index']}"
+    assert triton.calls == [("resnet", {"input": (1, 3, 224, 224)}, None)]
+
+
+def test_list_gives_list_in_order(client):
+    colors = [(0, 0, 0), (255, 255, 255), (120, 10, 200)]
+    singles = [invoke(client, payload={"img": b64(image_bytes(color=c))}).get_json()["result"] for c in colors]
+    response = invoke(client, payload={"img": [b64(image_bytes(color=c)) for c in colors], "topk": 2})
+    assert response.status_code == 200
+    listed = response.get_json()["result"]
+    assert [r[0]["index"] for r in listed] == [s[0]["index"] for s in singles]
+    assert len({r[0]["index"] for r in listed}) == 3
+    assert all(len(r) == 2 for r in listed)
+
+
+def test_long_list_is_split_into_batches(client, triton):
+    images = [b64(image_bytes(color=(i, i, i))) for i in range(20)]
+    response = invoke(client, payload={"img": images})
+    assert response.status_code == 200
+    assert len(response.get_json()["result"]) == 20
+    assert [call[1]["input"][0] for call in triton.calls] == [8, 8, 4]
+
+
+def test_list_over_limit_is_refused(client, triton):
+    response = invoke(client, payload={"img": [b64(image_bytes())] * 65})
+    assert_error(response, 400, "invalid_input", "payload.img", "65")
+    assert triton.calls == []
+
+
+def test_yolov5_detections_in_image_pixels(client):
+    # a 1280x640 image letterboxed to 640x320 with 160 px of padding above and below
+    response = invoke(client, "yolov5", {"img": b64(image_bytes(1280, 640))})
+    assert response.status_code == 200, response.get_data(as_text=True)
+    result = response.get_json()["result"]
+    assert (result["width"], result["height"]) == (1280, 640)
+    first, second = result["detections"]
+    assert first["label"] == "dog" and first["class_id"] == 16
+    assert first["score"] == pytest.approx(0.9)
+    assert first["box"] == pytest.approx([540.0, 440.0, 740.0, 640.0])  # clipped at the bottom
+    assert second["class_id"] == 0 and second["box"][1] == 0.0
+
+
+def test_yolov5_options(client):
+    response = invoke(client, "yolov5", {"img": b64(image_bytes()), "conf_threshold": 0.7})
+    assert [d["class_id"] for d in response.get_json()["result"]["detections"]] == [16]
+    response = invoke(client, "yolov5", {"img": b64(image_bytes()), "max_detections": 1, "iou_threshold": 0})
+    assert len(response.get_json()["result"]["detections"]) == 1
+
+
+def test_bert_one_mask_and_two_masks(client, triton):
+    response = invoke(client, "bert_base", {"text": "the capital of france is [MASK]."})
+    assert response.status_code == 200, response.get_data(as_text=True)
+    result = response.get_json()["result"]
+    assert len(result) == 5 and set(result[0]) == {"score", "token", "token_str", "sequence"}
+    assert result[0]["token"] == 1996  # the fake's first candidate is the first token, "the"
+    assert result[0]["sequence"] == "the capital of france is the."
+    response = invoke(client, "bert_base", {"text": ["[MASK] is [MASK].", "hello [MASK]"], "topk": 2})
+    two, one = response.get_json()["result"]
+    assert len(two) == 2 and all(len(row) == 2 for row in two)
+    # several masks: special tokens stay in `sequence`, as in Hugging Face's pipeline
+    assert two[0][0]["sequence"] == "[CLS] [MASK] is [MASK]. [SEP]"
+    assert len(one) == 2 and isinstance(one[0], dict)
+    assert [call[1]["input_ids"] for call in triton.calls][-1] == (2, 128)
+
+
+def test_bert_errors(client):
+    assert_error(invoke(client, "bert_base", {"text": "no mask here"}), 400, "invalid_input", "payload.text", "[MASK]")
+    long_text = "word " * 200 + "[MASK]"
+    assert_error(invoke(client, "bert_base", {"text": ["a [MASK]", long_text]}), 400, "invalid_input",
+                 "payload.text[1]", "128")
+    response = invoke(client, "bert_base", {"text": "[MASK] " + "word " * 200})
+    assert response.status_code == 200  # only text after the last mask is cut
+    assert_error(invoke(client, "bert_base", {"text": 5}), 400, "invalid_input", "payload.text")
+    assert_error(invoke(client, "bert_base", {"text": "[MASK]", "topk": 51}), 400, "invalid_input", "payload.topk")
+
+
+# ---- raw bodies ---------------------------------------------------------------------------------
+
+
+def test_raw_image_with_custom_attributes(client, triton):
+    response = client.post(
+        "/invocations",
+        data=image_bytes(fmt="JPEG"),
+        headers={"Content-Type": "image/jpeg", ATTRIBUTES: "trace=abc, modelname=resnet,topk=2,flag"},
+    )
+    assert response.status_code == 200, response.get_data(as_text=True)
+    assert len(response.get_json()["result"]) == 2
+    response = client.post(
+        "/invocations",
+        data=image_bytes(),
+        headers={"Content-Type": "application/octet-stream", ATTRIBUTES: "modelname=yolov5,conf_threshold=0.7"},
+    )
+    assert len(response.get_json()["result"]["detections"]) == 1
+
+
+def test_raw_text(client):
+    response = client.post(
+        "/invocations",
+        data="paris is the [MASK] of france.".encode(),
+        headers={"Content-Type": "text/plain; charset=utf-8", ATTRIBUTES: "modelname=bert_base,topk=3"},
+    )
+    assert response.status_code == 200, response.get_data(as_text=True)
+    assert len(response.get_json()["result"]) == 3
+
+
+def test_raw_option_errors(client):
+    headers = {"Content-Type": "image/png", ATTRIBUTES: "modelname=yolov5,conf_threshold=abc"}
+    assert_error(client.post("/invocations", data=image_bytes(), headers=headers), 400, "invalid_input",
+                 "conf_threshold")
+    headers[ATTRIBUTES] = "modelname=yolov5,conf_threshold=1.5"
+    assert_error(client.post("/invocations", data=image_bytes(), headers=headers), 400, "invalid_input",
+                 "conf_threshold", "between 0 and 1")
+
+
+def test_raw_wrong_content_type_is_415(client):
+    response = client.post("/invocations", data=image_bytes(),
+                           headers={"Content-Type": "image/png", ATTRIBUTES: "modelname=bert_base"})
+    assert_error(response, 415, "unsupported_media_type", "bert_base", "image/png")
+    response = client.post("/invocations", data=b"[MASK]",
+                           headers={"Content-Type": "text/plain", ATTRIBUTES: "modelname=resnet"})
+    assert_error(response, 415, "unsupported_media_type", "resnet")
+    response = client.post("/invocations", data=b"<x/>",
+                           headers={"Content-Type": "application/xml", ATTRIBUTES: "modelname=resnet"})
+    assert_error(response, 415, "unsupported_media_type")
+
+
+def test_raw_without_modelname_is_404(client):
+    response = client.post("/invocations", data=image_bytes(), headers={"Content-Type": "image/png"})
+    assert_error(response, 404, "unknown_model", "bert_base, resnet, yolov5")
+
+
+def test_raw_undecodable_image(client):
+    response = client.post("/invocations", data=b"not an image",
+                           headers={"Content-Type": "image/jpeg", ATTRIBUTES: "modelname=resnet"})
+    assert_error(response, 400, "invalid_input", "the body is not a decodable image")
+
+
+# ---- the error table ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("body", [b"{not json", b"[1, 2]", b'"text"', b'{"modelname": "resnet", "x": NaN}',
+                                  b'{"a": Infinity}', b'{"a": -Infinity}', b"\xff\xfe\xfa", b"[" * 100000])
+def test_invalid_json(client, body):
+    response = client.post("/invocations", data=body, headers={"Content-Type": "application/json"})
+    assert_error(response, 400, "invalid_json")
+
+
+def test_modelname_errors(client):
+    assert_error(client.post("/invocations", json={"payload": {}}), 404, "unknown_model",
+                 "bert_base, resnet, yolov5")
+    assert_error(invoke(client, "nope"), 404, "unknown_model", "'nope'", "bert_base, resnet, yolov5")
+    assert_error(invoke(client, 5), 400, "invalid_input", "modelname")
+    assert_error(invoke(client, ["resnet"]), 400, "invalid_input", "modelname")
+
+
+def test_payload_errors(client, settings):
+    assert_error(client.post("/invocations", json={"modelname": "resnet"}), 400, "invalid_input", "payload")
+    assert_error(invoke(client, payload=[1]), 400, "invalid_input", "payload")
+    assert_error(invoke(client, payload={}), 400, "invalid_input", "payload.img")
+    assert_error(invoke(client, payload={"img": 3}), 400, "invalid_input", "payload.img")
+    assert_error(invoke(client, payload={"img": []}), 400, "invalid_input", "payload.img")
+    assert_error(invoke(client, payload={"img": "%%%not base64"}), 400, "invalid_input", "payload.img", "base64")
+    images = [b64(image_bytes())] * 2 + [b64(b"garbage bytes")]
+    assert_error(invoke(client, payload={"img": images}), 400, "invalid_input",
+                 "payload.img[2] is not a decodable image")
+    big = b64(image_bytes(1001, 1000))  # the fixture's limit is 1,000,000 pixels
+    assert_error(invoke(client, payload={"img": big}), 400, "invalid_input", "payload.img", "1001x1000")
+
+
+@pytest.mark.parametrize("payload, fragment", [
+    ({"topk": 0}, "payload.topk"),
+    ({"topk": 1001}, "payload.topk"),
+    ({"topk": "3"}, "payload.topk"),
+    ({"topk": 2.5}, "payload.topk"),
+    ({"topk": True}, "payload.topk"),
+    ({"colour": 1}, "payload.colour"),
+])
+def test_option_errors(client, payload, fragment):
+    response = invoke(client, payload={"img": b64(image_bytes()), **payload})
+    assert_error(response, 400, "invalid_input", fragment)
+
+
+def test_options_at_their_bounds(client):
+    assert len(invoke(client, payload={"img": b64(image_bytes()), "topk": 1000}).get_json()["result"]) == 1000
+    response = invoke(client, "yolov5", {"img": b64(image_bytes()), "conf_threshold": 0, "iou_threshold": 1,
+                                         "max_detections": 1000})
+    assert response.status_code == 200
+
+
+def test_version_is_passed_and_echoed(client, triton):
+    response = invoke(client, payload={"img": b64(image_bytes())}, version="2")
+    assert response.get_json()["version"] == "2"
+    assert triton.calls[-1][2] == "2"
+    assert_error(invoke(client, payload={"img": b64(image_bytes())}, version="latest"), 400, "invalid_input",
+                 "version")
+
+
+def test_payload_too_large(client, settings):
+    body = b"x" * (settings.max_body_bytes + 1)
+    response = client.post("/invocations", data=body, headers={"Content-Type": "application/json"})
+    assert_error(response, 413, "payload_too_large")
+
+
+def test_unknown_path_and_wrong_method(client):
+    assert_error(client.get("/nope"), 404, "not_found", "/nope")
+    assert_error(client.get("/invocations"), 405, "method_not_allowed", "GET")
+    assert_error(client.post("/ping"), 405, "method_not_allowed")
+
+
+@pytest.mark.parametrize("error, status, code", [
+    (ModelNotReady("model 'resnet' is not ready"), 503, "model_not_ready"),
+    (TritonUnavailable("Triton cannot be reached"), 503, "triton_unavailable"),
+    (InferenceTimeout("model 'resnet' did not answer within 30 s"), 504, "inference_timeout"),
+])
+def test_triton_errors(client, triton, error, status, code):
+    triton.error = error
+    assert_error(invoke(client, payload={"img": b64(image_bytes())}), status, code)
+
+
+def test_bug_is_opaque_500(client, triton, caplog):
+    triton.error = RuntimeError("secret detail")
+    response = invoke(client, payload={"img": b64(image_bytes())})
+    error = assert_error(response, 500, "internal_error")
+    assert "secret" not in response.get_data(as_text=True)
+    error_id = error["message"].rsplit(" ", 1)[-1]
+    assert any(error_id in r.getMessage() and r.exc_info for r in caplog.records)
+
+
+def test_default_settings_build_from_the_repository(repository, triton):
+    app = create_app(Settings(model_repository=repository), triton=triton)
+    assert sorted(app.extensions["registry"]) == ["bert_base", "resnet", "yolov5"]
+    assert json.loads(app.test_client().get("/ping").get_data())["status"] == "healthy"
+
+
+TINY_SPEC = """
+family = "image_classification"
+max_batch_size = 4
+
+[[inputs]]
+name = "pixels"
+dtype = "FP32"
+dims = [3, 160, 160]
+
+[[outputs]]
+name = "scores"
+dtype = "FP32"
+dims = [10]
+
+[preprocess]
+resize = 182
+crop = 160
+scale = 0.00784313725490196  # 1/127.5
+offset = -1.0
+
+[postprocess]
+labels = "labels.txt"
+topk = 2
+"""
+
+
+def test_a_fourth_model_is_configured_not_coded(tmp_path, fake_triton_class):
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    (folder / "model.toml").write_text(TINY_SPEC)
+    (folder / "labels.txt").write_text("".join(f"thing {i}\n" for i in range(10)))
+    fake = fake_triton_class(tmp_path)
+    seen = []
+    original = fake.infer
+
+    def infer(model, inputs, output_names, version=None):
+        seen.append(inputs["pixels"])
+        return original(model, inputs, output_names, version)
+
+    fake.infer = infer
+    app = create_app(Settings(model_repository=tmp_path), triton=fake)
+    data = image_bytes(400, 300, (255, 0, 128))
+    response = app.test_client().post("/invocations", json={"modelname": "tiny", "payload": {"img": b64(data)}})
+    assert response.status_code == 200, response.get_data(as_text=True)
+    assert len(response.get_json()["result"]) == 2
+    assert seen[0].shape == (1, 3, 160, 160)
+    assert seen[0][0, :, 80, 80].tolist() == pytest.approx([1.0, -1.0, 128 / 127.5 - 1], abs=1e-6)
+
+
+def test_bad_specs_stop_the_start(tmp_path, repository, fake_triton_class):
+    from clients.spec import SpecError
+
+    for name in ("yolov5", "resnet", "bert_base"):
+        shutil.copytree(repository / name, tmp_path / name)
+    toml = tmp_path / "yolov5" / "model.toml"
+    toml.write_text(toml.read_text().replace("conf_threshold = 0.25", "conf_threshold = 2"))
+    with pytest.raises(SpecError, match=r"conf_threshold must be between 0 and 1"):
+        create_app(Settings(model_repository=tmp_path), triton=fake_triton_class(repository))
+    toml.write_text(toml.read_text().replace('family = "detection"', 'family = "segmentation"'))
+    with pytest.raises(SpecError, match="segmentation"):
+        create_app(Settings(model_repository=tmp_path), triton=fake_triton_class(repository))
+    (tmp_path / "yolov5").rename(tmp_path / "unused")
+    (tmp_path / "resnet" / "labels.txt").write_text("just one\n")
+    with pytest.raises(SpecError, match="1 labels for 1000 classes"):
+        create_app(Settings(model_repository=tmp_path), triton=fake_triton_class(repository))

@@ -1,0 +1,122 @@
+"""Every error row of CONTRACT.md through NGINX: status, code, and a message naming the field.
+
+The 503/504 rows need a Triton that is loading, hung or gone: they are in test_faults.py.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+
+import pytest
+import requests
+
+from tests.integration.test_invocations import b64, image_bytes
+
+pytestmark = pytest.mark.integration
+
+JPEG = image_bytes(64, 48, 0)
+
+
+def big_png(width: int, height: int) -> bytes:
+    """A valid PNG header for a huge image whose pixel data is tiny (a decompression bomb)."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)  # 8-bit grayscale
+    row = b"\x00" + b"\x00" * width
+    compressor = zlib.compressobj(9)
+    data = b"".join(compressor.compress(row) for _ in range(64)) + compressor.flush()
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", data) + chunk(b"IEND", b"")
+
+
+def post(stack, body, content_type="application/json", attributes=None) -> requests.Response:
+    headers = {"Content-Type": content_type}
+    if attributes is not None:
+        headers["X-Amzn-SageMaker-Custom-Attributes"] = attributes
+    data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+    return requests.post(f"{stack.url}/invocations", data=data, headers=headers, timeout=60)
+
+
+def assert_error(r: requests.Response, status: int, code: str, *mentions: str):
+    assert r.status_code == status, r.text
+    assert r.headers["Content-Type"].startswith("application/json")
+    body = r.json()
+    assert set(body) == {"error"} and body["error"]["code"] == code, body
+    message = body["error"]["message"]
+    assert "Traceback" not in message
+    for word in mentions:
+        assert word in message, f"{word!r} not in {message!r}"
+
+
+CASES = [
+    # (id, body, content type, custom attributes, status, code, words the message must name)
+    ("not json", b"{not json", "application/json", None, 400, "invalid_json", ()),
+    ("json array", [1, 2], "application/json", None, 400, "invalid_json", ("object",)),
+    ("no modelname", {"payload": {"img": b64(JPEG)}}, "application/json", None, 404, "unknown_model",
+     ("resnet", "yolov5", "bert_base")),
+    ("unknown model", {"modelname": "vgg", "payload": {}}, "application/json", None, 404, "unknown_model",
+     ("vgg", "resnet", "yolov5", "bert_base")),
+    ("modelname not a string", {"modelname": 7, "payload": {}}, "application/json", None, 400, "invalid_input",
+     ("modelname",)),
+    ("missing payload", {"modelname": "resnet"}, "application/json", None, 400, "invalid_input", ("payload",)),
+    ("missing img", {"modelname": "resnet", "payload": {}}, "application/json", None, 400, "invalid_input",
+     ("payload.img",)),
+    ("img wrong type", {"modelname": "resnet", "payload": {"img": 5}}, "application/json", None, 400,
+     "invalid_input", ("payload.img",)),
+    ("bad base64", {"modelname": "yolov5", "payload": {"img": "%%%not base64%%%"}}, "application/json", None, 400,
+     "invalid_input", ("payload.img",)),
+    ("undecodable image in a list", {"modelname": "resnet", "payload": {"img": [b64(JPEG), b64(b"hello")]}},
+     "application/json", None, 400, "invalid_input", ("payload.img[1]",)),
+    ("image over the pixel limit", {"modelname": "resnet", "payload": {"img": b64(big_png(8000, 8000))}},
+     "application/json", None, 400, "invalid_input", ("payload.img", "pixels")),
+    ("text without mask", {"modelname": "bert_base", "payload": {"text": "no mask here"}}, "application/json",
+     None, 400, "invalid_input", ("payload.text", "[MASK]")),
+    ("mask past the sequence limit", {"modelname": "bert_base", "payload": {"text": "word " * 200 + "[MASK]"}},
+     "application/json", None, 400, "invalid_input", ("payload.text", "128")),
+    ("option out of range", {"modelname": "resnet", "payload": {"img": b64(JPEG), "topk": 0}},
+     "application/json", None, 400, "invalid_input", ("topk",)),
+    ("threshold out of range", {"modelname": "yolov5", "payload": {"img": b64(JPEG), "conf_threshold": 1.5}},
+     "application/json", None, 400, "invalid_input", ("conf_threshold",)),
+    ("unknown option", {"modelname": "resnet", "payload": {"img": b64(JPEG), "colour": "red"}},
+     "application/json", None, 400, "invalid_input", ("colour",)),
+    ("raw option out of range", JPEG, "image/jpeg", "modelname=resnet,topk=5000", 400, "invalid_input", ("topk",)),
+    ("raw without modelname", JPEG, "image/jpeg", "topk=3", 404, "unknown_model", ("resnet",)),
+    ("image to the text model", JPEG, "image/jpeg", "modelname=bert_base", 415, "unsupported_media_type",
+     ("bert_base", "image/jpeg")),
+    ("text to an image model", b"a [MASK]", "text/plain; charset=utf-8", "modelname=resnet", 415,
+     "unsupported_media_type", ("resnet", "text/plain")),
+    ("undecodable raw image", b"not an image", "image/png", "modelname=yolov5", 400, "invalid_input", ("body",)),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_error_rows(stack, case):
+    _, body, content_type, attributes, status, code, mentions = case
+    assert_error(post(stack, body, content_type, attributes), status, code, *mentions)
+    assert stack.ping().status_code == 200
+
+
+def test_body_over_6_mib_gets_the_413_json(stack):
+    r = post(stack, b"x" * (6 * 1024 * 1024 + 1), "application/octet-stream", "modelname=resnet")
+    assert_error(r, 413, "payload_too_large", "6 MiB")
+    # Exactly 6 MiB passes NGINX and reaches the router (which finds it is no image).
+    r = post(stack, b"x" * (6 * 1024 * 1024), "application/octet-stream", "modelname=resnet")
+    assert_error(r, 400, "invalid_input")
+
+
+def test_unknown_path_is_a_json_404(stack):
+    for path in ("/", "/nope", "/invocations/extra", "/v2/models"):
+        r = requests.get(f"{stack.url}{path}", timeout=10)
+        assert_error(r, 404, "not_found")
+
+
+def test_get_invocations_is_a_json_405(stack):
+    assert_error(requests.get(f"{stack.url}/invocations", timeout=10), 405, "method_not_allowed")
+    assert_error(requests.post(f"{stack.url}/ping", timeout=10), 405, "method_not_allowed")
+
+
+def test_boto3_path_reaches_invocations(stack):
+    r = requests.post(f"{stack.url}/endpoints/my-endpoint/invocations", timeout=60,
+                      json={"modelname": "resnet", "payload": {"img": b64(JPEG), "topk": 1}})
+    assert r.status_code == 200 and len(r.json()["result"]) == 1

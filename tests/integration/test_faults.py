@@ -1,0 +1,81 @@
+"""A Triton that hangs, comes back, or dies under a running router: the 503 and 504 rows.
+
+serve uses an outside Triton when TRITON_GRPC_URL is set, so the test owns this one and can
+stop, continue and kill it while the router and NGINX stay up.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from app.tritonserver import find_triton, triton_command
+from tests.integration.test_errors import assert_error
+from tests.integration.test_invocations import b64, image_bytes
+from tests.integration.test_supervision import ping_status, wait_until
+from tests.stack import free_ports
+
+pytestmark = pytest.mark.integration
+
+TRITON_TIMEOUT_S = 3
+
+
+@pytest.fixture
+def own_triton(small_repository: Path, tmp_path: Path):
+    install = find_triton()
+    ports = free_ports(3)
+    argv = triton_command(install, small_repository, ports, backend_dir=install.prepare(tmp_path))
+    proc = subprocess.Popen(argv, env={**os.environ, **install.env}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    yield proc, ports
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGCONT)
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_hung_then_back_then_dead_triton(own_triton, small_repository: Path, new_stack):
+    triton, ports = own_triton
+    stack = new_stack(small_repository, TRITON_GRPC_URL=f"127.0.0.1:{ports[1]}",
+                      TRITON_TIMEOUT_S=str(TRITON_TIMEOUT_S))
+    stack.wait_healthy(timeout=120)
+    body = {"modelname": "yolov5", "payload": {"img": b64(image_bytes(320, 240, 0))}}
+    assert requests.post(f"{stack.url}/invocations", json=body, timeout=30).status_code == 200
+
+    # Hung: SIGSTOP. Invocations give up at the deadline with a 504; /ping says 503 within 2 s.
+    os.killpg(triton.pid, signal.SIGSTOP)
+    started = time.monotonic()
+    r = requests.post(f"{stack.url}/invocations", json=body, timeout=30)
+    took = time.monotonic() - started
+    print(f"hung Triton: invocation answered {r.status_code} after {took:.2f} s")
+    assert_error(r, 504, "inference_timeout", "yolov5")
+    assert took <= TRITON_TIMEOUT_S + 1
+    started = time.monotonic()
+    assert ping_status(stack.url) == 503
+    assert time.monotonic() - started <= 2.0
+
+    # Back: SIGCONT. The same stack serves again, nothing restarted.
+    os.killpg(triton.pid, signal.SIGCONT)
+    assert wait_until(lambda: ping_status(stack.url) == 200, timeout=10) is not None
+    assert requests.post(f"{stack.url}/invocations", json=body, timeout=30).status_code == 200
+
+    # Dead: SIGKILL. /ping is 503 within 2 s, invocations say triton_unavailable.
+    os.killpg(triton.pid, signal.SIGKILL)
+    triton.wait()
+    took = wait_until(lambda: ping_status(stack.url) == 503, timeout=5)
+    print(f"/ping answered 503 {took:.2f} s after Triton was killed")
+    assert took is not None and took <= 2.0
+    ping = requests.get(f"{stack.url}/ping", timeout=5).json()
+    assert ping["status"] == "unhealthy" and ping["models"]["yolov5"] != "READY"
+    assert_error(requests.post(f"{stack.url}/invocations", json=body, timeout=30), 503, "triton_unavailable")
+    assert stack.proc.poll() is None, "serve keeps running: this Triton is not its child"

@@ -1,0 +1,178 @@
+"""`serve` as SageMaker meets it: readiness, a dead child, SIGTERM, and who may reach Triton.
+
+Every test here starts real stacks (Triton, gunicorn, NGINX) and inspects the process tree.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+from PIL import Image
+
+from tests.stack import alive, descendants
+
+pytestmark = pytest.mark.integration
+
+
+def jpeg(width: int = 640, height: int = 480, seed: int = 0) -> bytes:
+    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="JPEG", quality=90)
+    return buf.getvalue()
+
+
+def wait_until(predicate, timeout: float, step: float = 0.05) -> float | None:
+    """Seconds until predicate() held, or None if it did not within timeout."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if predicate():
+            return time.monotonic() - start
+        time.sleep(step)
+    return None
+
+
+def ping_status(url: str) -> int | None:
+    try:
+        return requests.get(f"{url}/ping", timeout=2.5).status_code
+    except requests.RequestException:
+        return None
+
+
+def test_ping_503_while_triton_loads(small_repository: Path, tmp_path: Path, new_stack):
+    # The same model, made to take 8 s to load: the router is up long before Triton is ready.
+    repo = tmp_path / "slow"
+    shutil.copytree(small_repository, repo)
+    model_py = repo / "yolov5" / "1" / "model.py"
+    model_py.write_text(model_py.read_text() + "\nimport time\n\ntime.sleep(8)\n")
+    stack = new_stack(repo)
+    seen = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            r = stack.ping(timeout=2.5)
+        except requests.RequestException:
+            time.sleep(0.1)
+            continue
+        loading = bool(stack.pids()["triton"]) and "successfully loaded 'yolov5'" not in stack.log_tail(10_000)
+        seen.append((time.monotonic() - stack.started_at, r.status_code, r.json(), loading))
+        if r.status_code == 200:
+            break
+        time.sleep(0.25)
+    unready = [s for s in seen if s[1] == 503 and s[3]]
+    print(f"{len(unready)} answers of 503 while Triton loaded; first 200 after {seen[-1][0]:.1f} s")
+    assert unready, seen
+    assert all(body["status"] == "unhealthy" and body["models"]["yolov5"] != "READY" for _, _, body, _ in unready)
+    assert seen[-1][1] == 200 and seen[-1][0] > 8
+    assert seen[-1][2] == {"status": "healthy", "models": {"yolov5": "READY"}}
+
+
+def test_a_model_that_fails_to_load(small_repository: Path, tmp_path: Path, new_stack):
+    # Triton stays up; /ping says which model is not ready; the others keep serving.
+    repo = tmp_path / "broken"
+    shutil.copytree(small_repository / "yolov5", repo / "yolov5")
+    shutil.copytree(small_repository / "yolov5", repo / "detector")
+    config = repo / "detector" / "config.pbtxt"
+    config.write_text(config.read_text().replace('name: "yolov5"', 'name: "detector"'))
+    (repo / "detector" / "1" / "model.py").write_text("raise ImportError('this model is broken on purpose')\n")
+    stack = new_stack(repo)
+
+    def both_known() -> bool:
+        try:
+            r = stack.ping(timeout=2.5)
+        except requests.RequestException:
+            return False
+        return r.json()["models"].get("yolov5") == "READY"
+
+    assert wait_until(both_known, timeout=120), stack.log_tail()
+    r = stack.ping()
+    assert r.status_code == 503
+    assert r.json()["status"] == "unhealthy"
+    assert r.json()["models"]["detector"] not in ("READY", "UNKNOWN")
+    image = base64.b64encode(jpeg()).decode()
+    r = requests.post(f"{stack.url}/invocations", json={"modelname": "detector", "payload": {"img": image}}, timeout=30)
+    assert r.status_code == 503 and r.json()["error"]["code"] == "model_not_ready", r.text
+    assert "detector" in r.json()["error"]["message"]
+    r = requests.post(f"{stack.url}/invocations", json={"modelname": "yolov5", "payload": {"img": image}}, timeout=30)
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("role", ["triton", "router", "nginx"])
+def test_a_dead_child_takes_the_stack_down(role: str, small_repository: Path, new_stack):
+    stack = new_stack(small_repository)
+    stack.wait_healthy(timeout=120)
+    everything = [stack.proc.pid, *descendants(stack.proc.pid)]
+    victim = stack.pids()[role][0]
+    os.kill(victim, signal.SIGKILL)
+    killed_at = time.monotonic()
+    try:
+        code = stack.proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"serve still running 10 s after {role} was killed:\n{stack.log_tail()}")
+    took = time.monotonic() - killed_at
+    print(f"serve exited {code} {took:.2f} s after kill -9 of {role} (pid {victim})")
+    assert code != 0
+    # The machine's init reaps orphans slowly: allow it a moment, zombies count as gone.
+    left = [pid for pid in everything if wait_until(lambda p=pid: not alive(p), timeout=3) is None]
+    assert left == [], f"left behind: {left}"
+
+
+def test_sigterm_drains_requests_in_flight(small_repository: Path, new_stack):
+    stack = new_stack(small_repository)
+    stack.wait_healthy(timeout=120)
+    everything = [stack.proc.pid, *descendants(stack.proc.pid)]
+    body = {"modelname": "yolov5", "payload": {"img": [base64.b64encode(jpeg(seed=i)).decode() for i in range(8)]}}
+
+    def call(_: int) -> requests.Response:
+        return requests.post(f"{stack.url}/invocations", json=body, timeout=60)
+
+    with ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(call, i) for i in range(8)]
+        time.sleep(0.5)  # all eight are in NGINX by now; each takes seconds on two cores
+        assert not any(f.done() for f in futures), "requests finished before SIGTERM: make them heavier"
+        stack.proc.send_signal(signal.SIGTERM)
+        sent_at = time.monotonic()
+        responses = [f.result() for f in futures]
+    code = stack.proc.wait(timeout=30)
+    took = time.monotonic() - sent_at
+    print(f"statuses {[r.status_code for r in responses]}; serve exited {code} {took:.1f} s after SIGTERM")
+    assert [r.status_code for r in responses] == [200] * 8
+    assert all(len(r.json()["result"]) == 8 for r in responses)
+    assert code == 0 and took < 30
+    left = [pid for pid in everything if wait_until(lambda p=pid: not alive(p), timeout=3) is None]
+    assert left == []
+
+
+def _listening_addresses(port: int) -> set[str]:
+    """Local addresses of LISTEN sockets on `port`, read from /proc/net/tcp{,6}."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, port_hex = local.rsplit(":", 1)
+            if state == "0A" and int(port_hex, 16) == port:
+                found.add(address)
+    return found
+
+
+def test_triton_ports_answer_on_loopback_only(stack):
+    for port in stack.triton_ports:
+        # 127.0.0.1 in /proc/net/tcp, or as an IPv4-mapped address (::ffff:127.0.0.1) in tcp6.
+        loopback = {"0100007F", "0000000000000000FFFF00000100007F"}
+        assert _listening_addresses(port) <= loopback, f"port {port} listens beyond 127.0.0.1"
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            pass
+    # The public port, by contrast, is open on every interface.
+    assert _listening_addresses(stack.port) in ({"00000000"}, {"00000000000000000000000000000000"})

@@ -1,0 +1,292 @@
+"""clients.images against the references: torchvision's ImageNet eval transform, ultralytics'
+letterbox, YOLOv5's scale_boxes and non_max_suppression (transcribed below in torch/cv2)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import struct
+import time
+import tracemalloc
+import zlib
+
+import cv2
+import numpy as np
+import pytest
+import torch
+import torchvision
+from PIL import Image
+from torchvision import transforms
+
+from app.errors import InvalidInput
+from clients import images
+
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+LIMIT = 40_000_000
+
+
+def photo(width: int, height: int, seed: int) -> Image.Image:
+    """A photo-like RGB image: smooth gradients, a few shapes and noise."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
+    base = np.stack(
+        [
+            127 + 100 * np.sin(x / (7 + seed) + y / 31),
+            127 + 100 * np.cos(y / (11 + seed)),
+            255 * (x + y) / (width + height),
+        ],
+        axis=-1,
+    )
+    base[height // 4 : height // 2, width // 3 : width // 2] = rng.integers(0, 255, 3)
+    noisy = base + rng.normal(0, 12, base.shape)
+    return Image.fromarray(noisy.clip(0, 255).astype(np.uint8), "RGB")
+
+
+def encoded(image: Image.Image, fmt: str = "JPEG", **save) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format=fmt, **save)
+    return buffer.getvalue()
+
+
+SIZES = [(768, 576, 0), (576, 768, 1), (500, 375, 2), (256, 300, 3), (1024, 199, 4), (224, 224, 5), (301, 257, 6)]
+
+
+@pytest.mark.parametrize("width, height, seed", SIZES)
+def test_imagenet_transform_equals_torchvision(width, height, seed):
+    data = encoded(photo(width, height, seed))
+    reference = transforms.Compose(
+        [transforms.Resize(256), transforms.CenterCrop(224), transforms.ToTensor(), transforms.Normalize(MEAN, STD)]
+    )(Image.open(io.BytesIO(data)).convert("RGB")).numpy()
+    image = images.decode_image(base64.b64encode(data).decode(), "payload.img", LIMIT)
+    ours = images.to_chw(
+        np.asarray(images.center_crop(images.resize_short_side(image, 256), 224)), images.normalize_lut(MEAN, STD)
+    )
+    assert ours.dtype == np.float32 and ours.shape == (3, 224, 224)
+    # the same float32 operations in the same order: equal to the last bit
+    np.testing.assert_array_equal(ours, reference)
+
+
+def test_scale_offset_normalisation_equals_division():
+    values = np.arange(256, dtype=np.uint8).reshape(16, 16, 1).repeat(3, axis=2)
+    ours = images.to_chw(values, images.normalize_lut(scale=1 / 255, offset=0.0))
+    np.testing.assert_array_equal(ours, torch.from_numpy(values).permute(2, 0, 1).float().numpy() / 255)
+
+
+def test_center_crop_pads_small_images_like_torchvision():
+    image = photo(100, 150, 7)
+    reference = transforms.CenterCrop(160)(image)
+    assert np.array_equal(np.asarray(images.center_crop(image, 160)), np.asarray(reference))
+
+
+def test_decode_applies_exif_orientation_and_converts_modes():
+    image = photo(120, 80, 8)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise to display
+    decoded = images.decode_image(encoded(image, exif=exif), "x", LIMIT)
+    assert decoded.size == (80, 120) and decoded.mode == "RGB"
+    for mode in ("L", "RGBA", "P", "LA"):
+        converted = images.decode_image(encoded(image.convert(mode), "PNG"), "x", LIMIT)
+        assert converted.mode == "RGB" and converted.size == (120, 80)
+    rgba = image.convert("RGBA")
+    assert np.array_equal(np.asarray(images.decode_image(encoded(rgba, "PNG"), "x", LIMIT)), np.asarray(image))
+
+
+@pytest.mark.parametrize("data, message", [
+    ("not base64!!", "is not valid base64"),
+    (base64.b64encode(b"hello").decode(), "is not a decodable image"),
+    (b"", "is empty"),
+])
+def test_decode_errors_name_the_item(data, message):
+    with pytest.raises(InvalidInput, match=r"payload\.img\[2\] " + message):
+        images.decode_image(data, "payload.img[2]", LIMIT)
+
+
+def test_truncated_image_is_invalid_input():
+    data = encoded(photo(300, 200, 9))
+    with pytest.raises(InvalidInput, match="not a decodable image"):
+        images.decode_image(data[: len(data) // 2], "payload.img", LIMIT)
+
+
+def test_wrapped_base64_is_accepted():
+    data = base64.encodebytes(encoded(photo(50, 40, 1))).decode()
+    assert "\n" in data
+    assert images.decode_image(data, "x", LIMIT).size == (50, 40)
+
+
+def _png_header_bomb(width: int, height: int) -> bytes:
+    """A PNG whose header claims width x height, with a few bytes of data: a few KB on the wire."""
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    data = zlib.compress(b"\x00" * 4096)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", data) + chunk(b"IEND", b"")
+
+
+def test_pixel_limit_is_checked_before_decoding():
+    bomb = _png_header_bomb(20_000, 20_000)
+    tracemalloc.start()
+    started = time.monotonic()
+    with pytest.raises(InvalidInput, match=r"20000x20000 = 400000000 pixels, over the limit of 40000000"):
+        images.decode_image(bomb, "payload.img", LIMIT)
+    elapsed = time.monotonic() - started
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert elapsed < 1.0 and peak < 10 * 2**20
+
+
+# ---- ultralytics letterbox / scale_boxes, transcribed from yolov5 v7.0 ----------------------------
+
+
+def reference_letterbox(im, new_shape=(640, 640), color=(114, 114, 114), auto=False, scaleup=True, stride=32):
+    shape = im.shape[:2]
+    r = min(new_shape[0] / shape[0], new_shape[1] / shape[1])
+    if not scaleup:
+        r = min(r, 1.0)
+    new_unpad = int(round(shape[1] * r)), int(round(shape[0] * r))
+    dw, dh = new_shape[1] - new_unpad[0], new_shape[0] - new_unpad[1]
+    if auto:
+        dw, dh = np.mod(dw, stride), np.mod(dh, stride)
+    dw /= 2
+    dh /= 2
+    if shape[::-1] != new_unpad:
+        im = cv2.resize(im, new_unpad, interpolation=cv2.INTER_LINEAR)
+    top, bottom = int(round(dh - 0.1)), int(round(dh + 0.1))
+    left, right = int(round(dw - 0.1)), int(round(dw + 0.1))
+    im = cv2.copyMakeBorder(im, top, bottom, left, right, cv2.BORDER_CONSTANT, value=color)
+    return im, (r, r), (dw, dh)
+
+
+def reference_scale_boxes(img1_shape, boxes, img0_shape):
+    gain = min(img1_shape[0] / img0_shape[0], img1_shape[1] / img0_shape[1])
+    pad = (img1_shape[1] - img0_shape[1] * gain) / 2, (img1_shape[0] - img0_shape[0] * gain) / 2
+    boxes[..., [0, 2]] -= pad[0]
+    boxes[..., [1, 3]] -= pad[1]
+    boxes[..., :4] /= gain
+    boxes[..., 0].clamp_(0, img0_shape[1])
+    boxes[..., 1].clamp_(0, img0_shape[0])
+    boxes[..., 2].clamp_(0, img0_shape[1])
+    boxes[..., 3].clamp_(0, img0_shape[0])
+    return boxes
+
+
+@pytest.mark.parametrize("width, height, seed", SIZES + [(640, 640, 9), (100, 60, 10), (1, 1, 11), (641, 3, 12)])
+def test_letterbox_equals_ultralytics_pixel_for_pixel(width, height, seed):
+    pixels = np.asarray(photo(width, height, seed))
+    ours, ratio, pad = images.letterbox(pixels, 640, (114, 114, 114))
+    theirs, (r, _), their_pad = reference_letterbox(pixels.copy())
+    assert ours.shape == (640, 640, 3)
+    assert np.array_equal(ours, theirs)
+    assert (ratio, pad) == (r, their_pad)
+
+
+@pytest.mark.parametrize("width, height", [(768, 576), (576, 768), (1000, 120), (640, 640)])
+def test_scale_boxes_inverts_letterbox(width, height):
+    rng = np.random.default_rng(width)
+    x1, y1 = rng.uniform(0, width - 50, 20), rng.uniform(0, height - 50, 20)
+    boxes = np.stack([x1, y1, x1 + rng.uniform(1, 50, 20), y1 + rng.uniform(1, 50, 20)], 1).astype(np.float32)
+    _, ratio, (dw, dh) = images.letterbox(np.zeros((height, width, 3), np.uint8), 640)
+    # forward with the unrounded padding scale_boxes assumes
+    pad_x, pad_y = (640 - width * ratio) / 2, (640 - height * ratio) / 2
+    forward = boxes * ratio + np.array([pad_x, pad_y, pad_x, pad_y], dtype=np.float32)
+    back = images.scale_boxes((640, 640), forward, (height, width))
+    np.testing.assert_allclose(back, boxes, atol=1e-3)
+    reference = reference_scale_boxes((640, 640), torch.from_numpy(forward.copy()), (height, width)).numpy()
+    np.testing.assert_allclose(back, reference, rtol=0, atol=1e-4)
+
+
+def test_scale_boxes_clips():
+    boxes = np.array([[-10, -10, 700, 700]], dtype=np.float32)
+    assert images.scale_boxes((640, 640), boxes, (480, 640)).tolist() == [[0, 0, 640, 480]]
+
+
+# ---- YOLOv5 non_max_suppression, transcribed from yolov5 v7.0 (single image, no masks) ----------
+
+
+def reference_nms(prediction, conf_thres=0.25, iou_thres=0.45, max_det=300):
+    prediction = torch.from_numpy(prediction)[None]
+    xc = prediction[..., 4] > conf_thres
+    max_wh, max_nms = 7680, 30000
+    output = [torch.zeros((0, 6))] * prediction.shape[0]
+    for xi, x in enumerate(prediction):
+        x = x[xc[xi]]
+        if not x.shape[0]:
+            continue
+        x[:, 5:] *= x[:, 4:5]
+        box = x[:, :4].clone()
+        box[:, 0] = x[:, 0] - x[:, 2] / 2
+        box[:, 1] = x[:, 1] - x[:, 3] / 2
+        box[:, 2] = x[:, 0] + x[:, 2] / 2
+        box[:, 3] = x[:, 1] + x[:, 3] / 2
+        conf, j = x[:, 5:].max(1, keepdim=True)
+        x = torch.cat((box, conf, j.float()), 1)[conf.view(-1) > conf_thres]
+        n = x.shape[0]
+        if not n:
+            continue
+        x = x[x[:, 4].argsort(descending=True)[:max_nms]]
+        c = x[:, 5:6] * max_wh
+        boxes, scores = x[:, :4] + c, x[:, 4]
+        i = torchvision.ops.nms(boxes, scores, iou_thres)
+        i = i[:max_det]
+        output[xi] = x[i]
+    return output[0].numpy()
+
+
+def planted_output(seed: int, classes: int = 80, rows: int = 25200) -> np.ndarray:
+    """Raw YOLO output: low-score background plus clusters of overlapping boxes of several classes."""
+    rng = np.random.default_rng(seed)
+    out = np.zeros((rows, 5 + classes), dtype=np.float32)
+    out[:, :2] = rng.uniform(0, 640, (rows, 2))
+    out[:, 2:4] = rng.uniform(4, 200, (rows, 2))
+    out[:, 4] = rng.uniform(0, 0.3, rows)
+    out[:, 5:] = rng.uniform(0, 0.3, (rows, classes))
+    row = 0
+    for cluster in range(30):
+        cx, cy, w, h = rng.uniform(50, 590), rng.uniform(50, 590), rng.uniform(20, 200), rng.uniform(20, 200)
+        cls = int(rng.integers(0, classes))
+        for _ in range(int(rng.integers(2, 12))):
+            out[row, :4] = (cx + rng.normal(0, w / 8), cy + rng.normal(0, h / 8), w * rng.uniform(0.8, 1.2),
+                            h * rng.uniform(0.8, 1.2))
+            out[row, 4] = rng.uniform(0.5, 1.0)
+            out[row, 5:] = rng.uniform(0, 0.1, classes)
+            # the same place under another class too: class-aware NMS keeps both
+            out[row, 5 + (cls if cluster % 3 else (cls + row) % classes)] = rng.uniform(0.4, 1.0)
+            row += 1
+    return out
+
+
+@pytest.mark.parametrize("seed, conf, iou, max_det", [(0, 0.25, 0.45, 300), (1, 0.1, 0.45, 300), (2, 0.5, 0.3, 5),
+                                                      (3, 0.001, 0.6, 300), (4, 0.25, 0.0, 300), (5, 0.99, 0.45, 300)])
+def test_nms_equals_yolov5(seed, conf, iou, max_det):
+    output = planted_output(seed)
+    ours = images.non_max_suppression(output, conf, iou, max_det)
+    theirs = reference_nms(output.copy(), conf, iou, max_det)
+    assert ours.shape == theirs.shape
+    assert np.array_equal(ours[:, 5], theirs[:, 5])
+    np.testing.assert_allclose(ours[:, 4], theirs[:, 4], rtol=0, atol=1e-5)
+    if len(ours):
+        iou_pairs = torchvision.ops.box_iou(torch.from_numpy(ours[:, :4]), torch.from_numpy(theirs[:, :4])).diagonal()
+        assert float(iou_pairs.min()) >= 0.999
+
+
+def test_nms_on_hand_made_boxes():
+    out = np.zeros((6, 7), dtype=np.float32)  # two classes
+    out[0] = (100, 100, 50, 50, 0.9, 0.9, 0.1)  # class 0, kept
+    out[1] = (102, 101, 50, 50, 0.9, 0.8, 0.1)  # overlaps 0, same class: suppressed
+    out[2] = (102, 101, 50, 50, 0.9, 0.1, 0.7)  # same place, class 1: kept
+    out[3] = (300, 300, 40, 40, 0.8, 0.0, 0.5)  # class 1 elsewhere: kept (0.4)
+    out[4] = (400, 400, 40, 40, 0.2, 1.0, 0.0)  # objectness under the threshold
+    out[5] = (500, 500, 40, 40, 0.5, 0.4, 0.0)  # conf 0.2 under the threshold
+    found = images.non_max_suppression(out, 0.25, 0.45, 300)
+    assert found[:, 5].tolist() == [0, 1, 1]
+    np.testing.assert_allclose(found[:, 4], [0.81, 0.63, 0.4], atol=1e-6)
+    np.testing.assert_allclose(found[0, :4], [75, 75, 125, 125])
+    assert len(images.non_max_suppression(out, 0.25, 0.45, 1)) == 1
+    assert images.non_max_suppression(out, 0.95, 0.45, 300).shape == (0, 6)
+
+
+def test_per_channel_scale_and_offset():
+    lut = images.normalize_lut(scale=[1 / 255, 2 / 255, 1.0], offset=[0.0, -1.0, 0.5])
+    assert lut.shape == (3, 256) and lut.dtype == np.float32
+    assert lut[:, 255].tolist() == pytest.approx([1.0, 1.0, 255.5])
+    assert lut[:, 0].tolist() == pytest.approx([0.0, -1.0, 0.5])

@@ -1,0 +1,162 @@
+"""clients.triton: gRPC and Triton failures become the router's errors, in that one module."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import grpc
+import numpy as np
+import pytest
+from tritonclient.utils import InferenceServerException
+
+from app.errors import InferenceTimeout, InvalidInput, ModelNotReady, TritonUnavailable
+from clients import triton as triton_module
+from clients.triton import CHANNEL_ARGS, TritonClient, translate_error
+
+
+def server_error(status: str, message: str) -> InferenceServerException:
+    return InferenceServerException(msg=message, status=f"StatusCode.{status}")
+
+
+class FakeRpcError(grpc.RpcError):
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        self._code, self._details = code, details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+@pytest.mark.parametrize("error, version, expected, fragment", [
+    (server_error("DEADLINE_EXCEEDED", "Deadline Exceeded"), None, InferenceTimeout, "within 30 s"),
+    (server_error("UNAVAILABLE", "failed to connect to all addresses; last error: UNKNOWN: "
+                                 "ipv4:127.0.0.1:8001: Failed to connect to remote host: Connection refused"),
+     None, TritonUnavailable, "Connection refused"),
+    (server_error("UNAVAILABLE", "Socket closed"), None, TritonUnavailable, "Socket closed"),
+    (server_error("CANCELLED", "Cancelled"), None, TritonUnavailable, "Cancelled"),
+    (server_error("UNAVAILABLE", "Request for unknown model: 'resnet' version 1 is not at ready state"), None,
+     ModelNotReady, "not at ready state"),
+    (server_error("UNAVAILABLE", "Request for unknown model: 'resnet' version 1 is not at ready state"), "1",
+     ModelNotReady, "'resnet'"),
+    (server_error("NOT_FOUND", "Request for unknown model: 'resnet' is not found"), None, ModelNotReady,
+     "'resnet' is not ready"),
+    (server_error("NOT_FOUND", "Request for unknown model: 'resnet' has no available versions"), None,
+     ModelNotReady, "no available versions"),
+    (server_error("NOT_FOUND", "Request for unknown model: 'resnet' version 7 is not found"), "7", InvalidInput,
+     "version '7' of model 'resnet' is not served"),
+    (FakeRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"), None, InferenceTimeout, "resnet"),
+    (FakeRpcError(grpc.StatusCode.UNAVAILABLE, "failed to connect"), None, TritonUnavailable, "failed to connect"),
+])
+def test_translation(error, version, expected, fragment):
+    translated = translate_error(error, "resnet", version, 30.0)
+    assert type(translated) is expected
+    assert fragment in translated.message
+
+
+@pytest.mark.parametrize("error", [
+    server_error("INVALID_ARGUMENT", "inference request batch-size must be <= 8"),
+    server_error("INTERNAL", "onnx runtime error"),
+    InferenceServerException(msg="unsupported datatype"),
+    FakeRpcError(grpc.StatusCode.UNKNOWN, "boom"),
+])
+def test_bugs_are_not_translated(error):
+    assert translate_error(error, "resnet") is None
+
+
+class RaisingGrpc:
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def infer(self, *args, **kwargs):
+        raise self.error
+
+    def get_model_repository_index(self, **kwargs):
+        raise self.error
+
+    def is_server_ready(self, **kwargs):
+        raise self.error
+
+
+def test_client_raises_translated_errors_with_their_cause(monkeypatch):
+    client = TritonClient("127.0.0.1:1", timeout_s=30, ping_timeout_s=0.5)
+    cause = server_error("DEADLINE_EXCEEDED", "Deadline Exceeded")
+    monkeypatch.setattr(client, "_grpc", lambda: RaisingGrpc(cause))
+    with pytest.raises(InferenceTimeout) as raised:
+        client.infer("resnet", {"input": np.zeros((1, 3), np.float32)}, ["logits"])
+    assert raised.value.__cause__ is cause
+    with pytest.raises(InferenceTimeout):
+        client.model_states()
+    bug = server_error("INVALID_ARGUMENT", "unexpected shape")
+    monkeypatch.setattr(client, "_grpc", lambda: RaisingGrpc(bug))
+    with pytest.raises(InferenceServerException):
+        client.infer("resnet", {"input": np.zeros((1, 3), np.float32)}, ["logits"])
+
+
+class Index:
+    class Entry:
+        def __init__(self, name, version, state):
+            self.name, self.version, self.state = name, version, state
+
+    def __init__(self, entries):
+        self.models = [self.Entry(*e) for e in entries]
+
+
+def test_model_states_prefers_a_ready_version(monkeypatch):
+    client = TritonClient("127.0.0.1:1", timeout_s=30, ping_timeout_s=0.5)
+
+    class Grpc:
+        def get_model_repository_index(self, client_timeout):
+            assert client_timeout == 0.5
+            return Index([("resnet", "1", "UNAVAILABLE"), ("resnet", "2", "READY"), ("bert_base", "", ""),
+                          ("yolov5", "1", "LOADING")])
+
+    monkeypatch.setattr(client, "_grpc", lambda: Grpc())
+    assert client.model_states() == {"resnet": "READY", "bert_base": "UNAVAILABLE", "yolov5": "LOADING"}
+
+
+def test_one_client_per_process(monkeypatch):
+    created = []
+
+    class Recorder:
+        def __init__(self, url, channel_args):
+            created.append((url, channel_args))
+
+    monkeypatch.setattr(triton_module.grpcclient, "InferenceServerClient", Recorder)
+    client = TritonClient("127.0.0.1:9", timeout_s=30, ping_timeout_s=0.5)
+    first = client._grpc()
+    assert client._grpc() is first and len(created) == 1
+    monkeypatch.setattr(triton_module.os, "getpid", lambda: -1)  # as in a forked worker
+    assert client._grpc() is not first and len(created) == 2
+    args = dict(created[0][1])
+    assert args["grpc.max_reconnect_backoff_ms"] <= 1000 and args["grpc.initial_reconnect_backoff_ms"] <= 100
+    assert dict(CHANNEL_ARGS)["grpc.max_receive_message_length"] == -1
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_real_channel_refused_and_hanging():
+    port = _free_port()
+    client = TritonClient(f"127.0.0.1:{port}", timeout_s=0.5, ping_timeout_s=0.5)
+    started = time.monotonic()
+    with pytest.raises(TritonUnavailable):
+        client.infer("resnet", {"input": np.zeros((1, 3), np.float32)}, ["logits"])
+    with pytest.raises(TritonUnavailable):
+        client.server_ready()
+    assert time.monotonic() - started < 2.0
+    with socket.socket() as listener:  # accepts connections, never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        hanging = TritonClient(f"127.0.0.1:{listener.getsockname()[1]}", timeout_s=0.5, ping_timeout_s=0.3)
+        started = time.monotonic()
+        with pytest.raises((InferenceTimeout, TritonUnavailable)):
+            hanging.model_states()
+        with pytest.raises((InferenceTimeout, TritonUnavailable)):
+            hanging.infer("resnet", {"input": np.zeros((1, 3), np.float32)}, ["logits"])
+        assert time.monotonic() - started < 2.0

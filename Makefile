@@ -16,12 +16,15 @@ PYTEST_ARGS ?=
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help run test models test-models deps nginx clean
+SAMPLES := build/samples
+
+.PHONY: help run test models test-models deps nginx samples clean
 
 help:
 	@echo "make run     install, prepare the models (TARGET=$(TARGET), WEIGHTS=$(WEIGHTS)), serve on :$(PORT)"
 	@echo "make test    install, prepare test models (random weights) and run the test suite"
 	@echo "make models  only prepare models/ (TARGET=python|onnxruntime|tensorrt, WEIGHTS=pretrained|random)"
+	@echo "make samples sample photos (dog, person, horses, ...) from Debian's darknet package into $(SAMPLES)/"
 	@echo "make clean   remove the venv, build/ and the built model files"
 
 $(PY):
@@ -57,8 +60,17 @@ test-models: $(VENV)/.serving $(VENV)/.models
 run: models nginx
 	SAGEMAKER_BIND_TO_PORT=$(PORT) ./serve
 
-test: deps nginx test-models
+test: deps nginx test-models samples
 	TEST_MODEL_REPOSITORY=$(abspath $(TEST_REPOSITORY)) $(PY) -m pytest tests $(PYTEST_ARGS)
+
+samples: $(SAMPLES)/dog.jpg
+
+$(SAMPLES)/dog.jpg:
+	mkdir -p $(SAMPLES)/deb
+	cd $(SAMPLES)/deb && { apt-get download darknet 2>/dev/null || { apt-get update -qq && apt-get download darknet; }; }
+	dpkg -x $(SAMPLES)/deb/darknet_*.deb $(SAMPLES)/deb/root
+	cp $(SAMPLES)/deb/root/usr/share/darknet/data/{dog,person,horses,eagle,giraffe,kite}.jpg $(SAMPLES)/
+	rm -rf $(SAMPLES)/deb
 
 clean:
 	rm -rf $(VENV) build models/*/config.pbtxt models/*/[0-9]* models/*/source.json \

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO, Mapping, Sequence
 
 from app import logs
+from app.engines import check_engines
 from app.settings import (
     MODEL_REPOSITORY,
     PROJECT_ROOT,
@@ -44,6 +45,7 @@ log = logging.getLogger("serve")
 DRAIN_TIMEOUT_S = 25  # SageMaker sends SIGKILL 30 s after SIGTERM
 STOP_GRACE_S = 4  # after a child died: how long the others get before SIGKILL
 POLL_S = 0.1
+ROUTER_START_TIMEOUT_S = 30
 NGINX_CONF = PROJECT_ROOT / "nginx.conf"
 GUNICORN_CONF = PROJECT_ROOT / "app" / "gunicorn_conf.py"
 NGINX_BIN = "NGINX_BIN"
@@ -156,6 +158,8 @@ class Supervisor:
         repository = settings.model_repository
         if not is_model_repository(repository):
             raise FileNotFoundError(f"{repository} holds no Triton model repository: run `make models` first")
+        check_engines(repository)  # a TensorRT plan built for another GPU type: a clear refusal
+        nginx_binary = find_nginx(env)  # before anything starts: a missing NGINX fails fast
         http, grpc, metrics = triton_ports(env)
         external_triton = env.get(TRITON_GRPC_URL, "").strip()
         if external_triton:
@@ -175,17 +179,27 @@ class Supervisor:
             MODEL_REPOSITORY: str(repository),
         }
         gunicorn_argv = [sys.executable, "-m", "gunicorn", "--config", str(GUNICORN_CONF), "app.wsgi:app"]
-        self.children.append(Child("router", gunicorn_argv, router_env, cwd=PROJECT_ROOT))
+        router = Child("router", gunicorn_argv, router_env, cwd=PROJECT_ROOT)
+        self.children.append(router)
+        self._wait_for_socket(router, socket_path)
 
         conf = runtime_dir / "nginx.conf"
         conf.write_text(render_nginx_conf(
             NGINX_CONF.read_text(), port=settings.port, runtime_dir=runtime_dir, router_socket=socket_path,
             proxy_timeout_s=settings.server_timeout_s + 5, models=served_models(repository),
         ))
-        nginx_argv = [find_nginx(env), "-e", "stderr", "-p", str(runtime_dir), "-c", str(conf)]
+        nginx_argv = [nginx_binary, "-e", "stderr", "-p", str(runtime_dir), "-c", str(conf)]
         self.children.append(Child("nginx", nginx_argv, env))
         log.info("serving on port %d: models from %s, Triton at %s, %d router workers", settings.port,
                  repository, router_env[TRITON_GRPC_URL], settings.workers)
+
+    def _wait_for_socket(self, router: Child, socket_path: Path) -> None:
+        """NGINX starts once the router listens, so early callers see 503s, not proxy errors.
+        A router that dies or hangs on its way up is left to `supervise` to notice."""
+        deadline = time.monotonic() + ROUTER_START_TIMEOUT_S
+        while not socket_path.exists() and router.alive() and time.monotonic() < deadline:
+            if self.stop_requested.wait(POLL_S):
+                return
 
     def supervise(self) -> int:
         while not self.stop_requested.is_set():

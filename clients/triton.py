@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, Callable, Mapping, Sequence
 
 import grpc
 import numpy as np
@@ -33,6 +35,11 @@ CHANNEL_ARGS: tuple[tuple[str, int], ...] = (
 
 READY = "READY"
 UNAVAILABLE = "UNAVAILABLE"
+
+# gRPC's own deadline has been seen not to fire on a channel still connecting to a Triton that
+# hangs (SIGSTOP); every call therefore also has a hard stop this much later, enforced here.
+HARD_STOP_GRACE_S = 0.5
+READINESS_THREADS = 4
 
 # Fragments of Triton's messages for a model that exists in the repository but cannot serve.
 _NOT_READY_HINTS = ("unknown model", "not ready", "not at ready state", "no available versions")
@@ -84,6 +91,8 @@ class TritonClient:
         self._lock = threading.Lock()
         self._client: grpcclient.InferenceServerClient | None = None
         self._pid: int | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_pid: int | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "TritonClient":
@@ -102,11 +111,30 @@ class TritonClient:
                 self._pid = pid
             return self._client
 
+    def _readiness_pool(self) -> ThreadPoolExecutor:
+        pid = os.getpid()
+        with self._lock:
+            if self._pool is None or self._pool_pid != pid:
+                self._pool = ThreadPoolExecutor(READINESS_THREADS, thread_name_prefix="triton-readiness")
+                self._pool_pid = pid
+            return self._pool
+
     def _raise(self, error: Exception, model: str | None, version: str | None, timeout_s: float) -> None:
         translated = translate_error(error, model, version, timeout_s)  # type: ignore[arg-type]
         if translated is None:
             raise error
         raise translated from error
+
+    def _readiness_call(self, call: Callable[..., Any]) -> Any:
+        """A readiness call with its deadline, and a hard stop should the deadline not fire."""
+        future = self._readiness_pool().submit(call, client_timeout=self.ping_timeout_s)
+        try:
+            return future.result(timeout=self.ping_timeout_s + HARD_STOP_GRACE_S)
+        except FutureTimeout:
+            future.cancel()
+            raise TritonUnavailable(f"Triton did not answer within {self.ping_timeout_s:g} s") from None
+        except (InferenceServerException, grpc.RpcError) as error:
+            self._raise(error, None, None, self.ping_timeout_s)
 
     def infer(
         self,
@@ -122,25 +150,36 @@ class TritonClient:
             item.set_data_from_numpy(np.ascontiguousarray(array))
             request.append(item)
         outputs = [grpcclient.InferRequestedOutput(name) for name in output_names]
+        done = threading.Event()
+        outcome: dict[str, Any] = {}
+
+        def on_done(result: Any, error: Any) -> None:
+            outcome["result"], outcome["error"] = result, error
+            done.set()
+
         try:
-            result = self._grpc().infer(
+            call = self._grpc().async_infer(
                 model,
                 request,
+                on_done,
                 model_version=version or "",
                 outputs=outputs,
                 client_timeout=self.timeout_s,
             )
         except (InferenceServerException, grpc.RpcError) as error:
             self._raise(error, model, version, self.timeout_s)
+        if not done.wait(self.timeout_s + HARD_STOP_GRACE_S):
+            call.cancel()
+            raise InferenceTimeout(f"model {model!r} did not answer within {self.timeout_s:g} s")
+        if outcome["error"] is not None:
+            self._raise(outcome["error"], model, version, self.timeout_s)
+        result = outcome["result"]
         arrays = {name: result.as_numpy(name) for name in output_names}
         return arrays, str(result.get_response().model_version)
 
     def model_states(self) -> dict[str, str]:
         """Each model in Triton's repository index with its state; READY when any version is."""
-        try:
-            index = self._grpc().get_model_repository_index(client_timeout=self.ping_timeout_s)
-        except (InferenceServerException, grpc.RpcError) as error:
-            self._raise(error, None, None, self.ping_timeout_s)
+        index = self._readiness_call(self._grpc().get_model_repository_index)
         states: dict[str, str] = {}
         for entry in index.models:
             if states.get(entry.name) != READY:
@@ -148,8 +187,4 @@ class TritonClient:
         return states
 
     def server_ready(self) -> bool:
-        try:
-            return bool(self._grpc().is_server_ready(client_timeout=self.ping_timeout_s))
-        except (InferenceServerException, grpc.RpcError) as error:
-            self._raise(error, None, None, self.ping_timeout_s)
-        return False
+        return bool(self._readiness_call(self._grpc().is_server_ready))

@@ -63,8 +63,19 @@ def build_engine(onnx_path: Path, plan_path: Path, spec: ModelSpec, max_batch_si
         raise EngineError(f"[{spec.name}] TensorRT could not build an engine (see its log above)")
     plan_path.parent.mkdir(parents=True, exist_ok=True)
     plan_path.write_bytes(bytes(serialized))
+    record_gpu(plan_path, trt.__version__)
     timing_cache.parent.mkdir(parents=True, exist_ok=True)
     timing_cache.write_bytes(bytes(config.get_timing_cache().serialize()))
+
+
+def record_gpu(plan_path: Path, tensorrt_version: str) -> None:
+    """Write the GPU the plan was built on beside it (model.plan.gpu.json): `serve` refuses the
+    plan on another GPU type (app/engines.py). TensorRT builds on the first visible device."""
+    from app import engines
+
+    gpus = engines.detect_gpus()
+    if gpus:
+        engines.write_record(plan_path, gpus[0], tensorrt_version)
 
 
 def _network_flags(trt) -> int:

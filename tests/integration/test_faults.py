@@ -7,6 +7,7 @@ stop, continue and kill it while the router and NGINX stay up.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -79,3 +80,39 @@ def test_hung_then_back_then_dead_triton(own_triton, small_repository: Path, new
     assert ping["status"] == "unhealthy" and ping["models"]["yolov5"] != "READY"
     assert_error(requests.post(f"{stack.url}/invocations", json=body, timeout=30), 503, "triton_unavailable")
     assert stack.proc.poll() is None, "serve keeps running: this Triton is not its child"
+
+
+BROKEN_MODEL = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Answers with a tensor of the wrong rank: the router's post-processing cannot use it."""
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            batch = pb_utils.get_input_tensor_by_name(request, "input").as_numpy().shape[0]
+            logits = pb_utils.Tensor("logits", np.zeros((batch,), dtype=np.float32))
+            responses.append(pb_utils.InferenceResponse(output_tensors=[logits]))
+        return responses
+'''
+
+
+def test_a_bug_is_an_opaque_500_with_an_id_in_the_log(repository: Path, tmp_path: Path, new_stack):
+    repo = tmp_path / "bug"
+    shutil.copytree(repository / "resnet", repo / "resnet", ignore=shutil.ignore_patterns("*.onnx"))
+    (repo / "resnet" / "1" / "model.py").write_text(BROKEN_MODEL)
+    stack = new_stack(repo)
+    stack.wait_healthy(timeout=120)
+    r = requests.post(f"{stack.url}/invocations", timeout=30,
+                      json={"modelname": "resnet", "payload": {"img": b64(image_bytes(64, 64, 0))}})
+    assert_error(r, 500, "internal_error")
+    message = r.json()["error"]["message"]
+    error_id = message.split()[-1]
+    assert len(error_id) >= 16 and "logits" not in message and "Error" not in message
+    assert wait_until(lambda: error_id in stack.log_tail(200), timeout=5)
+    logged = [line for line in stack.log_tail(200).splitlines() if error_id in line]
+    assert any("traceback" in line for line in logged), logged
+    assert stack.ping().status_code == 200

@@ -12,7 +12,7 @@ from tritonclient.utils import InferenceServerException
 
 from app.errors import InferenceTimeout, InvalidInput, ModelNotReady, TritonUnavailable
 from clients import triton as triton_module
-from clients.triton import CHANNEL_ARGS, TritonClient, translate_error
+from clients.triton import CHANNEL_ARGS, HARD_STOP_GRACE_S, TritonClient, translate_error
 
 
 def server_error(status: str, message: str) -> InferenceServerException:
@@ -66,12 +66,51 @@ def test_bugs_are_not_translated(error):
     assert translate_error(error, "resnet") is None
 
 
+class Call:
+    cancelled = False
+
+    def cancel(self):
+        self.cancelled = True
+
+
+class HangingGrpc:
+    """A channel whose own deadline never fires: the call neither answers nor fails."""
+
+    def __init__(self) -> None:
+        self.call = Call()
+
+    def async_infer(self, model, inputs, callback, **kwargs):
+        return self.call
+
+    def get_model_repository_index(self, **kwargs):
+        time.sleep(5)
+
+    def is_server_ready(self, **kwargs):
+        time.sleep(5)
+
+
+def test_a_call_whose_deadline_does_not_fire_is_stopped_all_the_same(monkeypatch):
+    client = TritonClient("127.0.0.1:1", timeout_s=0.2, ping_timeout_s=0.1)
+    hanging = HangingGrpc()
+    monkeypatch.setattr(client, "_grpc", lambda: hanging)
+    started = time.monotonic()
+    with pytest.raises(InferenceTimeout, match="did not answer within 0.2 s"):
+        client.infer("resnet", {"input": np.zeros((1, 3), np.float32)}, ["logits"])
+    assert time.monotonic() - started < 0.2 + HARD_STOP_GRACE_S + 0.3
+    assert hanging.call.cancelled
+    started = time.monotonic()
+    with pytest.raises(TritonUnavailable):
+        client.model_states()
+    assert time.monotonic() - started < 0.1 + HARD_STOP_GRACE_S + 0.3
+
+
 class RaisingGrpc:
     def __init__(self, error: Exception) -> None:
         self.error = error
 
-    def infer(self, *args, **kwargs):
-        raise self.error
+    def async_infer(self, model, inputs, callback, **kwargs):
+        callback(None, self.error)
+        return Call()
 
     def get_model_repository_index(self, **kwargs):
         raise self.error

@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Call each model of an endpoint with a file and print a readable result.
+
+Each MODEL=FILE pair sends the file's bytes as the raw body (image/jpeg, image/png, or text for a
+.txt file), the model named in the custom attributes, exactly as boto3's sagemaker-runtime does
+for any caller. Without pairs: resnet and yolov5 get --image, bert_base gets --text.
+
+    scripts/invoke.py --endpoint-name multi-model resnet=dog.jpg yolov5=dog.jpg bert_base=sentence.txt
+    scripts/invoke.py --endpoint-url http://localhost:8080 --image build/samples/dog.jpg
+    scripts/invoke.py --endpoint-url http://localhost:8080 --option conf_threshold=0.5 yolov5=dog.jpg
+
+With --endpoint-url (the local stack) dummy credentials are used. A model's error is printed as the
+container's JSON error, and the exit status is then 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+CONTENT_TYPES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png",
+                 ".txt": "text/plain; charset=utf-8"}
+DEFAULT_TEXT = "The capital of France is [MASK]."
+IMAGE_MODELS = ("resnet", "yolov5")
+TEXT_MODELS = ("bert_base",)
+RAW_ERROR_BODY = "RawErrorBody"
+
+
+def make_client(region: str | None, endpoint_url: str | None):
+    import boto3
+
+    if endpoint_url:  # the local stack: any credentials and region do
+        return boto3.client("sagemaker-runtime", endpoint_url=endpoint_url, region_name=region or "us-east-1",
+                            aws_access_key_id="local", aws_secret_access_key="local")
+    return boto3.client("sagemaker-runtime", region_name=region)
+
+
+def content_type(path: Path) -> str:
+    return CONTENT_TYPES.get(path.suffix.lower(), "application/octet-stream")
+
+
+def _score(value: Any) -> str:
+    return f"{value:.3f}" if isinstance(value, (int, float)) else str(value)
+
+
+def format_result(result: Any, indent: str = "  ") -> list[str]:
+    """Readable lines for the shapes the models answer; JSON for anything else."""
+    if isinstance(result, dict) and "detections" in result:
+        lines = [f"{indent}{len(result['detections'])} detections in {result.get('width')}x{result.get('height')}"]
+        for d in result["detections"][:10]:
+            box = ", ".join(f"{v:.0f}" for v in d.get("box", []))
+            lines.append(f"{indent}  {d.get('label')} {_score(d.get('score'))} [{box}]")
+        return lines
+    if isinstance(result, list) and result and all(isinstance(r, dict) for r in result):
+        if "token_str" in result[0]:  # one mask of fill-mask
+            return [f"{indent}{r['token_str']!r} {_score(r['score'])}  {r.get('sequence', '')}" for r in result]
+        if "label" in result[0]:  # a classification
+            return [f"{indent}{r['label']} (index {r.get('index')}) {_score(r['score'])}" for r in result]
+    if isinstance(result, list) and result and all(isinstance(r, list) for r in result):
+        lines = []
+        for number, item in enumerate(result, 1):  # several masks, or a list of inputs
+            lines.append(f"{indent}[{number}]")
+            lines += format_result(item, indent + "  ")
+        return lines
+    return [indent + line for line in json.dumps(result, indent=2).splitlines()]
+
+
+def invoke(client, endpoint_name: str, model: str, body: bytes, ctype: str,
+           options: Sequence[str] = ()) -> tuple[bool, list[str]]:
+    """(ok, lines to print)."""
+    from botocore.exceptions import ClientError
+
+    attributes = ",".join([f"modelname={model}", *options])
+    client.meta.events.register(f"before-parse.{client.meta.service_model.service_id.hyphenize()}.InvokeEndpoint",
+                                _keep_error_body, unique_id="invoke-keep-error-body")
+    try:
+        response = client.invoke_endpoint(EndpointName=endpoint_name, ContentType=ctype, Accept="application/json",
+                                          Body=body, CustomAttributes=attributes)
+    except ClientError as e:
+        return False, error_lines(model, e)
+    raw = response["Body"].read()
+    try:
+        answer = json.loads(raw)
+    except ValueError:
+        return True, [f"{model}:", f"  {raw[:500].decode(errors='replace')}"]
+    if isinstance(answer, dict) and "result" in answer:
+        return True, [f"{model} (version {answer.get('version')}):", *format_result(answer["result"])]
+    return True, [f"{model}:", *format_result(answer)]
+
+
+def _keep_error_body(response_dict, customized_response_dict, **_) -> None:
+    """botocore drops the body of an error it cannot parse (the local stack's own JSON): keep it."""
+    if response_dict.get("status_code", 200) >= 400:
+        customized_response_dict[RAW_ERROR_BODY] = response_dict.get("body", b"")
+
+
+def error_lines(model: str, error) -> list[str]:
+    """The container's own JSON error: SageMaker wraps it in a ModelError; the local stack sends it as is."""
+    response = error.response
+    status = response.get("OriginalStatusCode") or response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    body = response.get("OriginalMessage")  # a ModelError: what the container answered
+    if body is None:
+        raw = response.get(RAW_ERROR_BODY)
+        body = raw.decode(errors="replace") if raw else response.get("Error", {}).get("Message", "")
+    try:
+        body = json.dumps(json.loads(body), indent=2)
+    except (TypeError, ValueError):
+        pass
+    code = response.get("Error", {}).get("Code", "")
+    label = f"status {status}" + (f" ({code})" if code and code != str(status) else "")
+    return [f"{model}: failed with {label}", *("  " + line for line in str(body).splitlines())]
+
+
+def _pairs(items: Sequence[str]) -> list[tuple[str, Path]]:
+    pairs = []
+    for item in items:
+        model, sep, path = item.partition("=")
+        if not sep or not model or not path:
+            raise SystemExit(f"invoke: {item!r}: expected MODEL=FILE")
+        pairs.append((model, Path(path)))
+    return pairs
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("calls", nargs="*", metavar="MODEL=FILE", help="a model and the file to send it")
+    parser.add_argument("--endpoint-name", default="local", help="SageMaker endpoint (default: local)")
+    parser.add_argument("--endpoint-url", help="e.g. http://localhost:8080: the local stack instead of SageMaker")
+    parser.add_argument("--region", help="AWS region (default: the AWS configuration)")
+    parser.add_argument("--image", type=Path, help=f"without MODEL=FILE: the image for {', '.join(IMAGE_MODELS)}")
+    parser.add_argument("--text", default=DEFAULT_TEXT, help=f"without MODEL=FILE: the text for "
+                                                             f"{', '.join(TEXT_MODELS)} (default: {DEFAULT_TEXT!r})")
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a model option sent in the custom attributes, e.g. topk=3 (repeatable)")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None, client=None) -> int:
+    args = parse_args(argv)
+    calls: list[tuple[str, bytes, str]] = []
+    if args.calls:
+        for model, path in _pairs(args.calls):
+            if not path.is_file():
+                print(f"invoke: {path}: no such file", file=sys.stderr)
+                return 2
+            calls.append((model, path.read_bytes(), content_type(path)))
+    else:
+        if args.image is None:
+            print("invoke: give MODEL=FILE pairs, or --image (and optionally --text)", file=sys.stderr)
+            return 2
+        calls += [(m, args.image.read_bytes(), content_type(args.image)) for m in IMAGE_MODELS]
+        calls += [(m, args.text.encode(), CONTENT_TYPES[".txt"]) for m in TEXT_MODELS]
+    client = client or make_client(args.region, args.endpoint_url)
+    failed = 0
+    for model, body, ctype in calls:
+        ok, lines = invoke(client, args.endpoint_name, model, body, ctype, args.option)
+        print("\n".join(lines), flush=True)
+        failed += not ok
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

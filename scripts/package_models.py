@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""Package a Triton model repository as the model.tar.gz SageMaker's ModelDataUrl points at.
+
+SageMaker extracts the tarball into /opt/ml/model, where `serve` finds the repository, so the
+model folders sit at the archive's top level. Before anything is written the repository is
+checked: every model folder has its config.pbtxt and model.toml, and a numbered version folder
+holding the artifact its config names (model.plan, model.onnx, or model.py). The archive holds
+regular files and folders only: symlinks (which fail SageMaker's extraction) and hard links (which
+`make models` uses) are stored as the files they point at; caches are left out; every file is
+readable by the image's non-root user.
+
+    scripts/package_models.py --repository models --output build/model.tar.gz
+    scripts/package_models.py --upload s3://my-bucket/multi-model/model.tar.gz
+    scripts/package_models.py --check-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Sequence
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SKIPPED_NAMES = {"__pycache__", ".ipynb_checkpoints"}
+SKIPPED_SUFFIXES = {".pyc", ".pyo"}
+# Triton's default artifact per platform / backend (config.pbtxt's default_model_filename overrides).
+ARTIFACTS = {"tensorrt_plan": "model.plan", "onnxruntime_onnx": "model.onnx", "python": "model.py",
+             "tensorrt": "model.plan", "onnxruntime": "model.onnx"}
+
+
+class InvalidRepository(ValueError):
+    pass
+
+
+def _field(config: str, name: str) -> str | None:
+    match = re.search(rf'^\s*{name}\s*:\s*"([^"]*)"', config, re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def expected_artifact(config_text: str) -> str | None:
+    explicit = _field(config_text, "default_model_filename")
+    if explicit:
+        return explicit
+    kind = _field(config_text, "platform") or _field(config_text, "backend")
+    return ARTIFACTS.get(kind or "")
+
+
+def _skipped(path: Path) -> bool:
+    return any(part in SKIPPED_NAMES for part in path.parts) or path.suffix in SKIPPED_SUFFIXES
+
+
+def model_folders(repository: Path) -> list[Path]:
+    return sorted(p for p in repository.iterdir() if p.is_dir() and not p.name.startswith(".")
+                  and p.name not in SKIPPED_NAMES)
+
+
+def validate(repository: Path) -> list[Path]:
+    """The files to package, relative to ``repository``; InvalidRepository lists every problem."""
+    if not repository.is_dir():
+        raise InvalidRepository(f"{repository} is not a folder")
+    problems: list[str] = []
+    files: list[Path] = []
+    models = model_folders(repository)
+    if not models:
+        problems.append(f"{repository} holds no model folder")
+    for model in models:
+        name = model.name
+        config = model / "config.pbtxt"
+        if not config.is_file():
+            problems.append(f"{name}: no config.pbtxt (run scripts/prepare_models.py for the target)")
+        if not (model / "model.toml").is_file():
+            problems.append(f"{name}: no model.toml (the router reads the model's settings from it)")
+        versions = sorted(p for p in model.iterdir() if p.is_dir() and p.name.isdigit())
+        if not versions:
+            problems.append(f"{name}: no numbered version folder (e.g. {name}/1/)")
+        artifact = expected_artifact(config.read_text()) if config.is_file() else None
+        for version in versions:
+            if artifact is not None:
+                path = version / artifact
+                if not path.is_file():
+                    problems.append(f"{name}/{version.name}: no {artifact}, the artifact config.pbtxt names")
+                elif path.stat().st_size == 0:
+                    problems.append(f"{name}/{version.name}/{artifact} is empty")
+            elif not any(p.is_file() and not _skipped(p) for p in version.rglob("*")):
+                problems.append(f"{name}/{version.name}: empty version folder")
+        for path in sorted(model.rglob("*")):
+            relative = path.relative_to(repository)
+            if _skipped(relative):
+                continue
+            if path.is_symlink() and not path.exists():
+                problems.append(f"{relative} is a broken symlink")
+            elif path.is_file():
+                files.append(relative)
+    if problems:
+        raise InvalidRepository("invalid model repository:\n  " + "\n  ".join(problems))
+    return files
+
+
+def _info(name: str, *, size: int = 0, directory: bool = False) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.DIRTYPE if directory else tarfile.REGTYPE
+    info.mode = 0o755 if directory else 0o644
+    info.size = size
+    info.mtime = int(time.time())
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    return info
+
+
+def write_tarball(repository: Path, files: Sequence[Path], output: Path, log=print) -> None:
+    """Regular files and folders only: each file's content is read through any link."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    partial = output.with_name(output.name + ".partial")
+    total = sum((repository / f).stat().st_size for f in files)
+    done = 0
+    folders: set[str] = set()
+    with tarfile.open(partial, "w:gz", compresslevel=6) as tar:
+        for relative in files:
+            for parent in reversed(relative.parents[:-1]):
+                if parent.as_posix() not in folders:
+                    folders.add(parent.as_posix())
+                    tar.addfile(_info(parent.as_posix(), directory=True))
+            source = repository / relative
+            size = source.stat().st_size
+            with source.open("rb") as handle:
+                tar.addfile(_info(relative.as_posix(), size=size), handle)
+            done += size
+            log(f"  {relative.as_posix()} ({size / 1e6:.1f} MB; {100 * done / max(total, 1):.0f}% of {total / 1e6:.0f} MB)")
+    partial.replace(output)
+
+
+def check_tarball(output: Path) -> list[str]:
+    """Member names; raises InvalidRepository on anything but plain files and folders."""
+    with tarfile.open(output, "r:gz") as tar:
+        members = tar.getmembers()
+    for member in members:
+        if not (member.isfile() or member.isdir()):
+            raise InvalidRepository(f"{output}: {member.name} is not a plain file or folder")
+        if member.name.startswith("/") or ".." in Path(member.name).parts:
+            raise InvalidRepository(f"{output}: {member.name} points outside the archive")
+    return [m.name for m in members]
+
+
+def parse_s3_url(url: str, filename: str) -> tuple[str, str]:
+    match = re.fullmatch(r"s3://([^/]+)/?(.*)", url)
+    if not match:
+        raise ValueError(f"{url!r} is not an s3://bucket/key URL")
+    bucket, key = match.groups()
+    if not key or key.endswith("/"):
+        key += filename
+    return bucket, key
+
+
+def upload(output: Path, url: str, region: str | None, endpoint_url: str | None, log=print) -> str:
+    import boto3
+
+    bucket, key = parse_s3_url(url, output.name)
+    s3 = boto3.client("s3", region_name=region, endpoint_url=endpoint_url)
+    total = output.stat().st_size
+    sent = [0, -10]
+
+    def progress(chunk: int) -> None:
+        sent[0] += chunk
+        percent = int(100 * sent[0] / max(total, 1))
+        if percent >= sent[1] + 10:
+            sent[1] = percent
+            log(f"  uploaded {percent}% of {total / 1e6:.0f} MB")
+
+    s3.upload_file(str(output), bucket, key, Callback=progress)
+    return f"s3://{bucket}/{key}"
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repository", type=Path, default=REPO_ROOT / "models",
+                        help="the Triton model repository (default: models/)")
+    parser.add_argument("--output", type=Path, default=REPO_ROOT / "build" / "model.tar.gz",
+                        help="the tarball to write (default: build/model.tar.gz)")
+    parser.add_argument("--upload", metavar="S3_URL", help="upload to s3://bucket/key (a key ending in / gets the file name)")
+    parser.add_argument("--check-only", action="store_true", help="validate the repository, write nothing")
+    parser.add_argument("--region", help="AWS region for the upload")
+    parser.add_argument("--endpoint-url", help="S3 endpoint (tests, S3-compatible stores)")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        files = validate(args.repository)
+    except InvalidRepository as e:
+        print(f"package_models: {e}", file=sys.stderr)
+        return 1
+    models = sorted({f.parts[0] for f in files})
+    print(f"{args.repository}: {len(models)} models ({', '.join(models)}), {len(files)} files: valid")
+    if args.check_only:
+        return 0
+    print(f"writing {args.output}")
+    write_tarball(args.repository, files, args.output)
+    try:
+        check_tarball(args.output)
+    except InvalidRepository as e:
+        print(f"package_models: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {args.output} ({args.output.stat().st_size / 1e6:.1f} MB)")
+    if args.upload:
+        print(f"uploading to {args.upload}")
+        url = upload(args.output, args.upload, args.region, args.endpoint_url)
+        print(f"ModelDataUrl: {url}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

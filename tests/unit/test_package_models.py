@@ -1,0 +1,87 @@
+"""The ModelDataUrl tarball: validated first, plain files only (links stored as files), uploaded to S3 (moto)."""
+
+from __future__ import annotations
+
+import os
+import tarfile
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from scripts import package_models
+
+
+def make_repository(root, outside):
+    outside.mkdir()
+    (outside / "export.onnx").write_bytes(b"onnx bytes")
+    for name in ("resnet", "yolov5"):
+        version = root / name / "1"
+        version.mkdir(parents=True)
+        (root / name / "config.pbtxt").write_text(f'name: "{name}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n')
+        (root / name / "model.toml").write_text(f'name = "{name}"\n')
+        (version / "__pycache__").mkdir()
+        (version / "__pycache__" / "model.cpython-311.pyc").write_bytes(b"cache")
+    (root / "resnet" / "1" / "model.onnx").symlink_to(outside / "export.onnx")  # a symlink
+    os.link(outside / "export.onnx", root / "yolov5" / "1" / "model.onnx")  # a hard link, as make models does
+    (root / "resnet" / "labels.txt").write_text("tench\n")
+    return root
+
+
+@pytest.fixture
+def repo(tmp_path):
+    return make_repository(tmp_path / "repo", tmp_path / "outside")
+
+
+def test_tarball_holds_plain_files_at_the_top_level(repo, tmp_path):
+    output = tmp_path / "model.tar.gz"
+    assert package_models.main(["--repository", str(repo), "--output", str(output)]) == 0
+    with tarfile.open(output) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        assert all(m.isfile() or m.isdir() for m in members.values())
+        assert not any(m.issym() or m.islnk() for m in members.values())
+        assert tar.extractfile("resnet/1/model.onnx").read() == b"onnx bytes"
+        assert tar.extractfile("yolov5/1/model.onnx").read() == b"onnx bytes"
+    assert {"resnet/config.pbtxt", "resnet/model.toml", "resnet/labels.txt", "yolov5/config.pbtxt"} <= set(members)
+    assert not any("__pycache__" in name or name.endswith(".pyc") for name in members)
+    assert all(members[n].mode & 0o444 == 0o444 for n in members)  # readable by the image's non-root user
+
+
+@pytest.mark.parametrize("breakage, message", [
+    (lambda r: (r / "resnet" / "config.pbtxt").unlink(), "resnet: no config.pbtxt"),
+    (lambda r: (r / "yolov5" / "model.toml").unlink(), "yolov5: no model.toml"),
+    (lambda r: (r / "yolov5" / "1" / "model.onnx").unlink(), "yolov5/1: no model.onnx"),
+    (lambda r: (r / "resnet" / "1").rename(r / "resnet" / "v1"), "resnet: no numbered version folder"),
+    (lambda r: (r / "resnet" / "config.pbtxt").write_text('platform: "tensorrt_plan"\n'), "resnet/1: no model.plan"),
+])
+def test_invalid_repository_is_refused_before_writing(repo, tmp_path, capsys, breakage, message):
+    breakage(repo)
+    output = tmp_path / "model.tar.gz"
+    assert package_models.main(["--repository", str(repo), "--output", str(output)]) == 1
+    assert message in capsys.readouterr().err
+    assert not output.exists()
+
+
+def test_broken_symlink_is_refused(repo, tmp_path, capsys):
+    (repo / "resnet" / "extra.txt").symlink_to(tmp_path / "missing")
+    assert package_models.main(["--repository", str(repo), "--check-only"]) == 1
+    assert "resnet/extra.txt is a broken symlink" in capsys.readouterr().err
+
+
+def test_the_built_test_repository_is_valid(repository):
+    files = package_models.validate(repository)
+    assert {f.parts[0] for f in files} == {"resnet", "yolov5", "bert_base"}
+
+
+def test_upload_to_s3(repo, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    output = tmp_path / "model.tar.gz"
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="models-bucket")
+        assert package_models.main(["--repository", str(repo), "--output", str(output), "--region", "us-east-1",
+                                    "--upload", "s3://models-bucket/multi-model/"]) == 0
+        head = s3.head_object(Bucket="models-bucket", Key="multi-model/model.tar.gz")
+    assert head["ContentLength"] == output.stat().st_size
+    assert "ModelDataUrl: s3://models-bucket/multi-model/model.tar.gz" in capsys.readouterr().out

@@ -49,6 +49,7 @@ ROUTER_START_TIMEOUT_S = 30
 NGINX_CONF = PROJECT_ROOT / "nginx.conf"
 GUNICORN_CONF = PROJECT_ROOT / "app" / "gunicorn_conf.py"
 NGINX_BIN = "NGINX_BIN"
+PROMETHEUS_MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
 PR_SET_PDEATHSIG = 1
 
 _stdout_lock = threading.Lock()
@@ -172,11 +173,16 @@ class Supervisor:
             self.children.append(Child("triton", triton_argv, {**env, **install.env}))
 
         socket_path = runtime_dir / "router.sock"
+        metrics_dir = runtime_dir / "metrics"
+        metrics_dir.mkdir()
         router_env = {
             **env,
             ROUTER_BIND: f"unix:{socket_path}",
             TRITON_GRPC_URL: external_triton or f"127.0.0.1:{grpc}",
             MODEL_REPOSITORY: str(repository),
+            # prometheus_client's multiprocess mode: every worker writes its counters here, and
+            # /metrics adds them up, whichever worker answers.
+            PROMETHEUS_MULTIPROC_DIR: str(metrics_dir),
         }
         gunicorn_argv = [sys.executable, "-m", "gunicorn", "--config", str(GUNICORN_CONF), "app.wsgi:app"]
         router = Child("router", gunicorn_argv, router_env, cwd=PROJECT_ROOT)

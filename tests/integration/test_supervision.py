@@ -176,3 +176,27 @@ def test_triton_ports_answer_on_loopback_only(stack):
             pass
     # The public port, by contrast, is open on every interface.
     assert _listening_addresses(stack.port) in ({"00000000"}, {"00000000000000000000000000000000"})
+
+
+def test_ping_answers_within_2s_while_every_worker_is_busy(small_repository: Path, new_stack):
+    # One worker with two threads, six long requests: every thread is taken and four requests
+    # queue behind them. SageMaker's ping must not queue with them.
+    stack = new_stack(small_repository, MODEL_SERVER_WORKERS="1", MODEL_SERVER_THREADS="2")
+    stack.wait_healthy(timeout=120)
+    body = {"modelname": "yolov5", "payload": {"img": [base64.b64encode(jpeg(seed=i)).decode() for i in range(8)]}}
+    with ThreadPoolExecutor(6) as pool:
+        futures = [pool.submit(requests.post, f"{stack.url}/invocations", json=body, timeout=120)
+                   for _ in range(6)]
+        time.sleep(1.0)
+        timings = []
+        for _ in range(6):
+            started = time.monotonic()
+            status = stack.ping(timeout=5).status_code
+            timings.append((status, time.monotonic() - started))
+            time.sleep(0.5)
+        busy_during_pings = sum(not f.done() for f in futures)
+        statuses = [f.result().status_code for f in futures]
+    print(f"pings while busy: {[(s, round(t, 3)) for s, t in timings]}; {busy_during_pings} requests still running")
+    assert busy_during_pings >= 3, "the workers were not busy during the pings: make the requests heavier"
+    assert all(status == 200 and took < 2.0 for status, took in timings)
+    assert statuses == [200] * 6

@@ -10,9 +10,11 @@ one client serves many threads at once.
 from __future__ import annotations
 
 import math
+import time
 from abc import ABC, abstractmethod
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Generic, Mapping, Protocol, Sequence, TypeVar
+from typing import Any, ClassVar, Generic, Iterator, Mapping, Protocol, Sequence, TypeVar
 
 import numpy as np
 
@@ -75,6 +77,27 @@ class Option:
         return self.parse(value, where)
 
 
+def check_keys(spec: ModelSpec, table: str, settings: Mapping[str, Any], known: frozenset[str] | set[str]) -> None:
+    """Refuse a ``[table]`` key the family does not read, naming the ones it does."""
+    unknown = sorted(set(settings) - set(known))
+    if unknown:
+        raise SpecError(
+            f"{spec.folder}/model.toml: [{table}] {unknown[0]} is not a setting of the {spec.family} family "
+            f"(settings: {', '.join(sorted(known)) or 'none'})"
+        )
+
+
+@contextmanager
+def _timed(timings: dict[str, float] | None, stage: str) -> Iterator[None]:
+    """Adds the seconds spent in the block to ``timings[stage]`` (the router's metrics and log)."""
+    began = time.perf_counter()
+    try:
+        yield
+    finally:
+        if timings is not None:
+            timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - began
+
+
 class ModelClient(ABC, Generic[Context]):
     """A model served by Triton, with its pre- and post-processing."""
 
@@ -82,14 +105,25 @@ class ModelClient(ABC, Generic[Context]):
     input_field: ClassVar[str]  # the payload field holding one item or a list of them
     content_types: ClassVar[frozenset[str]]  # raw-body media types, besides the JSON envelope
     OPTIONS: ClassVar[tuple[Option, ...]] = ()  # the options table: name, type, range, family default
+    # The settings a model.toml may give the family; any other key is a typo, refused at start-up.
+    PREPROCESS_KEYS: ClassVar[frozenset[str]] = frozenset()
+    POSTPROCESS_KEYS: ClassVar[frozenset[str]] = frozenset()  # besides each option and max_<option>
 
     def __init__(self, spec: ModelSpec, triton: Triton, settings: Settings) -> None:
+        self.check_settings(spec)
         self.spec = spec
         self.name = spec.name
         self.triton = triton
         self.settings = settings
         self.output_names = tuple(t.name for t in spec.outputs)
         self.options: dict[str, Option] = {o.name: self._configure(o) for o in self.OPTIONS}
+
+    @classmethod
+    def check_settings(cls, spec: ModelSpec) -> None:
+        """Every ``[preprocess]`` / ``[postprocess]`` key is one the family reads (a typo stops the start)."""
+        check_keys(spec, "preprocess", spec.preprocess, cls.PREPROCESS_KEYS)
+        option_keys = {key for o in cls.OPTIONS for key in (o.name, f"max_{o.name}")}
+        check_keys(spec, "postprocess", spec.postprocess, cls.POSTPROCESS_KEYS | option_keys)
 
     def option_limits(self) -> Mapping[str, float]:
         """Upper bounds that depend on the model (a top-k no larger than its classes)."""
@@ -165,12 +199,18 @@ class ModelClient(ABC, Generic[Context]):
         return dict(outputs)
 
     def inference(
-        self, payload: Mapping[str, Any], version: str | None = None, *, label: str | None = None
+        self,
+        payload: Mapping[str, Any],
+        version: str | None = None,
+        *,
+        label: str | None = None,
+        timings: dict[str, float] | None = None,
     ) -> tuple[Any, str]:
         """The result for a payload (a list of results for a list input) and the version that served it.
 
         A list is sent to Triton in chunks of ``max_batch_size``, one call per chunk. ``label`` is how
         error messages name the input (``payload.<field>`` unless given: a raw body is "the body").
+        ``timings``, when given, gets the seconds spent in ``preprocess``, ``triton`` and ``postprocess``.
         """
         options = self.parse_options(payload)
         items, single = self._items(payload, label or f"payload.{self.input_field}")
@@ -178,10 +218,12 @@ class ModelClient(ABC, Generic[Context]):
         results: list[Any] = []
         served = version or ""
         for start in range(0, len(items), batch):
-            prepared = [self.preprocess(item, where, options) for item, where in items[start : start + batch]]
-            outputs, served = self.triton.infer(
-                self.name, self._stack([arrays for arrays, _ in prepared]), self.output_names, version
-            )
-            for i, (_, context) in enumerate(prepared):
-                results.append(self.postprocess(self._unstack(outputs, i), context, options))
+            with _timed(timings, "preprocess"):
+                prepared = [self.preprocess(item, where, options) for item, where in items[start : start + batch]]
+                inputs = self._stack([arrays for arrays, _ in prepared])
+            with _timed(timings, "triton"):
+                outputs, served = self.triton.infer(self.name, inputs, self.output_names, version)
+            with _timed(timings, "postprocess"):
+                for i, (_, context) in enumerate(prepared):
+                    results.append(self.postprocess(self._unstack(outputs, i), context, options))
         return (results[0] if single else results), served

@@ -1,6 +1,8 @@
 """Fill-mask family (``bert_base``): WordPiece tokenisation in, Hugging Face's FillMaskPipeline out.
 
-Spec ``[preprocess]``: ``vocab``, ``lowercase``, ``sequence_length``. ``[postprocess]``: ``topk``
+Spec ``[preprocess]``: ``vocab`` (the tokenizer's WordPiece file), ``lowercase``, ``sequence_length``;
+the inputs are token ids, attention mask and optionally token type ids (their dtype, INT64 or
+INT32, is the spec's). ``[postprocess]``: ``topk``
 (default), ``max_topk``. The model returns, at every position, the softmax probabilities of its
 best candidates (``scores``, best first) and their token ids (``token_ids``).
 
@@ -51,6 +53,7 @@ class FillMaskClient(ModelClient[Encoded]):
     input_field = "text"
     content_types = frozenset({"text/plain"})
     OPTIONS = (Option("topk", int, 1, 50, default=5),)
+    PREPROCESS_KEYS = frozenset({"vocab", "lowercase", "sequence_length"})
 
     def __init__(self, spec: ModelSpec, triton: Triton, settings: Settings) -> None:
         self.tokenizer = load_tokenizer(spec)
@@ -60,7 +63,11 @@ class FillMaskClient(ModelClient[Encoded]):
         if missing:
             raise SpecError(f"{spec.folder}: the vocab has no {', '.join(missing)}")
         self.mask_id, self.pad_id, self.sep_id = ids[MASK_TOKEN], ids[PAD_TOKEN], ids[SEP_TOKEN]
+        if not 2 <= len(spec.inputs) <= 3:
+            raise SpecError(f"{spec.folder}: the inputs must be token ids, attention mask and, optionally, "
+                            f"token type ids, in that order")
         self.input_ids_name, self.attention_mask_name = (t.name for t in spec.inputs[:2])
+        self.token_type_ids_name = spec.inputs[2].name if len(spec.inputs) == 3 else None
         self.scores_name, self.token_ids_name = (t.name for t in spec.outputs[:2])
         self.candidates = spec.outputs[0].dims[-1]
         super().__init__(spec, triton, settings)
@@ -92,7 +99,10 @@ class FillMaskClient(ModelClient[Encoded]):
         input_ids[: len(encoded.ids)] = encoded.ids
         attention_mask = np.zeros(self.sequence_length, dtype=np.int64)
         attention_mask[: len(encoded.ids)] = 1
-        return {self.input_ids_name: input_ids, self.attention_mask_name: attention_mask}, encoded
+        arrays = {self.input_ids_name: input_ids, self.attention_mask_name: attention_mask}
+        if self.token_type_ids_name:  # one segment: all zeros
+            arrays[self.token_type_ids_name] = np.zeros(self.sequence_length, dtype=np.int64)
+        return arrays, encoded
 
     def postprocess(self, outputs: Mapping[str, np.ndarray], context: Encoded, options: Mapping[str, Any]) -> list:
         topk = options["topk"]

@@ -4,6 +4,8 @@
   applied); the pixel limit is checked from the header, before any pixel is decoded.
 - ``resize_short_side`` / ``center_crop`` / ``normalize_lut``: torchvision's ImageNet eval
   transform (``Resize``, ``CenterCrop``, ``ToTensor``, ``Normalize``) on PIL images.
+- ``to_input`` / ``from_input``: pixels -> a model's input tensor (channel order, normalisation,
+  layout), and back.
 - ``letterbox`` / ``scale_boxes``: ultralytics' letterbox (``auto=False``) and its inverse.
 - ``non_max_suppression``: YOLOv5's class-aware NMS on one image's raw output, in numpy.
 """
@@ -125,6 +127,34 @@ def to_chw(pixels: np.ndarray, lut: np.ndarray) -> np.ndarray:
     for channel in range(3):
         out[channel] = cv2.LUT(planes[channel], lut[channel])  # a table lookup, faster than numpy's take
     return out
+
+
+def to_input(
+    pixels: np.ndarray, lut: np.ndarray | None, channels_first: bool = True, reverse_channels: bool = False
+) -> np.ndarray:
+    """HWC uint8 RGB -> a model's input for one image: channels reversed (RGB -> BGR) when asked,
+    each value through its channel's ``lut`` row (``normalize_lut``, in the model's channel order;
+    ``None`` keeps the uint8 values), channels first (CHW) or last (HWC)."""
+    if reverse_channels:
+        pixels = pixels[..., ::-1]
+    if lut is None:
+        return np.ascontiguousarray(pixels.transpose(2, 0, 1) if channels_first else pixels)
+    chw = to_chw(pixels, lut)
+    return chw if channels_first else np.ascontiguousarray(chw.transpose(1, 2, 0))
+
+
+def from_input(
+    tensor: np.ndarray, lut: np.ndarray | None, channels_first: bool = True, reverse_channels: bool = False
+) -> np.ndarray:
+    """The inverse of ``to_input``: a model input -> HWC uint8 RGB (each value to its nearest table entry)."""
+    hwc = tensor.transpose(1, 2, 0) if channels_first else tensor
+    if lut is None:
+        pixels = hwc.astype(np.uint8)
+    else:
+        pixels = np.stack(
+            [np.abs(hwc[..., c, None] - lut[c]).argmin(axis=-1) for c in range(hwc.shape[-1])], axis=-1
+        ).astype(np.uint8)
+    return np.ascontiguousarray(pixels[..., ::-1] if reverse_channels else pixels)
 
 
 def letterbox(

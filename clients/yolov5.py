@@ -1,6 +1,8 @@
 """Detection family (``yolov5``): YOLO-layout detectors with the ultralytics pre- and post-processing.
 
-Spec ``[preprocess]``: ``size`` (square input side), ``pad_color``, ``scale``/``offset`` (on 0..255).
+Spec ``[preprocess]``: the input tensor's settings (``clients.vision``; normalisation defaults to
+``scale = 1/255``), ``pad_color`` of the letterbox (default 114, 114, 114); the square input's
+side comes from the input's dims (``size``, if given, must agree).
 ``[postprocess]``: ``labels``, ``conf_threshold``, ``iou_threshold``, ``max_detections`` (defaults).
 The model's output is [N, 5 + classes]: cx, cy, w, h, objectness, class scores, in input pixels.
 Result per image: ``{"width", "height", "detections": [{"label", "class_id", "score", "box"}]}``,
@@ -17,8 +19,8 @@ import numpy as np
 from app.settings import Settings
 from clients import images
 from clients.base import Option, Triton
-from clients.resnet import ImageClient, read_labels
 from clients.spec import ModelSpec, SpecError
+from clients.vision import ImageClient, read_labels
 
 
 @dataclass(frozen=True)
@@ -36,28 +38,24 @@ class DetectionClient(ImageClient):
         Option("iou_threshold", float, 0.0, 1.0, default=0.45),
         Option("max_detections", int, 1, 1000, default=300),
     )
+    PREPROCESS_KEYS = ImageClient.INPUT_KEYS | {"size", "pad_color"}
+    POSTPROCESS_KEYS = frozenset({"labels"})
+    DEFAULT_SCALE = 1 / 255
 
     def __init__(self, spec: ModelSpec, triton: Triton, settings: Settings) -> None:
-        pre = spec.preprocess
-        self.size = int(pre.get("size", spec.inputs[0].dims[-1]))
-        if spec.inputs[0].dims[-2:] != (self.size, self.size):
-            raise SpecError(f"{spec.folder}: size {self.size} does not fit the input {spec.inputs[0].dims}")
-        self.pad_color = tuple(int(c) for c in pre.get("pad_color", (114, 114, 114)))
-        self.lut = images.normalize_lut(
-            mean=pre.get("mean"),
-            std=pre.get("std"),
-            scale=pre.get("scale", 1 / 255),
-            offset=pre.get("offset", 0.0),
-        )
         self.labels = read_labels(spec, spec.outputs[0].dims[-1] - 5)
         super().__init__(spec, triton, settings)
+        self.size = int(spec.preprocess.get("size", self.width))
+        if (self.height, self.width) != (self.size, self.size):
+            raise SpecError(f"{spec.folder}: size {self.size} does not fit the input {list(spec.inputs[0].dims)}")
+        self.pad_color = tuple(int(c) for c in spec.preprocess.get("pad_color", (114, 114, 114)))
 
     def preprocess(
         self, item: Any, where: str, options: Mapping[str, Any]
     ) -> tuple[dict[str, np.ndarray], Letterboxed]:
         image = self.decode(item, where)
         pixels, _, _ = images.letterbox(np.asarray(image, dtype=np.uint8), self.size, self.pad_color)
-        return {self.spec.inputs[0].name: images.to_chw(pixels, self.lut)}, Letterboxed(image.width, image.height)
+        return {self.spec.inputs[0].name: self.to_tensor(pixels)}, Letterboxed(image.width, image.height)
 
     def postprocess(
         self, outputs: Mapping[str, np.ndarray], context: Letterboxed, options: Mapping[str, Any]

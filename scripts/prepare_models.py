@@ -2,7 +2,9 @@
 
 For each model: write the data files the router needs (labels, vocabulary), get the weights
 (pretrained, a user's file, or seeded random), export and check ONNX (cached under build/onnx),
-then write ``config.pbtxt`` and the target's artifact into ``<repository>/<model>/1/``.
+then write ``config.pbtxt`` and the target's artifact into ``<repository>/<model>/1/``. A model
+whose model.toml says ``[export] onnx = "model.onnx"`` brings its own ONNX file (and data files):
+it is checked and written the same way, without an export.
 
     python scripts/prepare_models.py --target python --weights random
     python -m scripts.prepare_models --target tensorrt --models resnet --max-batch-size 16
@@ -25,6 +27,7 @@ DEFAULT_SOURCE = REPO_ROOT / "models"
 BUILD_DIR = REPO_ROOT / "build"
 VERSION = "1"
 DATA_KEYS = ("labels", "vocab")  # spec settings that name a file the router reads
+ONNX_KEY = "onnx"  # [export] onnx = "model.onnx": the user's own ONNX file, in the model's folder
 
 
 @dataclass(frozen=True)
@@ -300,6 +303,7 @@ def write_model_files(spec, options: Options, export, choice, tuning) -> None:
         "model": spec.name,
         "target": options.target,
         "builder": spec.export.get("builder"),
+        **({ONNX_KEY: str(spec.export[ONNX_KEY])} if ONNX_KEY in spec.export else {}),
         **_weights_record(choice),
         "onnx_sha256": export.sha256,
         "max_abs_diff": export.max_abs_diff,
@@ -331,6 +335,28 @@ def prepare(spec, recipe, options: Options) -> dict:
     return {"model": spec.name, "weights": choice.source, "max_abs_diff": export.max_abs_diff}
 
 
+def prepare_onnx_file(spec, options: Options) -> dict:
+    """A model whose ONNX file the user placed in its folder (``[export] onnx = "model.onnx"``):
+    checked (onnx.checker, its tensors against model.toml, ONNX Runtime at batch 2), then written
+    for the target like the others. There is no framework model to compare it with."""
+    from scripts.model_prep import onnx_export, weights
+
+    path = spec.file(str(spec.export[ONNX_KEY]))
+    if not path.is_file():
+        raise onnx_export.ExportError(f"[{spec.name}] [export] {ONNX_KEY}: {path} does not exist")
+    missing = [name for name in _data_file_names(spec) if not spec.file(name).is_file()]
+    if missing:
+        raise onnx_export.ExportError(f"[{spec.name}] {spec.folder / missing[0]} (named in model.toml) does not exist")
+    with step(spec.name, f"checking {path} (onnx.checker, tensors, ONNX Runtime at batch {onnx_export.CHECK_BATCH})"):
+        export = onnx_export.check_file(path, spec, options.seed)
+    choice = weights.WeightsChoice(weights.FILE, options.seed, path)
+    tuning = tuning_for(spec, options)
+    write_artifact(spec, options, export, tuning)
+    write_model_files(spec, options, export, choice, tuning)
+    print(f"[{spec.name}] wrote {options.repository / spec.name} ({options.target}, {choice.describe()})", flush=True)
+    return {"model": spec.name, "weights": choice.source, "max_abs_diff": {}}
+
+
 def run(options: Options) -> int:
     from clients.spec import load_spec
     from scripts.model_prep import tensorrt_engine
@@ -345,7 +371,14 @@ def run(options: Options) -> int:
     started = time.perf_counter()
     for name in options.models:
         spec = load_spec(options.source / name)
-        builder = spec.export.get("builder")
+        builder, onnx_file = spec.export.get("builder"), spec.export.get(ONNX_KEY)
+        if (builder is None) == (onnx_file is None):
+            print(f"prepare_models: error: {name}: [export] needs either builder (one of "
+                  f"{', '.join(sorted(table))}) or {ONNX_KEY} (an ONNX file in the model's folder)", file=sys.stderr)
+            return 1
+        if onnx_file is not None:
+            prepare_onnx_file(spec, options)
+            continue
         if builder not in table:
             print(f"prepare_models: error: {name}: unknown [export] builder {builder!r} "
                   f"(known: {', '.join(sorted(table))})", file=sys.stderr)

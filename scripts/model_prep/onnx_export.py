@@ -153,6 +153,47 @@ def check(path: Path, spec: ModelSpec, recipe, module, seed: int) -> tuple[dict[
     return diffs, limits
 
 
+def sample_inputs(spec: ModelSpec, batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Inputs of the spec's dtypes and dims: floats in [-1, 1), integers in [0, 100)."""
+    arrays = {}
+    for tensor in spec.inputs:
+        shape = (batch, *tensor.dims)
+        if np.issubdtype(tensor.numpy_dtype, np.floating):
+            arrays[tensor.name] = rng.uniform(-1, 1, shape).astype(tensor.numpy_dtype)
+        elif tensor.numpy_dtype == np.bool_:
+            arrays[tensor.name] = np.ones(shape, dtype=np.bool_)
+        else:
+            arrays[tensor.name] = rng.integers(0, 100, shape).astype(tensor.numpy_dtype)
+    return arrays
+
+
+def check_file(path: Path, spec: ModelSpec, seed: int) -> ExportResult:
+    """A user's ONNX file: onnx.checker, the graph's tensors against the spec, and ONNX Runtime at
+    batch CHECK_BATCH giving the spec's output shapes (no framework model to compare with)."""
+    import onnx
+
+    try:
+        onnx.checker.check_model(str(path))
+    except (onnx.checker.ValidationError, onnx.onnx_cpp2py_export.shape_inference.InferenceError) as error:
+        raise ExportError(f"[{spec.name}] {path} fails onnx.checker: {error}") from None
+    problems = graph_mismatches(path, spec)
+    if problems:
+        raise ExportError(f"[{spec.name}] {path} does not match model.toml: " + "; ".join(problems))
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_errors
+
+    refusals = (RuntimeError, ort_errors.Fail, ort_errors.InvalidArgument, ort_errors.InvalidGraph,
+                ort_errors.NotImplemented, ort_errors.RuntimeException)
+    try:
+        outputs = run_onnxruntime(path, spec, sample_inputs(spec, CHECK_BATCH, np.random.default_rng(seed)))
+    except refusals as error:
+        raise ExportError(f"[{spec.name}] ONNX Runtime cannot run {path} at batch {CHECK_BATCH}: {error}") from None
+    for tensor, array in zip(spec.outputs, outputs):
+        if array.shape != (CHECK_BATCH, *tensor.dims) or array.dtype != tensor.numpy_dtype:
+            raise ExportError(f"[{spec.name}] ONNX Runtime gives {tensor.name} {array.dtype} {list(array.shape)}, "
+                              f"model.toml says {tensor.dtype} {[CHECK_BATCH, *tensor.dims]}")
+    return ExportResult(path, sha256_of(path), {}, {}, cached=False)
+
+
 def cached(folder: Path, spec: ModelSpec) -> ExportResult | None:
     """A previous export of the same model and weights, if complete and still matching the spec."""
     path, report_path = folder / ONNX_FILE, folder / REPORT_FILE

@@ -1,5 +1,5 @@
 """clients.images against the references: torchvision's ImageNet eval transform, ultralytics'
-letterbox, YOLOv5's scale_boxes and non_max_suppression (transcribed below in torch/cv2)."""
+letterbox, YOLOv5's scale_boxes and non_max_suppression (yolov5 7.0.14, tests/yolov5_reference.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import time
 import tracemalloc
 import zlib
 
-import cv2
 import numpy as np
 import pytest
 import torch
@@ -20,6 +19,7 @@ from torchvision import transforms
 
 from app.errors import InvalidInput
 from clients import images
+from tests import yolov5_reference
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 LIMIT = 40_000_000
@@ -135,39 +135,15 @@ def test_pixel_limit_is_checked_before_decoding():
     assert elapsed < 1.0 and peak < 10 * 2**20
 
 
-# ---- ultralytics letterbox / scale_boxes, transcribed from yolov5 v7.0 ----------------------------
+# ---- ultralytics letterbox / scale_boxes: the yolov5 7.0.14 reference (tests/yolov5_reference.py) ---
 
 
-def reference_letterbox(im, new_shape=(640, 640), color=(114, 114, 114), auto=False, scaleup=True, stride=32):
-    shape = im.shape[:2]
-    r = min(new_shape[0] / shape[0], new_shape[1] / shape[1])
-    if not scaleup:
-        r = min(r, 1.0)
-    new_unpad = int(round(shape[1] * r)), int(round(shape[0] * r))
-    dw, dh = new_shape[1] - new_unpad[0], new_shape[0] - new_unpad[1]
-    if auto:
-        dw, dh = np.mod(dw, stride), np.mod(dh, stride)
-    dw /= 2
-    dh /= 2
-    if shape[::-1] != new_unpad:
-        im = cv2.resize(im, new_unpad, interpolation=cv2.INTER_LINEAR)
-    top, bottom = int(round(dh - 0.1)), int(round(dh + 0.1))
-    left, right = int(round(dw - 0.1)), int(round(dw + 0.1))
-    im = cv2.copyMakeBorder(im, top, bottom, left, right, cv2.BORDER_CONSTANT, value=color)
-    return im, (r, r), (dw, dh)
+def reference_letterbox(im):
+    return yolov5_reference.letterbox(im, (640, 640), color=(114, 114, 114), auto=False)
 
 
 def reference_scale_boxes(img1_shape, boxes, img0_shape):
-    gain = min(img1_shape[0] / img0_shape[0], img1_shape[1] / img0_shape[1])
-    pad = (img1_shape[1] - img0_shape[1] * gain) / 2, (img1_shape[0] - img0_shape[0] * gain) / 2
-    boxes[..., [0, 2]] -= pad[0]
-    boxes[..., [1, 3]] -= pad[1]
-    boxes[..., :4] /= gain
-    boxes[..., 0].clamp_(0, img0_shape[1])
-    boxes[..., 1].clamp_(0, img0_shape[0])
-    boxes[..., 2].clamp_(0, img0_shape[1])
-    boxes[..., 3].clamp_(0, img0_shape[0])
-    return boxes
+    return yolov5_reference.scale_boxes(img1_shape, boxes, img0_shape)
 
 
 @pytest.mark.parametrize("width, height, seed", SIZES + [(640, 640, 9), (100, 60, 10), (1, 1, 11), (641, 3, 12)])
@@ -200,36 +176,13 @@ def test_scale_boxes_clips():
     assert images.scale_boxes((640, 640), boxes, (480, 640)).tolist() == [[0, 0, 640, 480]]
 
 
-# ---- YOLOv5 non_max_suppression, transcribed from yolov5 v7.0 (single image, no masks) ----------
+# ---- YOLOv5 non_max_suppression: the yolov5 7.0.14 reference (single image, no masks) -------------
 
 
 def reference_nms(prediction, conf_thres=0.25, iou_thres=0.45, max_det=300):
-    prediction = torch.from_numpy(prediction)[None]
-    xc = prediction[..., 4] > conf_thres
-    max_wh, max_nms = 7680, 30000
-    output = [torch.zeros((0, 6))] * prediction.shape[0]
-    for xi, x in enumerate(prediction):
-        x = x[xc[xi]]
-        if not x.shape[0]:
-            continue
-        x[:, 5:] *= x[:, 4:5]
-        box = x[:, :4].clone()
-        box[:, 0] = x[:, 0] - x[:, 2] / 2
-        box[:, 1] = x[:, 1] - x[:, 3] / 2
-        box[:, 2] = x[:, 0] + x[:, 2] / 2
-        box[:, 3] = x[:, 1] + x[:, 3] / 2
-        conf, j = x[:, 5:].max(1, keepdim=True)
-        x = torch.cat((box, conf, j.float()), 1)[conf.view(-1) > conf_thres]
-        n = x.shape[0]
-        if not n:
-            continue
-        x = x[x[:, 4].argsort(descending=True)[:max_nms]]
-        c = x[:, 5:6] * max_wh
-        boxes, scores = x[:, :4] + c, x[:, 4]
-        i = torchvision.ops.nms(boxes, scores, iou_thres)
-        i = i[:max_det]
-        output[xi] = x[i]
-    return output[0].numpy()
+    found = yolov5_reference.non_max_suppression(torch.from_numpy(prediction)[None], conf_thres, iou_thres,
+                                                 max_det=max_det)
+    return found[0].numpy()
 
 
 def planted_output(seed: int, classes: int = 80, rows: int = 25200) -> np.ndarray:

@@ -1,0 +1,99 @@
+"""What the image families share: decoding, the labels file, and the model's input tensor as its
+spec describes it.
+
+Spec ``[preprocess]`` settings read here (every image family):
+
+- ``layout``: ``"NCHW"`` (default) or ``"NHWC"``; the input's dims say the size.
+- ``channels``: ``"RGB"`` (default) or ``"BGR"``.
+- normalisation, per channel in the model's channel order: ``mean`` and ``std`` (torchvision's
+  ``ToTensor`` + ``Normalize``: ``(v / 255 - mean) / std``), or ``scale`` and ``offset``
+  (``v * scale + offset`` on 0..255 values). A UINT8 input takes the pixels as they are, with none.
+- The input dtype is the ``[[inputs]]`` dtype (FP32, FP16 or UINT8).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from app.errors import InvalidInput
+from app.settings import Settings
+from clients import images
+from clients.base import ModelClient, Triton
+from clients.spec import ModelSpec, SpecError
+
+IMAGE_CONTENT_TYPES = frozenset({"image/jpeg", "image/png", "application/octet-stream"})
+LAYOUTS = ("NCHW", "NHWC")
+CHANNEL_ORDERS = ("RGB", "BGR")
+FLOAT_INPUTS = ("FP32", "FP16")
+NORMALISATION_KEYS = ("mean", "std", "scale", "offset")
+
+
+def read_labels(spec: ModelSpec, count: int) -> list[str]:
+    """The spec's labels file, which must name exactly ``count`` classes."""
+    relative = spec.postprocess.get("labels")
+    if not relative:
+        raise SpecError(f"{spec.folder}: [postprocess] labels is missing")
+    path = spec.file(str(relative))
+    try:
+        labels = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except FileNotFoundError:
+        raise SpecError(f"{path}: labels file not found") from None
+    if len(labels) != count:
+        raise SpecError(f"{path}: {len(labels)} labels for {count} classes")
+    return labels
+
+
+class ImageClient(ModelClient[Any]):
+    """An image model: ``img`` in, decoded with the pixel limit, fed as the spec's input tensor."""
+
+    input_field = "img"
+    content_types = IMAGE_CONTENT_TYPES
+    INPUT_KEYS: ClassVar[frozenset[str]] = frozenset({"layout", "channels", *NORMALISATION_KEYS})
+    DEFAULT_SCALE: ClassVar[float | None] = None  # the family's scale when the spec gives no normalisation
+
+    def __init__(self, spec: ModelSpec, triton: Triton, settings: Settings) -> None:
+        self.check_settings(spec)  # before reading them: a misspelt key is named as such
+        pre, tensor = spec.preprocess, spec.inputs[0]
+        where = f"{spec.folder}/model.toml: [preprocess]"
+        self.layout = str(pre.get("layout", "NCHW")).upper()
+        self.channels = str(pre.get("channels", "RGB")).upper()
+        if self.layout not in LAYOUTS or self.channels not in CHANNEL_ORDERS:
+            raise SpecError(f"{where} layout must be one of {LAYOUTS} and channels one of {CHANNEL_ORDERS}")
+        channel_axis = 0 if self.layout == "NCHW" else 2
+        if len(tensor.dims) != 3 or tensor.dims[channel_axis] != 3:
+            raise SpecError(f"{spec.folder}: input {tensor.name} {list(tensor.dims)} is not a 3-channel {self.layout} image")
+        self.height, self.width = (tensor.dims[1:] if self.layout == "NCHW" else tensor.dims[:2])
+        self.lut = self._lut(spec, where)
+        super().__init__(spec, triton, settings)
+
+    def _lut(self, spec: ModelSpec, where: str) -> np.ndarray | None:
+        pre, dtype = spec.preprocess, spec.inputs[0].dtype
+        given = [key for key in NORMALISATION_KEYS if key in pre]
+        if dtype == "UINT8":
+            if given:
+                raise SpecError(f"{where} {given[0]}: a UINT8 input takes the pixels as they are, without normalisation")
+            return None
+        if dtype not in FLOAT_INPUTS:
+            raise SpecError(f"{spec.folder}: image input dtype {dtype} is not one of {('UINT8', *FLOAT_INPUTS)}")
+        if ("mean" in pre or "std" in pre) and ("scale" in pre or "offset" in pre):
+            raise SpecError(f"{where} give mean and std, or scale and offset, not both")
+        try:
+            return images.normalize_lut(
+                mean=pre.get("mean"),
+                std=pre.get("std"),
+                scale=pre.get("scale", None if "mean" in pre else self.DEFAULT_SCALE),
+                offset=pre.get("offset", 0.0),
+            )
+        except ValueError as error:
+            raise SpecError(f"{where} {error}") from None
+
+    def decode(self, item: Any, where: str):
+        if not isinstance(item, (str, bytes)):
+            raise InvalidInput(f"{where} must be a base64 string (or a list of them)")
+        return images.decode_image(item, where, self.settings.max_image_pixels)
+
+    def to_tensor(self, pixels: np.ndarray) -> np.ndarray:
+        """HWC uint8 RGB of the input's size -> the input tensor of one image (before the dtype cast)."""
+        return images.to_input(pixels, self.lut, self.layout == "NCHW", self.channels == "BGR")

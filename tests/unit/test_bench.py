@@ -1,0 +1,119 @@
+"""The benchmark's pure parts: percentiles, throughput inside a window, the interleaving schedule,
+the targets table. (The load itself needs a running stack: `make bench`.)"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from scripts.bench import (
+    Cell,
+    Figure,
+    _without_dynamic_batching,
+    format_figures,
+    percentile,
+    schedule,
+    target_figures,
+    window_work,
+)
+
+
+@pytest.mark.parametrize("q", [0, 1, 50, 95, 99, 100])
+@pytest.mark.parametrize("n", [1, 2, 7, 100, 1001])
+def test_percentile_matches_numpy_linear(q, n):
+    values = list(np.random.default_rng(n).exponential(10.0, n))
+    assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)))
+
+
+def test_percentile_edges():
+    assert math.isnan(percentile([], 50))
+    assert percentile([3.0, 1.0, 2.0], 50) == 2.0  # order does not matter
+    with pytest.raises(ValueError):
+        percentile([1.0], 101)
+
+
+def test_window_work_counts_the_share_inside():
+    # window [10, 20]: one request inside, one half in at each end, one wholly after.
+    spans = [(11.0, 12.0), (9.0, 11.0), (19.0, 21.0), (20.5, 21.0)]
+    assert window_work(spans, 10.0, 20.0) == pytest.approx(2.0)
+
+
+def test_window_work_of_a_steady_closed_loop_is_rate_times_window():
+    # 4 threads, each back-to-back requests of 0.3 s starting at different offsets.
+    spans = [(t0 + k * 0.3, t0 + (k + 1) * 0.3) for t0 in (0.0, 0.1, 0.2, 0.05) for k in range(40)]
+    assert window_work(spans, 2.0, 8.0) == pytest.approx(4 / 0.3 * 6.0)
+
+
+def test_cell_summary():
+    cell = Cell()
+    cell.add([0.010, 0.020], errors=1, seconds=2.0, work=3.0, first_error="HTTP 503")
+    cell.add([0.030, 0.040], errors=0, seconds=2.0, work=5.0)
+    s = cell.summary()
+    assert s["throughput"] == pytest.approx(2.0)
+    assert s["p50_ms"] == pytest.approx(25.0)
+    assert s["requests"] == 4 and s["errors"] == 1 and s["first_error"] == "HTTP 503"
+
+
+def test_schedule_interleaves_every_side_each_round_and_rotates():
+    sides = {"resnet": ["A-json", "A-raw", "B", "C-json", "C-binary"], "bert_base": ["A-json", "B"]}
+    steps = schedule(["resnet", "bert_base"], sides, [1, 8], rounds=3)
+    assert len(steps) == (5 + 2) * 2 * 3
+    # model by model: the peer serves one at a time
+    models = [s.model for s in steps]
+    assert models == ["resnet"] * 30 + ["bert_base"] * 12
+    # every (side, concurrency) once per round
+    counts = Counter((s.model, s.side, s.concurrency, s.round) for s in steps)
+    assert set(counts.values()) == {1}
+    # the sides of one (round, concurrency) come back to back, in a rotated order
+    firsts = [steps[i].side for i in range(0, 30, 5)]
+    assert len(set(firsts)) > 1
+    block = steps[5:10]
+    assert {s.side for s in block} == set(sides["resnet"]) and {s.concurrency for s in block} == {8}
+    # rounds in order: round r's steps all come before round r + 1's
+    resnet_rounds = [s.round for s in steps if s.model == "resnet"]
+    assert resnet_rounds == sorted(resnet_rounds)
+
+
+def _summary(throughput, p50=10.0):
+    return {"throughput": throughput, "p50_ms": p50, "p95_ms": p50, "p99_ms": p50, "requests": 1, "errors": 0}
+
+
+def test_target_figures_ratios_and_marks():
+    results = {
+        "resnet": {"A-raw": {"8": _summary(45.0)}, "A-json": {"8": _summary(40.0)}, "B": {"8": _summary(50.0),
+                   "16": _summary(52.0)}, "B-nobatch": {"16": _summary(40.0)}, "C-json": {"8": _summary(30.0)},
+                   "C-binary": {"8": _summary(50.0)}},
+        "identity": {"A-raw": {"1": _summary(300.0, p50=1.6)}, "B": {"1": _summary(2000.0, p50=0.4)}},
+    }
+    figures = {f.name: f for f in target_figures(results, {"start_to_ping_s": 12.0})}
+    f = figures["A-raw / B throughput, c=8, resnet"]
+    assert f.value == pytest.approx(0.9) and f.passed is True
+    assert figures["A-json / B throughput, c=8, resnet"].passed is False
+    assert figures["A-raw / C-json throughput, c=8, resnet"].value == pytest.approx(1.5)
+    assert figures["A-raw / C-binary throughput, c=8, resnet"].passed is True  # 0.9 >= 0.90
+    router = figures["router's own latency, A-raw p50 - B p50, c=1, identity"]
+    assert router.value == pytest.approx(1.2) and router.passed is False
+    assert figures["dynamic batching on / off throughput (B), c=16, resnet"].value == pytest.approx(1.3)
+    assert figures["raw body / base64 JSON throughput, c=8, resnet"].passed is True
+    assert figures["A-raw / B throughput, c=8, yolov5"].passed is None  # not measured
+    assert figures["serve start to /ping 200 (the benchmarked models + identity)"].passed is True
+    text = format_figures(figures.values())
+    assert "falls short" in text and "not measured" in text and ">= 0.90" in text
+
+
+def test_figure_marks():
+    assert Figure("x", 1.0, "<= 1.0 ms", " ms").mark == "pass"
+    assert Figure("x", 1.01, "<= 1.0 ms", " ms").mark == "falls short"
+    assert Figure("x", None, ">= 1.3").mark == "not measured"
+    assert Figure("x", math.nan, ">= 1.3").passed is None
+
+
+def test_nobatch_config_drops_dynamic_batching_only():
+    config = ('name: "resnet"\nmax_batch_size: 8\ninput { name: "input" data_type: TYPE_FP32 dims: [3, 224, 224] }\n'
+              'dynamic_batching { max_queue_delay_microseconds: 2000 }\nbackend: "python"\n')
+    out = _without_dynamic_batching(config, "resnet_nobatch")
+    assert 'name: "resnet_nobatch"' in out and "dynamic_batching" not in out
+    assert "max_batch_size: 8" in out and 'backend: "python"' in out

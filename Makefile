@@ -18,13 +18,14 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 SAMPLES := build/samples
 
-.PHONY: help run test models test-models deps nginx samples clean
+.PHONY: help run test models test-models deps nginx samples clean bench soak fuzz audit
 
 help:
 	@echo "make run     install, prepare the models (TARGET=$(TARGET), WEIGHTS=$(WEIGHTS)), serve on :$(PORT)"
 	@echo "make test    install, prepare test models (random weights) and run the test suite"
 	@echo "make models  only prepare models/ (TARGET=python|onnxruntime|tensorrt, WEIGHTS=pretrained|random)"
 	@echo "make samples sample photos (dog, person, horses, ...) from Debian's darknet package into $(SAMPLES)/"
+	@echo "make bench   benchmark a running stack (make run) against Triton alone and its SageMaker front end"
 	@echo "make clean   remove the venv, build/ and the built model files"
 
 $(PY):
@@ -75,3 +76,24 @@ $(SAMPLES)/dog.jpg:
 clean:
 	rm -rf $(VENV) build models/*/config.pbtxt models/*/[0-9]* models/*/source.json \
 		models/resnet/labels.txt models/bert_base/vocab.txt
+
+# Against a running stack (`make run` in another shell): BENCH_ARGS="--quick" for a smoke run,
+# `.venv/bin/python scripts/bench.py --help` for the options. Results and plots go to build/bench/.
+BENCH_ARGS ?=
+bench: $(VENV)/.serving $(VENV)/.dev samples
+	$(PY) scripts/bench.py --url 127.0.0.1:$(PORT) $(BENCH_ARGS)
+
+# Not part of `make test`. SOAK_ARGS="--duration 30" for a short try; FUZZ_EXAMPLES per operation.
+SOAK_ARGS ?=
+FUZZ_EXAMPLES ?= 1000
+
+soak: deps nginx test-models
+	TEST_MODEL_REPOSITORY=$(abspath $(TEST_REPOSITORY)) $(PY) scripts/soak.py $(SOAK_ARGS)
+
+fuzz: deps nginx test-models
+	TEST_MODEL_REPOSITORY=$(abspath $(TEST_REPOSITORY)) FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
+		$(PY) -m pytest -s -m fuzz tests/integration/test_fuzz.py $(PYTEST_ARGS)
+
+# Needs the vulnerability database online.
+audit: $(VENV)/.dev
+	$(VENV)/bin/pip-audit --strict -r requirements.txt

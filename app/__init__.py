@@ -1,6 +1,8 @@
 """The Flask router: SageMaker's ``GET /ping`` and ``POST /invocations`` in front of Triton.
 
 ``create_app(settings, registry, triton)`` is the application factory; tests hand it fakes.
+Besides the contract's two paths it answers ``GET /openapi.json`` (``app/openapi.json``, the
+contract as OpenAPI 3) and ``GET /metrics`` (``app/observability.py``).
 """
 
 from __future__ import annotations
@@ -9,9 +11,10 @@ import json
 import logging
 import re
 import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from flask import Flask, Response, request
+from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException
 
 from app.errors import (
@@ -22,6 +25,7 @@ from app.errors import (
     UnknownModel,
     UnsupportedMediaType,
 )
+from app.observability import install as install_observability
 from app.settings import Settings
 
 if TYPE_CHECKING:  # clients import app.errors and app.settings: imported lazily below
@@ -35,6 +39,9 @@ HEALTHY, UNHEALTHY = "healthy", "unhealthy"
 READY, UNKNOWN, MISSING = "READY", "UNKNOWN", "UNAVAILABLE"
 UTF8_NAMES = frozenset({"utf-8", "utf8"})
 VERSION_PATTERN = re.compile(r"[1-9][0-9]{0,18}")
+# JSON's \uXXXX escapes can spell a lone UTF-16 surrogate, a string no UTF-8 codec will take.
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+OPENAPI_PATH = Path(__file__).with_name("openapi.json")
 
 
 def _json_response(body: Any, status: int = 200) -> Response:
@@ -59,7 +66,26 @@ def parse_json_object(body: bytes) -> dict[str, Any]:
         raise InvalidJson("the body is not usable JSON: nested too deeply") from None
     if not isinstance(value, dict):
         raise InvalidJson(f"the body must be a JSON object, not {type(value).__name__}")
+    if SURROGATE_ESCAPE.search(body) and _has_lone_surrogate(value):  # the scan only when one is possible
+        raise InvalidJson("the body is not usable JSON: a string holds a lone UTF-16 surrogate (\\ud800-\\udfff)")
     return value
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    todo = [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, dict):
+            todo.extend(item.keys())
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+    return False
 
 
 def parse_custom_attributes(header: str) -> dict[str, str]:
@@ -99,6 +125,8 @@ def create_app(
     app.config["SETTINGS"] = settings
     app.extensions["registry"] = registry
     app.extensions["triton"] = triton
+    install_observability(app)
+    openapi = OPENAPI_PATH.read_bytes()
 
     def lookup(name: Any) -> ModelClient:
         if name is None or name == "":
@@ -108,10 +136,12 @@ def create_app(
         client = registry.get(name)
         if client is None:
             raise UnknownModel(f"model {name!r} is not served; served models: {', '.join(served)}")
+        g.model = client.name
         return client
 
     @app.errorhandler(ApiError)
     def api_error(error: ApiError) -> Response:
+        g.error_code = error.code
         return _error_response(error)
 
     @app.errorhandler(HTTPException)
@@ -119,18 +149,23 @@ def create_app(
         ours = HTTP_STATUS_ERRORS.get(error.code or 500)
         if ours is None:
             code = re.sub(r"\W+", "_", (error.name or "error").lower()).strip("_")
+            g.error_code = code
             return _json_response({"error": {"code": code, "message": error.description}}, error.code or 500)
         messages = {
             404: f"no such path: {request.path}",
             405: f"{request.method} is not allowed on {request.path}",
             413: f"the body is over the limit of {settings.max_body_bytes} bytes",
         }
-        return _error_response(ours(messages.get(error.code, error.description or ours.code)))
+        return api_error(ours(messages.get(error.code, error.description or ours.code)))
 
     @app.errorhandler(Exception)
     def internal_error(error: Exception) -> Response:
         error_id = uuid.uuid4().hex
-        log.exception("internal error %s on %s %s", error_id, request.method, request.path)
+        g.error_code = "internal_error"
+        log.exception(
+            "internal error %s on %s %s", error_id, request.method, request.path,
+            extra={"fields": {"request_id": g.get("request_id"), "error_id": error_id, "model": g.get("model")}},
+        )
         return _json_response(
             {"error": {"code": "internal_error", "message": f"internal error; its id is {error_id}"}}, 500
         )
@@ -149,6 +184,10 @@ def create_app(
         return _json_response(
             {"status": HEALTHY if healthy else UNHEALTHY, "models": models}, 200 if healthy else 503
         )
+
+    @app.get("/openapi.json")
+    def openapi_description() -> Response:
+        return Response(openapi, mimetype=JSON_TYPE)
 
     @app.post("/invocations")
     def invocations() -> Response:
@@ -171,7 +210,7 @@ def create_app(
             version = parse_version(attributes.get("version"), f"{CUSTOM_ATTRIBUTES} version")
             options = client.options_from_attributes(attributes, CUSTOM_ATTRIBUTES)
             payload, label = {client.input_field: _raw_item(mimetype), **options}, "the body"
-        result, served_version = client.inference(payload, version, label=label)
+        result, served_version = client.inference(payload, version, label=label, timings=g.timings)
         return _json_response({"modelname": client.name, "version": served_version, "result": result})
 
     return app

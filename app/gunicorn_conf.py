@@ -5,6 +5,7 @@ Environment: ``GUNICORN_BIND`` (``serve`` sets ``unix:<dir>/router.sock``), ``MO
 """
 
 from app.logs import logging_config
+from app.observability import mark_process_dead
 from app.settings import Settings
 
 _settings = Settings.from_env()
@@ -17,9 +18,18 @@ threads = _settings.threads
 preload_app = False  # the gRPC client must be created after the fork
 timeout = int(_settings.server_timeout_s) + 30  # above MODEL_SERVER_TIMEOUT: NGINX cuts first
 graceful_timeout = 25  # SIGTERM: requests in flight get 25 s (SageMaker kills at 30 s)
-accesslog = None
+# A connection per request from NGINX: an idle kept-alive connection to a worker that was killed,
+# or that gunicorn closes after its keep-alive seconds just as NGINX reuses it, answers that
+# request with a 502 (NGINX does not retry a POST). On the unix socket a new connection costs little.
+keepalive = 0
+accesslog = None  # each request is one JSON line from app.access (app/observability.py) instead
 errorlog = "-"
 loglevel = _settings.log_level.lower()
 logconfig_dict = logging_config(_settings.log_level)
 # gunicorn's control socket lives at one per-user path; several stacks on a machine would share it.
 control_socket_disable = True
+
+
+def child_exit(server, worker) -> None:  # noqa: ARG001 (gunicorn's hook signature)
+    """A worker that exited (or was killed) no longer counts in the in-flight gauge of /metrics."""
+    mark_process_dead(worker.pid)

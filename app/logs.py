@@ -1,4 +1,8 @@
-"""One JSON object per log line on stdout, for the router's and gunicorn's loggers."""
+"""One JSON object per log line on stdout, for the router's and gunicorn's loggers.
+
+A record's ``fields`` (``extra={"fields": {...}}``) are merged into its object: the access log
+(``app/observability.py``) puts its request id, model, status and durations there.
+"""
 
 from __future__ import annotations
 
@@ -16,9 +20,12 @@ class JsonFormatter(logging.Formatter):
             "process": record.process,
             "message": record.getMessage(),
         }
+        fields = getattr(record, "fields", None)
+        if fields:
+            entry.update(fields)
         if record.exc_info:
             entry["traceback"] = self.formatException(record.exc_info)
-        return json.dumps(entry, ensure_ascii=False)
+        return json.dumps(entry, ensure_ascii=False, default=str)
 
 
 def logging_config(level: str) -> dict[str, Any]:

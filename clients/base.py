@@ -198,6 +198,18 @@ class ModelClient(ABC, Generic[Context]):
             return {k: v[i] for k, v in outputs.items()}
         return dict(outputs)
 
+    def _check_outputs(self, outputs: Mapping[str, Any], count: int) -> None:
+        """Triton's answer has the tensors model.toml promises; anything else is a bug (a 500), never
+        a result computed from the wrong numbers."""
+        for tensor in self.spec.outputs:
+            array = outputs.get(tensor.name)
+            expected = ((count,) if self.spec.max_batch_size > 0 else ()) + tuple(tensor.dims)
+            shape = None if array is None else tuple(array.shape)
+            if shape is None or len(shape) != len(expected) or any(
+                want not in (-1, got) for want, got in zip(expected, shape)
+            ):
+                raise RuntimeError(f"{self.name}: output {tensor.name!r} has shape {shape}, expected {expected}")
+
     def inference(
         self,
         payload: Mapping[str, Any],
@@ -223,6 +235,7 @@ class ModelClient(ABC, Generic[Context]):
                 inputs = self._stack([arrays for arrays, _ in prepared])
             with _timed(timings, "triton"):
                 outputs, served = self.triton.infer(self.name, inputs, self.output_names, version)
+            self._check_outputs(outputs, len(prepared))
             with _timed(timings, "postprocess"):
                 for i, (_, context) in enumerate(prepared):
                     results.append(self.postprocess(self._unstack(outputs, i), context, options))

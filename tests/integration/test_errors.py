@@ -1,6 +1,8 @@
 """Every error row of CONTRACT.md through NGINX: status, code, and a message naming the field.
 
-The 503/504 rows need a Triton that is loading, hung or gone: they are in test_faults.py.
+The table of bad requests also checks that each answer conforms to app/openapi.json, that /ping is
+still 200 after it and that no gunicorn worker was restarted by it. The 503/504 rows need a Triton
+that is loading, hung or gone: they are in test_faults.py.
 """
 
 from __future__ import annotations
@@ -12,11 +14,14 @@ import zlib
 import pytest
 import requests
 
+from tests.integration.openapi_check import assert_conforms
 from tests.integration.test_invocations import b64, image_bytes
 
 pytestmark = pytest.mark.integration
 
 JPEG = image_bytes(64, 48, 0)
+TRUNCATED_JPEG = JPEG[: len(JPEG) // 2]
+OVER_6_MIB = 6 * 1024 * 1024 + 1
 
 
 def big_png(width: int, height: int) -> bytes:
@@ -28,6 +33,12 @@ def big_png(width: int, height: int) -> bytes:
     compressor = zlib.compressobj(9)
     data = b"".join(compressor.compress(row) for _ in range(64)) + compressor.flush()
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", data) + chunk(b"IEND", b"")
+
+
+def json_of_size(size: int) -> bytes:
+    """A JSON envelope of exactly ``size`` bytes."""
+    head, tail = b'{"modelname": "resnet", "payload": {"img": "', b'"}}'
+    return head + b"A" * (size - len(head) - len(tail)) + tail
 
 
 def post(stack, body, content_type="application/json", attributes=None) -> requests.Response:
@@ -87,14 +98,123 @@ CASES = [
     ("text to an image model", b"a [MASK]", "text/plain; charset=utf-8", "modelname=resnet", 415,
      "unsupported_media_type", ("resnet", "text/plain")),
     ("undecodable raw image", b"not an image", "image/png", "modelname=yolov5", 400, "invalid_input", ("body",)),
+    # Bodies that are not a JSON object.
+    ("empty json body", b"", "application/json", None, 400, "invalid_json", ()),
+    ("json string", b'"resnet"', "application/json", None, 400, "invalid_json", ("object",)),
+    ("json null", b"null", "application/json", None, 400, "invalid_json", ("object",)),
+    ("json number", b"42", "application/json", None, 400, "invalid_json", ("object",)),
+    ("not utf-8", b"\xff\xfe{}", "application/json", None, 400, "invalid_json", ()),
+    ("NaN", b'{"modelname": "resnet", "payload": {"img": "x", "topk": NaN}}', "application/json", None, 400,
+     "invalid_json", ("NaN",)),
+    ("Infinity", b'{"modelname": "yolov5", "payload": {"img": "x", "conf_threshold": Infinity}}',
+     "application/json", None, 400, "invalid_json", ("Infinity",)),
+    ("-Infinity", b'{"modelname": "yolov5", "payload": {"img": "x", "iou_threshold": -Infinity}}',
+     "application/json", None, 400, "invalid_json", ("Infinity",)),
+    ("deeply nested arrays", b"[" * 100_000 + b"]" * 100_000, "application/json", None, 400, "invalid_json",
+     ("nested",)),
+    ("deeply nested payload", b'{"modelname": "resnet", "payload": {"img": ' + b"[" * 50_000 + b"]" * 50_000 + b"}}",
+     "application/json", None, 400, "invalid_json", ("nested",)),
+    ("lone surrogate", b'{"modelname": "bert_base", "payload": {"text": "\\ud800 [MASK]"}}', "application/json",
+     None, 400, "invalid_json", ("surrogate",)),
+    ("4,400-digit number", b'{"modelname": "resnet", "payload": {"topk": ' + b"9" * 4400 + b"}}",
+     "application/json", None, 400, "invalid_json", ()),
+    # Missing and mistyped fields.
+    ("payload a string", {"modelname": "resnet", "payload": "img"}, "application/json", None, 400, "invalid_input",
+     ("payload",)),
+    ("payload a list", {"modelname": "resnet", "payload": [b64(JPEG)]}, "application/json", None, 400,
+     "invalid_input", ("payload",)),
+    ("modelname a list", {"modelname": ["resnet"], "payload": {}}, "application/json", None, 400, "invalid_input",
+     ("modelname",)),
+    ("img null", {"modelname": "resnet", "payload": {"img": None}}, "application/json", None, 400, "invalid_input",
+     ("payload.img",)),
+    ("img empty list", {"modelname": "yolov5", "payload": {"img": []}}, "application/json", None, 400,
+     "invalid_input", ("payload.img",)),
+    ("img list of numbers", {"modelname": "resnet", "payload": {"img": [1, 2]}}, "application/json", None, 400,
+     "invalid_input", ("payload.img[0]",)),
+    ("text a number", {"modelname": "bert_base", "payload": {"text": 5}}, "application/json", None, 400,
+     "invalid_input", ("payload.text",)),
+    ("text nested list", {"modelname": "bert_base", "payload": {"text": [["a [MASK]"]]}}, "application/json", None,
+     400, "invalid_input", ("payload.text[0]",)),
+    ("version a word", {"modelname": "resnet", "version": "latest", "payload": {"img": b64(JPEG)}},
+     "application/json", None, 400, "invalid_input", ("version",)),
+    ("version 0", {"modelname": "resnet", "version": 0, "payload": {"img": b64(JPEG)}}, "application/json", None,
+     400, "invalid_input", ("version",)),
+    ("version not served", {"modelname": "resnet", "version": "7", "payload": {"img": b64(JPEG)}},
+     "application/json", None, 400, "invalid_input", ("version",)),
+    # Images that are not usable.
+    ("base64 of text", {"modelname": "resnet", "payload": {"img": b64(b"just some words, no image")}},
+     "application/json", None, 400, "invalid_input", ("payload.img",)),
+    ("truncated jpeg", {"modelname": "resnet", "payload": {"img": b64(TRUNCATED_JPEG)}}, "application/json", None,
+     400, "invalid_input", ("payload.img",)),
+    ("truncated raw jpeg", TRUNCATED_JPEG, "image/jpeg", "modelname=yolov5", 400, "invalid_input", ("body",)),
+    ("raw decompression bomb", big_png(20_000, 20_000), "image/png", "modelname=yolov5", 400, "invalid_input",
+     ("pixels",)),
+    ("empty raw body", b"", "image/jpeg", "modelname=resnet", 400, "invalid_input", ("empty",)),
+    ("list far over the batch limit", {"modelname": "resnet", "payload": {"img": [b64(JPEG)] * 1000}},
+     "application/json", None, 400, "invalid_input", ("1000", "64")),
+    ("text list far over the limit", {"modelname": "bert_base", "payload": {"text": ["a [MASK]"] * 5000}},
+     "application/json", None, 400, "invalid_input", ("5000",)),
+    # Text.
+    ("emoji without mask", {"modelname": "bert_base", "payload": {"text": "🙂🙃 naïve café 你好"}},
+     "application/json", None, 400, "invalid_input", ("[MASK]",)),
+    ("raw emoji without mask", "🙂 日本語のテキスト".encode(), "text/plain; charset=utf-8", "modelname=bert_base", 400,
+     "invalid_input", ("[MASK]",)),
+    ("raw text not utf-8", b"\xff\xfe a [MASK]", "text/plain; charset=utf-8", "modelname=bert_base", 400,
+     "invalid_input", ("UTF-8",)),
+    ("raw text in latin-1", b"caf\xe9 [MASK]", "text/plain; charset=latin-1", "modelname=bert_base", 415,
+     "unsupported_media_type", ("UTF-8",)),
+    ("many masks past the limit", {"modelname": "bert_base", "payload": {"text": "[MASK] " * 200}},
+     "application/json", None, 400, "invalid_input", ("128",)),
+    ("unicode model name", {"modelname": "résnet🙂", "payload": {}}, "application/json", None, 404,
+     "unknown_model", ("résnet🙂",)),
+    # Options out of range or of the wrong type.
+    ("topk a float", {"modelname": "resnet", "payload": {"img": b64(JPEG), "topk": 2.5}}, "application/json", None,
+     400, "invalid_input", ("topk",)),
+    ("topk a string", {"modelname": "resnet", "payload": {"img": b64(JPEG), "topk": "3"}}, "application/json", None,
+     400, "invalid_input", ("topk",)),
+    ("topk a boolean", {"modelname": "resnet", "payload": {"img": b64(JPEG), "topk": True}}, "application/json",
+     None, 400, "invalid_input", ("topk",)),
+    ("topk over 1000", {"modelname": "resnet", "payload": {"img": b64(JPEG), "topk": 1001}}, "application/json",
+     None, 400, "invalid_input", ("topk",)),
+    ("bert topk over 50", {"modelname": "bert_base", "payload": {"text": "a [MASK]", "topk": 51}},
+     "application/json", None, 400, "invalid_input", ("topk",)),
+    ("negative iou", {"modelname": "yolov5", "payload": {"img": b64(JPEG), "iou_threshold": -0.1}},
+     "application/json", None, 400, "invalid_input", ("iou_threshold",)),
+    ("max_detections over 1000", {"modelname": "yolov5", "payload": {"img": b64(JPEG), "max_detections": 1001}},
+     "application/json", None, 400, "invalid_input", ("max_detections",)),
+    ("raw threshold not a number", JPEG, "image/jpeg", "modelname=yolov5,conf_threshold=abc", 400, "invalid_input",
+     ("conf_threshold",)),
+    # Content types.
+    ("image/gif", JPEG, "image/gif", "modelname=resnet", 415, "unsupported_media_type", ("image/gif",)),
+    ("form body", b"img=abc", "application/x-www-form-urlencoded", "modelname=resnet", 415,
+     "unsupported_media_type", ("application/x-www-form-urlencoded",)),
+    ("xml body", b"<img/>", "application/xml", "modelname=yolov5", 415, "unsupported_media_type",
+     ("application/xml",)),
+    # Too large: NGINX answers, in the same JSON shape.
+    ("6 MiB + 1 byte raw", b"x" * OVER_6_MIB, "application/octet-stream", "modelname=resnet", 413,
+     "payload_too_large", ("6 MiB",)),
+    ("6 MiB + 1 byte json", json_of_size(OVER_6_MIB),
+     "application/json", None, 413, "payload_too_large", ("6 MiB",)),
 ]
+
+
+def workers(stack) -> list[int]:
+    return sorted(stack.pids()["router"])
+
+
+def test_the_table_has_at_least_40_bad_requests():
+    assert len(CASES) >= 40
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_error_rows(stack, case):
     _, body, content_type, attributes, status, code, mentions = case
-    assert_error(post(stack, body, content_type, attributes), status, code, *mentions)
+    before = workers(stack)
+    r = post(stack, body, content_type, attributes)
+    assert_error(r, status, code, *mentions)
+    assert_conforms(r, "/invocations", "POST")
     assert stack.ping().status_code == 200
+    assert workers(stack) == before, "a gunicorn worker was restarted"
 
 
 def test_body_over_6_mib_gets_the_413_json(stack):

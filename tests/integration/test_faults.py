@@ -93,7 +93,7 @@ import triton_python_backend_utils as pb_utils
 
 
 class TritonPythonModel:
-    """Answers with a tensor of the wrong rank: the router's post-processing cannot use it."""
+    """Answers with logits of the wrong rank: the router must not make a result out of that."""
 
     def execute(self, requests):
         responses = []
@@ -163,22 +163,26 @@ def _latencies(stack, body: dict, count: int) -> list[float]:
 
 
 def test_ten_slow_clients_do_not_delay_a_normal_request(stack):
-    body = {"modelname": "resnet", "payload": {"img": b64(image_bytes(224, 224, 9)), "topk": 1}}
+    """NGINX holds a slow body until it is complete: no router thread waits on it. Compared on the
+    fastest of 20 requests each way (on two shared cores the median moves by more than 100 ms with
+    whatever else runs; a request held behind slow clients would make every one of them slow)."""
+    body = {"modelname": "bert_base", "payload": {"text": "The [MASK] sat on the mat.", "topk": 1}}
     _latencies(stack, body, 5)  # warm
-    alone = statistics.median(_latencies(stack, body, 20))
+    alone = _latencies(stack, body, 20)
     stop, started = threading.Event(), threading.Barrier(11)
     slow = [threading.Thread(target=_slow_client, args=(stack.port, stop, started), daemon=True) for _ in range(10)]
     for t in slow:
         t.start()
     try:
         started.wait(timeout=10)
-        time.sleep(2.0)  # the ten are now half-way through their bodies
-        beside = statistics.median(_latencies(stack, body, 20))
+        time.sleep(2.0)  # the ten are now sending their bodies
+        beside = _latencies(stack, body, 20)
         assert all(t.is_alive() for t in slow), "the slow clients must still be sending"
     finally:
         stop.set()
         for t in slow:
             t.join(timeout=5)
-    print(f"median latency: {alone * 1000:.1f} ms alone, {beside * 1000:.1f} ms beside ten slow clients "
-          f"(+{(beside - alone) * 1000:.1f} ms)")
-    assert beside - alone <= 0.1
+    for name, pick in (("fastest", min), ("median", statistics.median)):
+        print(f"{name} of 20: {pick(alone) * 1000:.1f} ms alone, {pick(beside) * 1000:.1f} ms beside ten slow "
+              f"clients ({(pick(beside) - pick(alone)) * 1000:+.1f} ms)")
+    assert min(beside) - min(alone) <= 0.1

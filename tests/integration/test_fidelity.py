@@ -83,7 +83,10 @@ def test_a_list_is_served_in_few_triton_executions(stack, model, count):
                              json={"modelname": model, "payload": {"img": images}})
     assert response.status_code == 200, response.text
     assert len(response.json()["result"]) == count
-    after = executions(stack, model)
+    # Triton records an execution's statistics just after its responses are sent: let them land.
+    deadline = time.monotonic() + 5
+    while (after := executions(stack, model))[1] - before[1] < count and time.monotonic() < deadline:
+        time.sleep(0.05)
     ran, inferred = after[0] - before[0], after[1] - before[1]
     print(f"{model}: {count} images -> {ran} Triton execution(s) ({inferred} inferences; "
           f"max_batch_size {max_batch_size}, bound ceil({count}/{max_batch_size}) = {bound})")

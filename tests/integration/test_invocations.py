@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import boto3
@@ -190,7 +191,10 @@ def test_sixteen_concurrent_requests_are_batched(stack):
     before = model_stats(stack, "resnet")
     with ThreadPoolExecutor(16) as pool:
         statuses = list(pool.map(lambda _: invoke(stack, body).status_code, range(16)))
-    after = model_stats(stack, "resnet")
+    # Triton records an execution's statistics just after its responses are sent: let them land.
+    deadline = time.monotonic() + 5
+    while (after := model_stats(stack, "resnet"))[0] - before[0] < 16 and time.monotonic() < deadline:
+        time.sleep(0.05)
     inferences, executions = after[0] - before[0], after[1] - before[1]
     print(f"16 concurrent requests: {inferences} inferences in {executions} executions")
     assert statuses == [200] * 16

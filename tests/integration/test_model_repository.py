@@ -101,7 +101,10 @@ def test_sixteen_concurrent_requests_form_batches(triton, repository: Path):
     with ThreadPoolExecutor(16) as pool:
         results = list(pool.map(lambda i: triton.infer("resnet", random_inputs(spec, 1, seed=i), outputs=outputs),
                                 range(16)))
-    after = stats()
+    # Triton records an execution's statistics just after its responses are sent: let them land.
+    deadline = time.monotonic() + 5
+    while (after := stats())[0] - before[0] < 16 and time.monotonic() < deadline:
+        time.sleep(0.05)
     inferences, executions = after[0] - before[0], after[1] - before[1]
     print(f"16 concurrent requests: {inferences} inferences in {executions} executions")
     assert all(r.as_numpy("logits").shape == (1, 1000) for r in results)

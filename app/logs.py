@@ -39,6 +39,8 @@ def logging_config(level: str) -> dict[str, Any]:
         "root": {"level": level, "handlers": ["stdout"]},
         "loggers": {
             "gunicorn.error": {"level": level, "handlers": ["stdout"], "propagate": False},
-            "gunicorn.access": {"level": level, "handlers": ["stdout"], "propagate": False},
+            # gunicorn writes access lines whenever a logging config is given; each request is
+            # already one JSON line from app.access (app/observability.py), so these are dropped.
+            "gunicorn.access": {"level": level, "handlers": [], "propagate": False},
         },
     }

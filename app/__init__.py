@@ -25,6 +25,7 @@ from app.errors import (
     UnknownModel,
     UnsupportedMediaType,
 )
+from app.health import ping_answer
 from app.observability import install as install_observability
 from app.settings import Settings
 
@@ -35,8 +36,6 @@ log = logging.getLogger(__name__)
 
 CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
 JSON_TYPE = "application/json"
-HEALTHY, UNHEALTHY = "healthy", "unhealthy"
-READY, UNKNOWN, MISSING = "READY", "UNKNOWN", "UNAVAILABLE"
 UTF8_NAMES = frozenset({"utf-8", "utf8"})
 VERSION_PATTERN = re.compile(r"[1-9][0-9]{0,18}")
 # JSON's \uXXXX escapes can spell a lone UTF-16 surrogate, a string no UTF-8 codec will take.
@@ -172,18 +171,8 @@ def create_app(
 
     @app.get("/ping")
     def ping() -> Response:
-        # At most two short calls, each under settings.ping_timeout_s: the repository index,
-        # then (only when every model is READY) the server's own readiness.
-        try:
-            states = triton.model_states()
-            models = {name: states.get(name, MISSING) for name in served}
-            healthy = all(state == READY for state in models.values()) and triton.server_ready()
-        except ApiError as error:
-            log.warning("ping: %s", error.message)
-            models, healthy = {name: UNKNOWN for name in served}, False
-        return _json_response(
-            {"status": HEALTHY if healthy else UNHEALTHY, "models": models}, 200 if healthy else 503
-        )
+        status, body = ping_answer(triton, served)
+        return _json_response(body, status)
 
     @app.get("/openapi.json")
     def openapi_description() -> Response:

@@ -28,6 +28,7 @@ from typing import IO, Mapping, Sequence
 
 from app import logs
 from app.engines import check_engines
+from app.pingserver import start_ping_server
 from app.settings import (
     MODEL_REPOSITORY,
     PROJECT_ROOT,
@@ -39,6 +40,7 @@ from app.settings import (
     triton_ports,
 )
 from app.tritonserver import TritonNotFound, find_triton, triton_command
+from clients.spec import find_specs
 
 log = logging.getLogger("serve")
 
@@ -114,12 +116,13 @@ class Child:
             return False
 
 
-def render_nginx_conf(template: str, *, port: int, runtime_dir: Path, router_socket: Path,
+def render_nginx_conf(template: str, *, port: int, runtime_dir: Path, router_socket: Path, ping_socket: Path,
                       proxy_timeout_s: float, models: Sequence[str]) -> str:
     values = {
         "PORT": str(port),
         "RUNTIME_DIR": str(runtime_dir),
         "ROUTER_SOCKET": str(router_socket),
+        "PING_SOCKET": str(ping_socket),
         "PROXY_TIMEOUT": str(int(proxy_timeout_s)),
         "DRAIN_TIMEOUT": str(DRAIN_TIMEOUT_S - 1),
         "MODELS_UNKNOWN": json.dumps({name: "UNKNOWN" for name in models}),
@@ -189,10 +192,17 @@ class Supervisor:
         self.children.append(router)
         self._wait_for_socket(router, socket_path)
 
+        ping_socket = runtime_dir / "ping.sock"
+        start_ping_server(
+            ping_socket, router_env[TRITON_GRPC_URL], settings.triton_timeout_s, settings.ping_timeout_s,
+            served=sorted(find_specs(repository)), router_up=lambda: router.alive() and socket_path.exists(),
+        )
+
         conf = runtime_dir / "nginx.conf"
         conf.write_text(render_nginx_conf(
             NGINX_CONF.read_text(), port=settings.port, runtime_dir=runtime_dir, router_socket=socket_path,
-            proxy_timeout_s=settings.server_timeout_s + 5, models=served_models(repository),
+            ping_socket=ping_socket, proxy_timeout_s=settings.server_timeout_s + 5,
+            models=served_models(repository),
         ))
         nginx_argv = [nginx_binary, "-e", "stderr", "-p", str(runtime_dir), "-c", str(conf)]
         self.children.append(Child("nginx", nginx_argv, env))

@@ -76,6 +76,10 @@ def translate_error(
     if status == "UNAVAILABLE" and any(h in lowered for h in _NOT_READY_HINTS):
         # "'resnet' version 1 is not at ready state": loading or unloading
         return ModelNotReady(f"{subject} is not ready in Triton: {message}")
+    if status == "UNAVAILABLE" and "timed out" in lowered:
+        # The port accepted the connection but Triton never spoke (it hangs): a timeout, not a
+        # Triton that is gone.
+        return InferenceTimeout(f"{subject} did not answer: Triton accepted the connection but is not responding")
     if status in ("UNAVAILABLE", "CANCELLED"):
         return TritonUnavailable(f"Triton cannot be reached: {message}")
     return None

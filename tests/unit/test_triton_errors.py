@@ -199,3 +199,12 @@ def test_real_channel_refused_and_hanging():
         with pytest.raises((InferenceTimeout, TritonUnavailable)):
             hanging.infer("resnet", {"input": np.zeros((1, 3), np.float32)}, ["logits"])
         assert time.monotonic() - started < 2.0
+
+
+def test_a_connection_that_times_out_is_a_timeout_not_a_missing_triton():
+    hung = server_error("UNAVAILABLE", "failed to connect to all addresses; last error: UNKNOWN: "
+                        "ipv4:127.0.0.1:8001: connection attempt timed out before receiving SETTINGS frame")
+    assert isinstance(translate_error(hung, "yolov5"), InferenceTimeout)
+    refused = server_error("UNAVAILABLE", "failed to connect to all addresses; last error: UNKNOWN: "
+                           "ipv4:127.0.0.1:8001: Failed to connect to remote host: Connection refused")
+    assert isinstance(translate_error(refused, "yolov5"), TritonUnavailable)

@@ -1,0 +1,36 @@
+"""The answer to SageMaker's ``GET /ping``: healthy only when Triton and every served model are ready.
+
+Used by the Flask router and by ``serve``'s own ping server, which answers ``/ping`` for NGINX so
+that a health check never queues behind long inferences in the router's threads.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Protocol, Sequence
+
+from app.errors import ApiError
+
+log = logging.getLogger(__name__)
+
+HEALTHY, UNHEALTHY = "healthy", "unhealthy"
+READY, UNKNOWN, MISSING = "READY", "UNKNOWN", "UNAVAILABLE"
+
+
+class Readiness(Protocol):
+    def model_states(self) -> dict[str, str]: ...
+
+    def server_ready(self) -> bool: ...
+
+
+def ping_answer(triton: Readiness, served: Sequence[str]) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, body). At most two short calls, each under the client's ping deadline: the
+    repository index, then (only when every model is READY) the server's own readiness."""
+    try:
+        states = triton.model_states()
+        models = {name: states.get(name, MISSING) for name in served}
+        healthy = all(state == READY for state in models.values()) and triton.server_ready()
+    except ApiError as error:
+        log.warning("ping: %s", error.message)
+        models, healthy = {name: UNKNOWN for name in served}, False
+    return (200 if healthy else 503), {"status": HEALTHY if healthy else UNHEALTHY, "models": models}

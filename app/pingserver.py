@@ -1,0 +1,65 @@
+"""``serve``'s own answer to ``GET /ping``, on a unix socket that NGINX routes ``/ping`` to.
+
+The router's threads may all be busy with long inferences; a health check that queued behind them
+would get a healthy instance replaced by SageMaker. This small threaded server in the supervisor
+answers at once, with the same readiness logic as the router (``app.health``), and says unhealthy
+while the router itself is down.
+"""
+
+from __future__ import annotations
+
+import json
+import socketserver
+import threading
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Callable, Sequence
+
+from app.health import UNHEALTHY, UNKNOWN, Readiness, ping_answer
+
+
+class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+    def __init__(self, path: Path, triton: Readiness, served: Sequence[str], router_up: Callable[[], bool]):
+        self.triton, self.served, self.router_up = triton, list(served), router_up
+        super().__init__(str(path), _Handler)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        if self.path != "/ping":
+            self._send(404, {"error": {"code": "not_found", "message": "this socket answers GET /ping only"}})
+            return
+        if not self.server.router_up():
+            self._send(503, {"status": UNHEALTHY, "models": {name: UNKNOWN for name in self.server.served}})
+            return
+        self._send(*ping_answer(self.server.triton, self.server.served))
+
+    def _send(self, status: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def address_string(self) -> str:
+        return "nginx"  # a unix socket has no peer address
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (http.server's signature)
+        pass  # SageMaker pings every few seconds: not worth a log line each
+
+
+def start_ping_server(path: Path, triton_url: str, timeout_s: float, ping_timeout_s: float,
+                      served: Sequence[str], router_up: Callable[[], bool]) -> _Server:
+    """Serve /ping on ``path`` from a daemon thread. Call it after the children are started: the
+    gRPC client it creates must not be inherited by a fork."""
+    from clients.triton import TritonClient
+
+    server = _Server(path, TritonClient(triton_url, timeout_s, ping_timeout_s), served, router_up)
+    path.chmod(0o666)  # NGINX's workers run as another user; the runtime directory guards the socket
+    threading.Thread(target=server.serve_forever, name="ping-server", daemon=True).start()
+    return server

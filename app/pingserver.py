@@ -30,21 +30,25 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-        if self.path != "/ping":
-            self._send(404, {"error": {"code": "not_found", "message": "this socket answers GET /ping only"}})
-            return
-        if not self.server.router_up():
-            self._send(503, {"status": UNHEALTHY, "models": {name: UNKNOWN for name in self.server.served}})
-            return
-        self._send(*ping_answer(self.server.triton, self.server.served))
+        self._answer(with_body=True)
 
-    def _send(self, status: int, body: dict) -> None:
+    def do_HEAD(self) -> None:  # noqa: N802
+        self._answer(with_body=False)
+
+    def _answer(self, with_body: bool) -> None:
+        if self.path != "/ping":
+            status, body = 404, {"error": {"code": "not_found", "message": "this socket answers GET /ping only"}}
+        elif not self.server.router_up():
+            status, body = 503, {"status": UNHEALTHY, "models": {name: UNKNOWN for name in self.server.served}}
+        else:
+            status, body = ping_answer(self.server.triton, self.server.served)
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        self.wfile.write(data)
+        if with_body:
+            self.wfile.write(data)
 
     def address_string(self) -> str:
         return "nginx"  # a unix socket has no peer address

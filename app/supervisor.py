@@ -142,10 +142,6 @@ def find_nginx(env: Mapping[str, str]) -> str:
     return found
 
 
-def served_models(repository: Path) -> list[str]:
-    return sorted(p.name for p in repository.iterdir() if (p / "config.pbtxt").is_file())
-
-
 class Supervisor:
     def __init__(self, settings: Settings, env: Mapping[str, str]):
         self.settings = settings
@@ -192,17 +188,19 @@ class Supervisor:
         self.children.append(router)
         self._wait_for_socket(router, socket_path)
 
+        # The models the router serves (those with a model.toml): what every /ping answer lists.
+        served = sorted(find_specs(repository))
         ping_socket = runtime_dir / "ping.sock"
         start_ping_server(
             ping_socket, router_env[TRITON_GRPC_URL], settings.triton_timeout_s, settings.ping_timeout_s,
-            served=sorted(find_specs(repository)), router_up=lambda: router.alive() and socket_path.exists(),
+            served=served, router_up=lambda: router.alive() and socket_path.exists(),
         )
 
         conf = runtime_dir / "nginx.conf"
         conf.write_text(render_nginx_conf(
             NGINX_CONF.read_text(), port=settings.port, runtime_dir=runtime_dir, router_socket=socket_path,
             ping_socket=ping_socket, proxy_timeout_s=settings.server_timeout_s + 5,
-            models=served_models(repository),
+            models=served,
         ))
         nginx_argv = [nginx_binary, "-e", "stderr", "-p", str(runtime_dir), "-c", str(conf)]
         self.children.append(Child("nginx", nginx_argv, env))

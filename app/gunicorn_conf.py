@@ -4,6 +4,8 @@ Environment: ``GUNICORN_BIND`` (``serve`` sets ``unix:<dir>/router.sock``), ``MO
 ``MODEL_SERVER_THREADS``, ``MODEL_SERVER_TIMEOUT``, ``LOG_LEVEL`` (see ``app/settings.py``).
 """
 
+import os
+
 from app.logs import logging_config
 from app.observability import mark_process_dead
 from app.settings import Settings
@@ -28,6 +30,8 @@ loglevel = _settings.log_level.lower()
 logconfig_dict = logging_config(_settings.log_level)
 # gunicorn's control socket lives at one per-user path; several stacks on a machine would share it.
 control_socket_disable = True
+# Each worker's heartbeat touches a file at every turn of its loop: in memory, not on disk.
+worker_tmp_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None
 
 
 def child_exit(server, worker) -> None:  # noqa: ARG001 (gunicorn's hook signature)

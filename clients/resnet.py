@@ -7,6 +7,13 @@ normalisation), and how the image is fitted to the input's size:
   ``CenterCrop`` (the default, ``resize`` defaulting to the input's size);
 - or ``letterbox = true``: fitted whole, padded with ``pad_color`` (default 114, 114, 114).
 
+``fast_path = true`` (resize and crop only) trades torchvision's exact pixels for about a third of
+the router's work on a photo: a JPEG is decoded at the smallest DCT scale (1/2, 1/4, 1/8) that
+keeps both sides at least ``resize`` (libjpeg's draft mode), and only the crop's region is resized.
+The image comes out slightly softer; the resnet fidelity test holds it to a mean difference of
+3 levels in 255 per photo and the same top-5 as torchvision's tensor. ``false`` (the default)
+gives torchvision's pixels exactly.
+
 ``[postprocess]``: ``labels`` (one name a line, in class order), ``topk`` (the default).
 Result per image: ``[{"label", "index", "score"}, ...]``, best first, scores softmax probabilities
 (``softmax = false`` when the model already outputs probabilities).
@@ -36,7 +43,7 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 class ImageClassificationClient(ImageClient):
     family = "image_classification"
     OPTIONS = (Option("topk", int, 1, 1000, default=3),)
-    PREPROCESS_KEYS = ImageClient.INPUT_KEYS | {"resize", "crop", "letterbox", "pad_color"}
+    PREPROCESS_KEYS = ImageClient.INPUT_KEYS | {"resize", "crop", "letterbox", "pad_color", "fast_path"}
     POSTPROCESS_KEYS = frozenset({"labels", "softmax"})
 
     def __init__(self, spec: ModelSpec, triton: Triton, settings: Settings) -> None:
@@ -58,6 +65,13 @@ class ImageClassificationClient(ImageClient):
             if self.crop != self.width or self.resize < self.crop:
                 raise SpecError(f"{where} crop {self.crop} / resize {self.resize} do not fit the input "
                                 f"{list(spec.inputs[0].dims)}")
+        self.fast_path = pre.get("fast_path", False)
+        if not isinstance(self.fast_path, bool):
+            raise SpecError(f"{where} fast_path must be true or false")
+        if self.fast_path and self.letterbox:
+            raise SpecError(f"{where} fast_path applies to resize and crop, not letterbox")
+        if self.fast_path:
+            self.draft_size = self.resize
         self.apply_softmax = bool(spec.postprocess.get("softmax", True))
 
     def option_limits(self) -> Mapping[str, float]:
@@ -68,6 +82,8 @@ class ImageClassificationClient(ImageClient):
         if self.letterbox:
             pixels, _, _ = images.letterbox(np.asarray(image, dtype=np.uint8), self.width, self.pad_color)
             return pixels
+        if self.fast_path:
+            return np.asarray(images.resize_crop(image, self.resize, self.crop), dtype=np.uint8)
         return np.asarray(images.center_crop(images.resize_short_side(image, self.resize), self.crop), dtype=np.uint8)
 
     def preprocess(self, item: Any, where: str, options: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], None]:

@@ -52,6 +52,7 @@ class ImageClient(ModelClient[Any]):
     content_types = IMAGE_CONTENT_TYPES
     INPUT_KEYS: ClassVar[frozenset[str]] = frozenset({"layout", "channels", *NORMALISATION_KEYS})
     DEFAULT_SCALE: ClassVar[float | None] = None  # the family's scale when the spec gives no normalisation
+    draft_size: int | None = None  # a family that downscales to a known size sets it (decode_image's draft_size)
 
     def __init__(self, spec: ModelSpec, triton: Triton, settings: Settings) -> None:
         self.check_settings(spec)  # before reading them: a misspelt key is named as such
@@ -92,7 +93,7 @@ class ImageClient(ModelClient[Any]):
     def decode(self, item: Any, where: str):
         if not isinstance(item, (str, bytes)):
             raise InvalidInput(f"{where} must be a base64 string (or a list of them)")
-        return images.decode_image(item, where, self.settings.max_image_pixels)
+        return images.decode_image(item, where, self.settings.max_image_pixels, self.draft_size)
 
     def to_tensor(self, pixels: np.ndarray) -> np.ndarray:
         """HWC uint8 RGB of the input's size -> the input tensor of one image (before the dtype cast)."""

@@ -168,6 +168,8 @@ def test_a_detector_of_another_size(tmp_path):
     ("image_classification", "FP32", "scale = 0.1\nresize = 100", "do not fit the input"),
     ("image_classification", "FP32", "scale = 0.1\nletterbox = true\ncrop = 160", "resize and crop do not apply"),
     ("image_classification", "FP32", "scale = 0.1\nlayout = \"CHWN\"", "layout must be one of"),
+    ("image_classification", "FP32", "scale = 0.1\nletterbox = true\nfast_path = true", "fast_path applies to resize"),
+    ("image_classification", "FP32", "scale = 0.1\nfast_path = \"yes\"", "fast_path must be true or false"),
     ("detection", "FP32", "size = 640", "size 640 does not fit the input"),
 ])
 def test_bad_settings_stop_the_start_with_their_name(tmp_path, family, dtype, preprocess, message):

@@ -66,6 +66,40 @@ def test_imagenet_transform_equals_torchvision(width, height, seed):
     np.testing.assert_array_equal(ours, reference)
 
 
+@pytest.mark.parametrize("width, height, seed", SIZES)
+def test_resize_crop_resizes_only_the_crop_within_one_level(width, height, seed):
+    image = photo(width, height, seed)
+    whole = np.asarray(images.center_crop(images.resize_short_side(image, 256), 224)).astype(int)
+    cropped = np.asarray(images.resize_crop(image, 256, 224)).astype(int)
+    assert cropped.shape == whole.shape == (224, 224, 3)
+    assert np.abs(cropped - whole).max() <= 1  # the box's coordinates round differently, nothing more
+    assert (cropped != whole).mean() < 0.01
+
+
+@pytest.mark.parametrize("width, height, draft, decoded", [
+    ((768, 576, 256, (384, 288))),  # 1/2: the short side stays >= 256
+    ((2048, 1536, 256, (512, 384))),  # 1/4
+    ((4000, 3000, 256, (500, 375))),  # 1/8, the smallest scale libjpeg has
+    ((500, 375, 256, (500, 375))),  # under twice the size: decoded whole
+    ((768, 576, None, (768, 576))),  # no draft asked
+])
+def test_jpeg_draft_decodes_at_the_smallest_scale_that_keeps_the_size(width, height, draft, decoded):
+    data = encoded(photo(width, height, 0))
+    image = images.decode_image(data, "x", LIMIT, draft)
+    assert image.size == decoded and image.mode == "RGB"
+    if draft and decoded != (width, height):  # a softer picture of the same scene
+        whole = images.decode_image(data, "x", LIMIT).resize(decoded, Image.BILINEAR)
+        assert np.abs(np.asarray(image).astype(int) - np.asarray(whole)).mean() < 6
+
+
+def test_jpeg_draft_keeps_exif_orientation_and_leaves_png_whole():
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotated 90 degrees: displayed as 576 x 768
+    rotated = images.decode_image(encoded(photo(768, 576, 1), exif=exif), "x", LIMIT, 256)
+    assert rotated.size == (288, 384)
+    assert images.decode_image(encoded(photo(768, 576, 1), "PNG"), "x", LIMIT, 256).size == (768, 576)
+
+
 def test_scale_offset_normalisation_equals_division():
     values = np.arange(256, dtype=np.uint8).reshape(16, 16, 1).repeat(3, axis=2)
     ours = images.to_chw(values, images.normalize_lut(scale=1 / 255, offset=0.0))

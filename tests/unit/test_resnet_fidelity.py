@@ -1,10 +1,12 @@
 """Issue check 1: the image-classification client's preprocessing against torchvision's ImageNet eval
 transform on real photos, and the model's top-5 on both tensors (the built ResNet50 ONNX, random
-weights, run with ONNX Runtime)."""
+weights, run with ONNX Runtime). Both paths: the exact one (``fast_path = false``) and the fast one
+resnet is served with (``fast_path = true``: JPEG draft-mode decode, only the crop resized)."""
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import io
 
 import numpy as np
@@ -29,13 +31,27 @@ REFERENCE = transforms.Compose(
 # difference at all would be a bug, not noise.
 TOLERANCE = 0.0
 
+# Tolerance of the fast path: a mean |ours - torchvision| of at most 3 levels in 255 per photo, and the
+# same top-5. Decoding a JPEG at half (or a quarter, an eighth) of its size averages blocks of
+# pixels (libjpeg's scaled IDCT, a box filter) where torchvision's resize weighs them with a
+# triangle, so the image comes out slightly softer: single pixels on sharp edges move by up to
+# about 50 levels, the mean by 0.5 to 2.3 levels on the four photos here large enough to be drafted
+# (the eagle's feathers the most). Photos smaller than twice 256 pixels, and PNGs, are decoded whole
+# and differ by at most one level, from rounding the crop box. A classifier's answer does not move
+# on that: the top-5 must be equal.
+FAST_MEAN_LEVELS = 3.0
+
 PHOTOS = real_photos()
 
 
-@pytest.fixture(scope="module")
-def client() -> ImageClassificationClient:
+@pytest.fixture(scope="module", params=["exact", "fast"])
+def client(request) -> ImageClassificationClient:
     repository = built_test_repository()
-    return ImageClassificationClient(load_spec(repository / "resnet"), OnnxTriton(repository), Settings())
+    spec = load_spec(repository / "resnet")
+    assert spec.preprocess.get("fast_path") is True  # resnet is served on the fast path
+    fast = request.param == "fast"
+    spec = dataclasses.replace(spec, preprocess={**spec.preprocess, "fast_path": fast})
+    return ImageClassificationClient(spec, OnnxTriton(repository), Settings())
 
 
 def reference_tensor(data: bytes) -> np.ndarray:
@@ -54,16 +70,21 @@ def test_preprocessing_and_top5_equal_torchvision(client, name):
     theirs = reference_tensor(data)
     assert ours.shape == theirs.shape == (3, 224, 224) and ours.dtype == theirs.dtype == np.float32
     max_diff = float(np.max(np.abs(ours - theirs)))
-    assert max_diff <= TOLERANCE
+    levels = np.abs(ours - theirs) * np.asarray(STD, dtype=np.float32)[:, None, None] * 255
+    if client.fast_path:
+        assert float(levels.mean()) <= FAST_MEAN_LEVELS
+    else:
+        assert max_diff <= TOLERANCE
 
     session = client.triton.session(client.name)
     (logits,) = session.run(None, {client.spec.inputs[0].name: np.stack([ours, theirs])})
     top5 = [np.argsort(-softmax(row), kind="stable")[:5].tolist() for row in logits]
     result, _ = client.inference({"img": base64.b64encode(data).decode(), "topk": 5})
     served = [c["index"] for c in result]
-    print(f"{name}: {Image.open(io.BytesIO(data)).size} max|ours - torchvision| = {max_diff:g}; "
+    path = "fast" if client.fast_path else "exact"
+    print(f"{name} ({path}): {Image.open(io.BytesIO(data)).size} max|ours - torchvision| = {max_diff:g} "
+          f"(mean {levels.mean():.2f}, max {levels.max():.1f} levels); "
           f"top-5 ours {top5[0]} torchvision {top5[1]} served {served} "
           f"scores {[round(c['score'], 6) for c in result]}")
     assert top5[0] == top5[1] == served
-    reference_scores = softmax(logits[1])[top5[1]]
-    np.testing.assert_allclose([c["score"] for c in result], reference_scores, rtol=0, atol=1e-6)
+    np.testing.assert_allclose([c["score"] for c in result], softmax(logits[0])[top5[0]], rtol=0, atol=1e-6)

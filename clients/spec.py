@@ -55,6 +55,7 @@ class ModelSpec:
     description: str = ""
     max_queue_delay_microseconds: int = 0
     instance_count: int = 1
+    threads: int = 0  # ONNX Runtime intra-op threads per instance (python target); 0: its default
     export: Mapping[str, Any] = field(default_factory=dict)
     preprocess: Mapping[str, Any] = field(default_factory=dict)
     postprocess: Mapping[str, Any] = field(default_factory=dict)
@@ -104,6 +105,7 @@ def load_spec(folder: str | Path) -> ModelSpec:
         outputs=_tensors(raw.get("outputs"), f"{path}: outputs"),
         max_queue_delay_microseconds=int(raw.get("batching", {}).get("max_queue_delay_microseconds", 0)),
         instance_count=int(raw.get("instances", {}).get("count", 1)),
+        threads=int(raw.get("instances", {}).get("threads", 0)),
         export=dict(raw.get("export", {})),
         preprocess=dict(raw.get("preprocess", {})),
         postprocess=dict(raw.get("postprocess", {})),

@@ -78,7 +78,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--instance-count", action="append", default=[], metavar="[NAME=]N",
                         help="instance_group count; repeatable")
     parser.add_argument("--ort-threads", type=int, default=0,
-                        help="python target: ONNX Runtime intra-op threads per instance (0: its default)")
+                        help="python target: ONNX Runtime intra-op threads per instance (default: the model.toml's "
+                             "[instances] threads, else ONNX Runtime's own)")
     parser.add_argument("--precision", choices=("fp16", "fp32"), default="fp16",
                         help="tensorrt target: engine precision (default: fp16)")
     parser.add_argument("--config-only", action="store_true",
@@ -257,7 +258,7 @@ def tuning_for(spec, options: Options):
         max_batch_size=pick(options.max_batch_size, spec.max_batch_size),
         max_queue_delay_microseconds=pick(options.max_queue_delay_us, spec.max_queue_delay_microseconds),
         instance_count=pick(options.instance_count, spec.instance_count),
-        ort_threads=options.ort_threads,
+        ort_threads=options.ort_threads or spec.threads,
     )
 
 

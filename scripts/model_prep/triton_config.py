@@ -49,6 +49,14 @@ def model_config(spec: ModelSpec, target: str, tuning: Tuning, weights_source: s
     for tensor in spec.outputs:
         config.output.add(name=tensor.name, data_type=_data_type(tensor.dtype), dims=tensor.dims)
     config.dynamic_batching.max_queue_delay_microseconds = tuning.max_queue_delay_microseconds
+    # One request of the largest batch, of zeros, before the model says READY: the first caller
+    # does not pay for ONNX Runtime's (or TensorRT's) first run, and the runtime's memory arena
+    # takes its working size at load time instead of growing under traffic.
+    warmup = config.model_warmup.add(name=f"batch_{tuning.max_batch_size}", batch_size=tuning.max_batch_size, count=1)
+    for tensor in spec.inputs:
+        warmup.inputs[tensor.name].data_type = _data_type(tensor.dtype)
+        warmup.inputs[tensor.name].dims.extend(tensor.dims)
+        warmup.inputs[tensor.name].zero_data = True
     config.instance_group.add(count=tuning.instance_count, kind=INSTANCE_KIND[target])
     if target != PYTHON:
         config.default_model_filename = ARTIFACT[target]

@@ -67,6 +67,16 @@ def test_config_follows_the_spec(repositories, model):
         assert config.dynamic_batching.max_queue_delay_microseconds == spec.max_queue_delay_microseconds
         assert [g.count for g in config.instance_group] == [spec.instance_count]
         assert config.parameters["weights_source"].string_value == "random"
+        if target == "python":
+            assert config.parameters["ort_intra_op_threads"].string_value == str(spec.threads)
+        # warmed up at load on one batch of the largest size, every input zeros of its dtype and dims
+        (warmup,) = config.model_warmup
+        assert warmup.batch_size == spec.max_batch_size and warmup.count == 1
+        assert sorted(warmup.inputs) == sorted(t.name for t in spec.inputs)
+        for tensor in spec.inputs:
+            given = warmup.inputs[tensor.name]
+            assert given.zero_data and list(given.dims) == list(tensor.dims)
+            assert given.data_type == mc.DataType.Value(f"TYPE_{tensor.dtype}")
 
 
 @pytest.mark.parametrize(

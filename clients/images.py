@@ -73,7 +73,8 @@ def decode_image(data: str | bytes, where: str, max_pixels: int, draft_size: int
         scale = 1
         if draft_size and image.format == "JPEG" and min(width, height) >= 2 * draft_size:
             # a square request: the same under any EXIF rotation
-            scale = image.draft("RGB", (draft_size, draft_size)) and image.decoderconfig[0] or 1
+            image.draft("RGB", (draft_size, draft_size))
+            scale = image.decoderconfig[0] if image.decoderconfig else 1  # (scale, 0) once drafted
             if image.getexif().get(EXIF_ORIENTATION, 1) in TRANSPOSING_ORIENTATIONS:
                 width, height = height, width
         image = ImageOps.exif_transpose(image)
@@ -87,15 +88,24 @@ def decode_image(data: str | bytes, where: str, max_pixels: int, draft_size: int
     return image
 
 
+def short_side_size(width: int, height: int, size: int) -> tuple[int, int]:
+    """torchvision ``Resize(size)``'s output (width, height): the short side to ``size``, the long
+    side scaled with it and truncated."""
+    short, long = (width, height) if width <= height else (height, width)
+    new_short, new_long = size, int(size * long / short)
+    return (new_short, new_long) if width <= height else (new_long, new_short)
+
+
+def crop_origin(width: int, height: int, size: int) -> tuple[int, int]:
+    """torchvision ``CenterCrop(size)``'s (left, top) on an image at least ``size`` on each side."""
+    return int(round((width - size) / 2.0)), int(round((height - size) / 2.0))
+
+
 def resize_short_side(image: Image.Image, size: int) -> Image.Image:
     """torchvision ``Resize(size)`` on a PIL image: short side to ``size``, bilinear."""
-    width, height = image.size
-    short, long = (width, height) if width <= height else (height, width)
-    if short == size:
+    if min(image.size) == size:
         return image
-    new_short, new_long = size, int(size * long / short)
-    new_w, new_h = (new_short, new_long) if width <= height else (new_long, new_short)
-    return image.resize((new_w, new_h), Image.BILINEAR)
+    return image.resize(short_side_size(*image.size, size), Image.BILINEAR)
 
 
 def resize_crop(image: Image.Image, size: int, crop: int) -> Image.Image:
@@ -106,12 +116,10 @@ def resize_crop(image: Image.Image, size: int, crop: int) -> Image.Image:
     scaled down to the decoded one."""
     scale = image.info.get(DRAFT_SCALE, 1)
     width, height = image.info.get(FULL_SIZE, image.size)
-    short, long = (width, height) if width <= height else (height, width)
-    new_short, new_long = size, int(size * long / short)
-    new_w, new_h = (new_short, new_long) if width <= height else (new_long, new_short)
+    new_w, new_h = short_side_size(width, height, size)
     if new_w < crop or new_h < crop:  # padding needed: the plain path (never drafted: too small)
         return center_crop(resize_short_side(image, size), crop)
-    top, left = int(round((new_h - crop) / 2.0)), int(round((new_w - crop) / 2.0))
+    left, top = crop_origin(new_w, new_h, crop)
     scale_x, scale_y = width / new_w, height / new_h
     box = (left * scale_x, top * scale_y, (left + crop) * scale_x, (top + crop) * scale_y)
     return image.resize((crop, crop), Image.BILINEAR, box=tuple(v / scale for v in box))
@@ -126,8 +134,7 @@ def center_crop(image: Image.Image, size: int) -> Image.Image:
         padded = Image.new(image.mode, (max(width, size), max(height, size)))
         padded.paste(image, (left, top))
         image, (width, height) = padded, padded.size
-    top = int(round((height - size) / 2.0))
-    left = int(round((width - size) / 2.0))
+    left, top = crop_origin(width, height, size)
     return image.crop((left, top, left + size, top + size))
 
 

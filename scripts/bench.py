@@ -560,34 +560,12 @@ def start_own_stack(repository: Path, log_path: Path) -> OwnStack:
     return OwnStack(proc, port, grpc_port, took)
 
 
-def _children(pid: int) -> list[int]:
-    kids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
-                kids.append(int(entry.name))
-    return kids
-
-
 def router_workers(serve_pid: int) -> list[int]:
-    """The gunicorn workers under a serve we started: children of the gunicorn master."""
-    found, todo = [], [serve_pid]
-    while todo:
-        pid = todo.pop()
-        for kid in _children(pid):
-            todo.append(kid)
-            try:
-                command = Path(f"/proc/{kid}/cmdline").read_bytes()
-            except OSError:
-                continue
-            parent = Path(f"/proc/{pid}/cmdline").read_bytes() if pid != serve_pid else b""
-            if b"gunicorn" in command and b"gunicorn" in parent:
-                found.append(kid)
-    return found
+    """The gunicorn workers under a serve we started: the gunicorn children of a gunicorn process."""
+    from tests.stack import children_of, cmdline, descendants
+
+    gunicorns = [pid for pid in descendants(serve_pid) if "gunicorn" in cmdline(pid)]
+    return [kid for pid in gunicorns for kid in children_of(pid) if "gunicorn" in cmdline(kid)]
 
 
 def rss_mb(pid: int) -> float | None:

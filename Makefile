@@ -18,7 +18,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 SAMPLES := build/samples
 
-.PHONY: help run test models test-models deps nginx samples clean bench soak fuzz audit
+.PHONY: help run test models test-models deps nginx samples clean bench soak fuzz audit lint-imports
 
 help:
 	@echo "make run     install, prepare the models (TARGET=$(TARGET), WEIGHTS=$(WEIGHTS)), serve on :$(PORT)"
@@ -31,8 +31,10 @@ help:
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(VENV)/.serving: requirements.txt requirements-triton.txt | $(PY)
+# The project itself, installed editable: its packages (app, clients, scripts) import from this tree.
+$(VENV)/.serving: requirements.txt requirements-triton.txt pyproject.toml | $(PY)
 	$(PIP) install -r requirements.txt -r requirements-triton.txt
+	$(PIP) install --no-deps -e .
 	touch $@
 
 $(VENV)/.models: requirements-models.txt | $(PY)
@@ -53,16 +55,20 @@ nginx:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx; }
 
 models: $(VENV)/.serving $(VENV)/.models
-	$(PY) scripts/prepare_models.py --target $(TARGET) --weights $(WEIGHTS)
+	$(PY) -m scripts.prepare_models --target $(TARGET) --weights $(WEIGHTS)
 
 test-models: $(VENV)/.serving $(VENV)/.models
-	$(PY) scripts/prepare_models.py --target python --weights random --repository $(TEST_REPOSITORY)
+	$(PY) -m scripts.prepare_models --target python --weights random --repository $(TEST_REPOSITORY)
 
 run: models nginx
 	SAGEMAKER_BIND_TO_PORT=$(PORT) ./serve
 
-test: deps nginx test-models samples
+test: deps nginx test-models samples lint-imports
 	TEST_MODEL_REPOSITORY=$(abspath $(TEST_REPOSITORY)) $(PY) -m pytest tests $(PYTEST_ARGS)
+
+# The layers contract in pyproject.toml: router | serve -> clients -> app.core, no Flask below the router.
+lint-imports: $(VENV)/.serving $(VENV)/.dev
+	$(VENV)/bin/lint-imports
 
 samples: $(SAMPLES)/dog.jpg
 
@@ -78,17 +84,17 @@ clean:
 		models/resnet/labels.txt models/bert_base/vocab.txt
 
 # Against a running stack (`make run` in another shell): BENCH_ARGS="--quick" for a smoke run,
-# `.venv/bin/python scripts/bench.py --help` for the options. Results and plots go to build/bench/.
+# `.venv/bin/python -m scripts.bench --help` for the options. Results and plots go to build/bench/.
 BENCH_ARGS ?=
 bench: $(VENV)/.serving $(VENV)/.dev samples
-	$(PY) scripts/bench.py --url 127.0.0.1:$(PORT) $(BENCH_ARGS)
+	$(PY) -m scripts.bench --url 127.0.0.1:$(PORT) $(BENCH_ARGS)
 
 # Not part of `make test`. SOAK_ARGS="--duration 30" for a short try; FUZZ_EXAMPLES per operation.
 SOAK_ARGS ?=
 FUZZ_EXAMPLES ?= 1000
 
 soak: deps nginx test-models
-	TEST_MODEL_REPOSITORY=$(abspath $(TEST_REPOSITORY)) $(PY) scripts/soak.py $(SOAK_ARGS)
+	TEST_MODEL_REPOSITORY=$(abspath $(TEST_REPOSITORY)) $(PY) -m scripts.soak $(SOAK_ARGS)
 
 fuzz: deps nginx test-models
 	TEST_MODEL_REPOSITORY=$(abspath $(TEST_REPOSITORY)) FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \

@@ -1,10 +1,15 @@
 """The abstract model client: ``inference(payload)`` = options -> preprocess -> Triton -> postprocess.
 
 A family subclass declares its input field, the raw content types it takes and its options
-(type, range, default from the model's ``[postprocess]``), and implements ``preprocess`` (one
-item -> its input arrays and a context) and ``postprocess`` (one item's outputs and its context ->
-the result). Whatever a request needs between the two travels in that context, never on ``self``:
-one client serves many threads at once.
+(type, range, default from the model's ``[postprocess]``), reads its spec settings in ``configure``
+(labels, tokenizer, layout ...), and implements ``preprocess`` (one item -> its input arrays and a
+context) and ``postprocess`` (one item's outputs and its context -> the result). Whatever a request
+needs between the two travels in that context, never on ``self``: one client serves many threads at
+once.
+
+Construction, in ``ModelClient.__init__`` and nowhere else: ``check_settings`` (every key is one
+the family reads), the shared state (spec, name, triton, settings, output names), ``configure``,
+then the options, bounded by ``option_limits`` (which may use what ``configure`` read).
 """
 
 from __future__ import annotations
@@ -18,9 +23,9 @@ from typing import Any, ClassVar, Generic, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from app.errors import InvalidInput
-from app.settings import Settings
-from clients.spec import ModelSpec, SpecError
+from app.core.errors import InvalidInput
+from app.core.settings import Settings
+from app.core.spec import ModelSpec, SpecError
 
 Context = TypeVar("Context")
 
@@ -110,13 +115,15 @@ class ModelClient(ABC, Generic[Context]):
     POSTPROCESS_KEYS: ClassVar[frozenset[str]] = frozenset()  # besides each option and max_<option>
 
     def __init__(self, spec: ModelSpec, triton: Triton, settings: Settings) -> None:
-        self.check_settings(spec)
+        self.check_settings(spec)  # before any is read: a misspelt key is named as such
         self.spec = spec
         self.name = spec.name
         self.triton = triton
         self.settings = settings
         self.output_names = tuple(t.name for t in spec.outputs)
-        self.options: dict[str, Option] = {o.name: self._configure(o) for o in self.OPTIONS}
+        self.configure()
+        limits = self.option_limits()
+        self.options: dict[str, Option] = {o.name: self._bounded(o, limits) for o in self.OPTIONS}
 
     @classmethod
     def check_settings(cls, spec: ModelSpec) -> None:
@@ -125,16 +132,23 @@ class ModelClient(ABC, Generic[Context]):
         option_keys = {key for o in cls.OPTIONS for key in (o.name, f"max_{o.name}")}
         check_keys(spec, "postprocess", spec.postprocess, cls.POSTPROCESS_KEYS | option_keys)
 
+    def configure(self) -> None:
+        """Reads the family's spec settings onto ``self`` (a family calls ``super().configure()``).
+
+        Runs once, after ``check_settings`` and the shared state, before the options are built; a
+        bad setting raises ``SpecError``. Nothing per request belongs here.
+        """
+
     def option_limits(self) -> Mapping[str, float]:
         """Upper bounds that depend on the model (a top-k no larger than its classes)."""
         return {}
 
-    def _configure(self, option: Option) -> Option:
+    def _bounded(self, option: Option, limits: Mapping[str, float]) -> Option:
         """The family's option with the model's default (``[postprocess] <name>``) and bound
         (``[postprocess] max_<name>``, and ``option_limits``)."""
         post = self.spec.postprocess
         maximum = min(option.maximum, post.get(f"max_{option.name}", option.maximum))
-        maximum = min(maximum, self.option_limits().get(option.name, maximum))
+        maximum = min(maximum, limits.get(option.name, maximum))
         bounded = replace(option, maximum=maximum)
         where = f"{self.spec.folder}/model.toml: [postprocess] {option.name}"
         try:

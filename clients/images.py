@@ -23,7 +23,7 @@ import cv2
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from app.errors import InvalidInput
+from app.core.errors import InvalidInput
 
 # Our own limit (settings.max_image_pixels) is checked from the header before decoding;
 # PIL's bomb check would fire first, with its own limit and message, so it is turned off.
@@ -34,6 +34,8 @@ DECODABLE_FORMATS = ("JPEG", "PNG", "BMP", "GIF", "WEBP", "TIFF")
 EXIF_ORIENTATION = 0x0112
 TRANSPOSING_ORIENTATIONS = (5, 6, 7, 8)  # the ones that swap width and height
 DRAFT_SCALE, FULL_SIZE = "draft_scale", "full_size"  # image.info keys set by decode_image's draft
+
+LETTERBOX_COLOR = (114, 114, 114)  # ultralytics' padding grey, the default pad_color of the families
 
 # YOLOv5's non_max_suppression constants.
 MAX_WH = 7680  # per-class box offset, larger than any input side
@@ -202,7 +204,7 @@ def from_input(
 
 
 def letterbox(
-    pixels: np.ndarray, size: int, color: Sequence[int] = (114, 114, 114)
+    pixels: np.ndarray, size: int, color: Sequence[int] = LETTERBOX_COLOR
 ) -> tuple[np.ndarray, float, tuple[float, float]]:
     """ultralytics ``letterbox(im, size, color, auto=False, scaleup=True)``.
 

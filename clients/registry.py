@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
-from app.settings import Settings
+from app.core.settings import Settings
 from clients.base import ModelClient, Triton
-from clients.bert import FillMaskClient
-from clients.resnet import ImageClassificationClient
-from clients.spec import SpecError, find_specs
-from clients.yolov5 import DetectionClient
+from clients.fill_mask import FillMaskClient
+from clients.classification import ImageClassificationClient
+from app.core.spec import SpecError, find_specs
+from clients.detection import DetectionClient
 
 FAMILIES: Mapping[str, type[ModelClient]] = {
     cls.family: cls for cls in (ImageClassificationClient, DetectionClient, FillMaskClient)

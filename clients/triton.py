@@ -20,8 +20,9 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from app.errors import ApiError, InferenceTimeout, InvalidInput, ModelNotReady, TritonUnavailable
-from app.settings import Settings
+from app.core.errors import ApiError, InferenceTimeout, InvalidInput, ModelNotReady, TritonUnavailable
+from app.core.settings import Settings
+from app.core.states import READY, UNAVAILABLE
 
 # tritonclient's own defaults are replaced wholesale when channel_args is given, so the
 # message size limits are repeated here; the backoff caps are the reason to pass them at all.
@@ -32,9 +33,6 @@ CHANNEL_ARGS: tuple[tuple[str, int], ...] = (
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
 )
-
-READY = "READY"
-UNAVAILABLE = "UNAVAILABLE"
 
 # gRPC's own deadline has been seen not to fire on a channel still connecting to a Triton that
 # hangs (SIGSTOP); every call therefore also has a hard stop this much later, enforced here.

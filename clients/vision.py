@@ -17,11 +17,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from app.errors import InvalidInput
-from app.settings import Settings
+from app.core.errors import InvalidInput
+from app.core.spec import ModelSpec, SpecError
 from clients import images
-from clients.base import ModelClient, Triton
-from clients.spec import ModelSpec, SpecError
+from clients.base import ModelClient
 
 IMAGE_CONTENT_TYPES = frozenset({"image/jpeg", "image/png", "application/octet-stream"})
 LAYOUTS = ("NCHW", "NHWC")
@@ -54,8 +53,9 @@ class ImageClient(ModelClient[Any]):
     DEFAULT_SCALE: ClassVar[float | None] = None  # the family's scale when the spec gives no normalisation
     draft_size: int | None = None  # a family that downscales to a known size sets it (decode_image's draft_size)
 
-    def __init__(self, spec: ModelSpec, triton: Triton, settings: Settings) -> None:
-        self.check_settings(spec)  # before reading them: a misspelt key is named as such
+    def configure(self) -> None:
+        super().configure()
+        spec = self.spec
         pre, tensor = spec.preprocess, spec.inputs[0]
         where = f"{spec.folder}/model.toml: [preprocess]"
         self.layout = str(pre.get("layout", "NCHW")).upper()
@@ -67,7 +67,6 @@ class ImageClient(ModelClient[Any]):
             raise SpecError(f"{spec.folder}: input {tensor.name} {list(tensor.dims)} is not a 3-channel {self.layout} image")
         self.height, self.width = (tensor.dims[1:] if self.layout == "NCHW" else tensor.dims[:2])
         self.lut = self._lut(spec, where)
-        super().__init__(spec, triton, settings)
 
     def _lut(self, spec: ModelSpec, where: str) -> np.ndarray | None:
         pre, dtype = spec.preprocess, spec.inputs[0].dtype

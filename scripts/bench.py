@@ -45,9 +45,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from app.core.settings import PROJECT_ROOT as ROOT
 
 DEFAULT_OUT = ROOT / "build" / "bench"
 DEFAULT_IMAGE = ROOT / "build" / "samples" / "dog.jpg"
@@ -296,7 +294,7 @@ def product_requests(model: str, family: str, host: str, port: int, image: bytes
 
 
 def _triton_datatype(array: Any) -> str:
-    from clients.spec import TRITON_TO_NUMPY
+    from app.core.spec import TRITON_TO_NUMPY
 
     return next(name for name, dtype in TRITON_TO_NUMPY.items() if dtype == array.dtype)
 
@@ -511,7 +509,7 @@ class Peer:
 
 def start_peer(model: str, repositories: Sequence[Path], extra_models: Sequence[str], runtime: Path,
                log_path: Path) -> Peer:
-    from app.tritonserver import find_triton, triton_command
+    from app.serve.tritonserver import find_triton, triton_command
 
     install = find_triton()
     http_port, grpc_port, metrics_port, sagemaker_port = free_port_block(4)
@@ -562,7 +560,7 @@ def start_own_stack(repository: Path, log_path: Path) -> OwnStack:
 
 def router_workers(serve_pid: int) -> list[int]:
     """The gunicorn workers under a serve we started: the gunicorn children of a gunicorn process."""
-    from tests.stack import children_of, cmdline, descendants
+    from scripts.devtools import children_of, cmdline, descendants
 
     gunicorns = [pid for pid in descendants(serve_pid) if "gunicorn" in cmdline(pid)]
     return [kid for pid in gunicorns for kid in children_of(pid) if "gunicorn" in cmdline(kid)]
@@ -918,7 +916,7 @@ def bench_model(model: str, callers: Mapping[str, Callable[[], None]], concurren
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    from clients.spec import load_spec
+    from app.core.spec import load_spec
 
     models = [m for m in args.models.split(",") if m]
     concurrencies = [int(c) for c in args.concurrency.split(",") if c]

@@ -117,7 +117,7 @@ def weights_files(values: list[str]) -> dict[str, Path]:
 
 
 def make_options(args: argparse.Namespace) -> Options:
-    from clients.spec import find_specs
+    from app.core.spec import find_specs
 
     source = args.source.resolve()
     available = sorted(find_specs(source)) if source.is_dir() else []
@@ -359,7 +359,7 @@ def prepare_onnx_file(spec, options: Options) -> dict:
 
 
 def run(options: Options) -> int:
-    from clients.spec import load_spec
+    from app.core.spec import load_spec
     from scripts.model_prep import tensorrt_engine
     from scripts.model_prep.recipes import recipes
 
@@ -391,9 +391,7 @@ def run(options: Options) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))
-    from clients.spec import SpecError
+    from app.core.spec import SpecError
     from scripts.model_prep.onnx_export import ExportError
     from scripts.model_prep.recipes import RecipeError
     from scripts.model_prep.tensorrt_engine import EngineError

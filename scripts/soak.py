@@ -31,9 +31,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-if str(PROJECT_ROOT) not in sys.path:
-    sys.path.insert(0, str(PROJECT_ROOT))
+from app.core.settings import PROJECT_ROOT
 
 SAMPLE_EVERY_S = 5.0
 PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
@@ -102,7 +100,7 @@ def send_largest_batches(url: str, repository: Path) -> None:
     buffers now, not during the measured part."""
     import requests
 
-    from clients.spec import find_specs
+    from app.core.spec import find_specs
 
     image = base64.b64encode(jpeg(480, 360, 2)).decode()
     inputs = {"resnet": ("img", image), "yolov5": ("img", image), "bert_base": ("text", "A [MASK] of words.")}
@@ -195,7 +193,7 @@ def processes(stack) -> dict[int, str]:
     """Every process of the stack with its role: serve, triton (and its python stubs), router, nginx.
 
     NGINX's cache loader is left out: it exits by design a minute after the start."""
-    from tests.stack import cmdline
+    from scripts.devtools import cmdline
 
     roles = {stack.proc.pid: "serve"}
     for role, pids in stack.pids().items():
@@ -215,7 +213,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from tests.stack import Stack, built_test_repository
+    from scripts.devtools import Stack, built_test_repository
 
     repository = args.repository if (args.repository / "resnet" / "config.pbtxt").is_file() else built_test_repository()
     args.log_dir.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.stack import Stack, built_test_repository
+from scripts.devtools import Stack, built_test_repository
 
 
 @pytest.fixture(scope="session")

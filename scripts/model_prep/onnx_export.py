@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from clients.spec import ModelSpec, TensorSpec
+from app.core.spec import ModelSpec, TensorSpec
 
 OPSET = 17
 CHECK_BATCH = 2
@@ -44,7 +44,7 @@ def graph_tensors(path: Path) -> tuple[list[TensorSpec], list[TensorSpec]]:
     import onnx
     from onnx.helper import tensor_dtype_to_np_dtype
 
-    from clients.spec import TRITON_TO_NUMPY
+    from app.core.spec import TRITON_TO_NUMPY
 
     numpy_to_triton = {dtype: name for name, dtype in TRITON_TO_NUMPY.items()}
     graph = onnx.load(str(path), load_external_data=False).graph

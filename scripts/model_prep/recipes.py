@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from clients.spec import ModelSpec
+from app.core.spec import ModelSpec
 from scripts.model_prep import yolov5s
 
 YOLOV5S_URL = "https://github.com/ultralytics/yolov5/releases/download/v7.0/yolov5s.pt"

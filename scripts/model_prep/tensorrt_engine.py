@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from clients.spec import ModelSpec
+from app.core.spec import ModelSpec
 
 
 class EngineError(RuntimeError):
@@ -70,8 +70,8 @@ def build_engine(onnx_path: Path, plan_path: Path, spec: ModelSpec, max_batch_si
 
 def record_gpu(plan_path: Path, tensorrt_version: str) -> None:
     """Write the GPU the plan was built on beside it (model.plan.gpu.json): `serve` refuses the
-    plan on another GPU type (app/engines.py). TensorRT builds on the first visible device."""
-    from app import engines
+    plan on another GPU type (app/serve/engines.py). TensorRT builds on the first visible device."""
+    from app.serve import engines
 
     gpus = engines.detect_gpus()
     if gpus:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from clients.spec import ModelSpec
+from app.core.spec import ModelSpec
 
 PYTHON, ONNXRUNTIME, TENSORRT = "python", "onnxruntime", "tensorrt"
 TARGETS = (PYTHON, ONNXRUNTIME, TENSORRT)

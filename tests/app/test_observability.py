@@ -11,7 +11,7 @@ import numpy as np
 from PIL import Image
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.logs import JsonFormatter
+from app.core.logs import JsonFormatter
 
 
 def jpeg() -> str:

@@ -12,9 +12,9 @@ import time
 import pytest
 from PIL import Image
 
-from app import create_app
-from app.errors import InferenceTimeout, ModelNotReady, TritonUnavailable
-from app.settings import Settings
+from app.router import create_app
+from app.core.errors import InferenceTimeout, ModelNotReady, TritonUnavailable
+from app.core.settings import Settings
 from clients.triton import TritonClient
 
 ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
@@ -411,7 +411,7 @@ def test_a_fourth_model_is_configured_not_coded(tmp_path, fake_triton_class):
 
 
 def test_bad_specs_stop_the_start(tmp_path, repository, fake_triton_class):
-    from clients.spec import SpecError
+    from app.core.spec import SpecError
 
     for name in ("yolov5", "resnet", "bert_base"):
         shutil.copytree(repository / name, tmp_path / name)

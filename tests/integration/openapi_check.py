@@ -1,4 +1,4 @@
-"""Check a response against app/openapi.json: its status is documented for the path, and its body
+"""Check a response against app/router/openapi.json: its status is documented for the path, and its body
 matches the schema documented for that status and content type."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from functools import lru_cache
 import jsonschema_rs
 import requests
 
-from app import OPENAPI_PATH
+from app.router import OPENAPI_PATH
 
 
 @lru_cache(maxsize=1)

@@ -22,7 +22,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from tests.stack import ROOT, Stack, free_ports
+from scripts.devtools import ROOT, Stack, free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -156,7 +156,7 @@ def test_dockerignore_matching():
     assert ignored_by(patterns, ".venv/bin/python")
     assert ignored_by(patterns, "app/__pycache__/x.cpython-311.pyc")
     assert ignored_by(patterns, "models/resnet/1/__pycache__/model.cpython-311.pyc")
-    assert not ignored_by(patterns, "app/supervisor.py")
+    assert not ignored_by(patterns, "app/serve/supervisor.py")
     assert not ignored_by(patterns, "models/resnet/config.pbtxt")
 
 

@@ -1,6 +1,6 @@
 """Every error row of CONTRACT.md through NGINX: status, code, and a message naming the field.
 
-The table of bad requests also checks that each answer conforms to app/openapi.json, that /ping is
+The table of bad requests also checks that each answer conforms to app/router/openapi.json, that /ping is
 still 200 after it and that no gunicorn worker was restarted by it. The 503/504 rows need a Triton
 that is loading, hung or gone: they are in test_faults.py.
 """

@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 import requests
 
-from app.tritonserver import find_triton, triton_command
+from app.serve.tritonserver import find_triton, triton_command
 from tests.integration.test_errors import assert_error
 from tests.integration.test_invocations import b64, image_bytes
 from tests.integration.test_supervision import ping_status, wait_until
-from tests.stack import alive, free_ports
+from scripts.devtools import alive, free_ports
 
 pytestmark = pytest.mark.integration
 

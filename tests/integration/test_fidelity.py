@@ -150,7 +150,7 @@ def readme_example() -> tuple[str, str]:
     section = text[text.index("\n## Adding a model\n"):]
     block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
     setup, _, rest = block.partition("# 4.")
-    build = next(line for line in rest.splitlines() if "prepare_models.py" in line)
+    build = next(line for line in rest.splitlines() if "-m scripts.prepare_models" in line)
     return setup, build
 
 
@@ -166,7 +166,7 @@ def fourth_model(repository, tmp_path_factory):
     subprocess.run(["bash", "-euo", "pipefail", "-c", setup.replace(".venv/bin/python", python)],
                    cwd=work, check=True)
     command = build.replace(".venv/bin/python", python).replace(
-        "scripts/prepare_models.py", f"{ROOT}/scripts/prepare_models.py --source {work / 'models'}")
+        "-m scripts.prepare_models", f"-m scripts.prepare_models --source {work / 'models'}")
     done = subprocess.run(["bash", "-c", command], cwd=work, capture_output=True, text=True)
     print(done.stdout + done.stderr)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -1,4 +1,4 @@
-"""Schemathesis against the live stack with app/openapi.json: generated requests (valid and
+"""Schemathesis against the live stack with app/router/openapi.json: generated requests (valid and
 invalid), none answered with a 5xx, every response as the description documents it.
 
 Marked ``fuzz`` (deselect with ``-m "not fuzz"``); ``make fuzz`` runs only this. FUZZ_EXAMPLES sets
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from app import OPENAPI_PATH
+from app.router import OPENAPI_PATH
 
 pytestmark = [pytest.mark.integration, pytest.mark.fuzz]
 

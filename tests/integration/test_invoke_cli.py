@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from tests.stack import ROOT
+from scripts.devtools import ROOT
 
 pytestmark = pytest.mark.integration
 

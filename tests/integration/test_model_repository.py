@@ -14,9 +14,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import np_to_triton_dtype
 
-from app.tritonserver import find_triton, triton_command
-from clients.spec import ModelSpec, find_specs
-from tests.stack import free_ports
+from app.serve.tritonserver import find_triton, triton_command
+from app.core.spec import ModelSpec, find_specs
+from scripts.devtools import free_ports
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from app import OPENAPI_PATH
+from app.router import OPENAPI_PATH
 from tests.integration.openapi_check import assert_conforms
 from tests.integration.test_invocations import b64, image_bytes
 

@@ -22,7 +22,7 @@ import pytest
 import requests
 from PIL import Image
 
-from tests.stack import alive, descendants
+from scripts.devtools import alive, descendants
 
 pytestmark = pytest.mark.integration
 

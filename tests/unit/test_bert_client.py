@@ -11,10 +11,10 @@ import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast, FillMaskPipeline
 
-from app.errors import InvalidInput
-from app.settings import PROJECT_ROOT, Settings
-from clients.bert import FillMaskClient
-from clients.spec import load_spec
+from app.core.errors import InvalidInput
+from app.core.settings import PROJECT_ROOT, Settings
+from clients.fill_mask import FillMaskClient
+from app.core.spec import load_spec
 
 VOCAB_SOURCES = (
     PROJECT_ROOT / "models" / "bert_base" / "vocab.txt",

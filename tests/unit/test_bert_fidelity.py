@@ -12,11 +12,11 @@ import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast, FillMaskPipeline
 
-from app.settings import Settings
-from clients.bert import FillMaskClient
-from clients.spec import load_spec
+from app.core.settings import Settings
+from clients.fill_mask import FillMaskClient
+from app.core.spec import load_spec
 from tests.references import OnnxTriton
-from tests.stack import built_test_repository
+from scripts.devtools import built_test_repository
 
 SENTENCES = [
     "The capital of France is [MASK].",

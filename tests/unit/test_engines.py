@@ -1,4 +1,4 @@
-"""serve refuses TensorRT plans built for another GPU type (app/engines.py), with fake GPU info."""
+"""serve refuses TensorRT plans built for another GPU type (app/serve/engines.py), with fake GPU info."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from app import engines
-from app.engines import EngineMismatch, GpuInfo, check_engines, parse_nvidia_smi, write_record
+from app.serve import engines
+from app.serve.engines import EngineMismatch, GpuInfo, check_engines, parse_nvidia_smi, write_record
 
 T4 = GpuInfo("Tesla T4", "7.5")
 A10G = GpuInfo("NVIDIA A10G", "8.6")
@@ -98,8 +98,8 @@ def test_detect_gpus_on_this_machine_does_not_fail():
 
 def test_serve_refuses_a_foreign_plan_before_starting_anything(tmp_path, monkeypatch):
     """The supervisor's one call: EngineMismatch surfaces from Supervisor.start before any child."""
-    from app.settings import Settings
-    from app.supervisor import Supervisor
+    from app.core.settings import Settings
+    from app.serve.supervisor import Supervisor
 
     make_plan(tmp_path, built_on=T4)
     monkeypatch.setattr(engines, "detect_gpus", lambda: [A10G])

@@ -17,10 +17,13 @@ from onnx import TensorProto, helper
 from PIL import Image
 from tritonclient.grpc import model_config_pb2 as mc
 
-from app.settings import Settings
+from app.core.settings import Settings
+from app.core.spec import SpecError, load_spec
 from clients import images
+from clients.base import ModelClient
+from clients.classification import ImageClassificationClient
 from clients.registry import FAMILIES
-from clients.spec import SpecError, load_spec
+from clients.vision import ImageClient
 from scripts import prepare_models
 
 TINY_TOML = """
@@ -182,6 +185,36 @@ def test_unknown_postprocess_key_is_refused(tmp_path):
     folder = write_model(tmp_path, preprocess="scale = 0.1", postprocess="top_k = 3")
     with pytest.raises(SpecError, match=r"\[postprocess\] top_k is not a setting.*settings: labels, max_topk"):
         client_for(folder)
+
+
+def test_the_base_checks_the_keys_once_then_configures_then_bounds_the_options(tmp_path):
+    folder = write_model(tmp_path, classes=7, preprocess="scale = 0.1", postprocess="topk = 4")
+    calls = []
+
+    class Counting(ImageClassificationClient):
+        @classmethod
+        def check_settings(cls, spec):
+            calls.append("check_settings")
+            super().check_settings(spec)
+
+        def configure(self):
+            calls.append("configure")
+            super().configure()
+            calls.append(f"configured: {len(self.labels)} labels, {self.width}px")
+
+        def option_limits(self):
+            calls.append("option_limits")
+            return super().option_limits()
+
+    client = Counting(load_spec(folder), triton=None, settings=Settings())
+    assert calls == ["check_settings", "configure", "configured: 7 labels, 160px", "option_limits"]
+    assert client.options["topk"].default == 4 and client.options["topk"].maximum == 7  # topk <= classes
+
+
+def test_families_have_no_constructor_of_their_own():
+    for cls in (ImageClient, *FAMILIES.values()):
+        assert "__init__" not in vars(cls), f"{cls.__name__} reads its settings in configure(), not __init__"
+        assert cls.configure is not ModelClient.configure
 
 
 # ---- prepare_models takes a user's ONNX file ------------------------------------------------------

@@ -17,7 +17,7 @@ import torchvision
 from PIL import Image
 from torchvision import transforms
 
-from app.errors import InvalidInput
+from app.core.errors import InvalidInput
 from clients import images
 from tests import yolov5_reference
 

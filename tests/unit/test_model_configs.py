@@ -10,7 +10,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from clients.spec import find_specs
+from app.core.spec import find_specs
 from scripts import prepare_models
 from scripts.model_prep.onnx_export import graph_tensors
 

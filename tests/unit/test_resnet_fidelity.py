@@ -14,11 +14,11 @@ import pytest
 from PIL import Image
 from torchvision import transforms
 
-from app.settings import Settings
-from clients.resnet import ImageClassificationClient, softmax
-from clients.spec import load_spec
+from app.core.settings import Settings
+from clients.classification import ImageClassificationClient, softmax
+from app.core.spec import load_spec
 from tests.references import OnnxTriton, real_photos
-from tests.stack import built_test_repository
+from scripts.devtools import built_test_repository
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 REFERENCE = transforms.Compose(

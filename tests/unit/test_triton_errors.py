@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from app.errors import InferenceTimeout, InvalidInput, ModelNotReady, TritonUnavailable
+from app.core.errors import InferenceTimeout, InvalidInput, ModelNotReady, TritonUnavailable
 from clients import triton as triton_module
 from clients.triton import CHANNEL_ARGS, HARD_STOP_GRACE_S, TritonClient, translate_error
 

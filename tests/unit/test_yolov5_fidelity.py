@@ -18,13 +18,13 @@ import pytest
 import torch
 from PIL import Image
 
-from app.settings import Settings
+from app.core.settings import Settings
 from clients import images
-from clients.spec import load_spec
-from clients.yolov5 import DetectionClient, Letterboxed
+from app.core.spec import load_spec
+from clients.detection import DetectionClient, Letterboxed
 from tests import yolov5_reference
 from tests.references import OnnxTriton, real_photos
-from tests.stack import built_test_repository
+from scripts.devtools import built_test_repository
 from tests.unit.test_images import planted_output
 
 PHOTOS = real_photos()

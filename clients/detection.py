@@ -16,10 +16,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from app.settings import Settings
+from app.core.spec import SpecError
 from clients import images
-from clients.base import Option, Triton
-from clients.spec import ModelSpec, SpecError
+from clients.base import Option
 from clients.vision import ImageClient, read_labels
 
 
@@ -42,13 +41,14 @@ class DetectionClient(ImageClient):
     POSTPROCESS_KEYS = frozenset({"labels"})
     DEFAULT_SCALE = 1 / 255
 
-    def __init__(self, spec: ModelSpec, triton: Triton, settings: Settings) -> None:
+    def configure(self) -> None:
+        spec = self.spec
         self.labels = read_labels(spec, spec.outputs[0].dims[-1] - 5)
-        super().__init__(spec, triton, settings)
+        super().configure()
         self.size = int(spec.preprocess.get("size", self.width))
         if (self.height, self.width) != (self.size, self.size):
             raise SpecError(f"{spec.folder}: size {self.size} does not fit the input {list(spec.inputs[0].dims)}")
-        self.pad_color = tuple(int(c) for c in spec.preprocess.get("pad_color", (114, 114, 114)))
+        self.pad_color = tuple(int(c) for c in spec.preprocess.get("pad_color", images.LETTERBOX_COLOR))
 
     def preprocess(
         self, item: Any, where: str, options: Mapping[str, Any]

@@ -20,10 +20,9 @@ from typing import Any, Mapping
 import numpy as np
 from tokenizers import BertWordPieceTokenizer
 
-from app.errors import InvalidInput
-from app.settings import Settings
-from clients.base import ModelClient, Option, Triton
-from clients.spec import ModelSpec, SpecError
+from app.core.errors import InvalidInput
+from app.core.spec import ModelSpec, SpecError
+from clients.base import ModelClient, Option
 
 MASK_TOKEN = "[MASK]"
 PAD_TOKEN = "[PAD]"
@@ -55,7 +54,9 @@ class FillMaskClient(ModelClient[Encoded]):
     OPTIONS = (Option("topk", int, 1, 50, default=5),)
     PREPROCESS_KEYS = frozenset({"vocab", "lowercase", "sequence_length"})
 
-    def __init__(self, spec: ModelSpec, triton: Triton, settings: Settings) -> None:
+    def configure(self) -> None:
+        super().configure()
+        spec = self.spec
         self.tokenizer = load_tokenizer(spec)
         self.sequence_length = int(spec.preprocess.get("sequence_length", spec.inputs[0].dims[-1]))
         ids = {token: self.tokenizer.token_to_id(token) for token in (MASK_TOKEN, PAD_TOKEN, SEP_TOKEN)}
@@ -70,7 +71,6 @@ class FillMaskClient(ModelClient[Encoded]):
         self.token_type_ids_name = spec.inputs[2].name if len(spec.inputs) == 3 else None
         self.scores_name, self.token_ids_name = (t.name for t in spec.outputs[:2])
         self.candidates = spec.outputs[0].dims[-1]
-        super().__init__(spec, triton, settings)
 
     def option_limits(self) -> Mapping[str, float]:
         return {"topk": self.candidates}  # the model returns this many candidates per position

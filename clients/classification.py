@@ -25,10 +25,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from app.settings import Settings
+from app.core.spec import SpecError
 from clients import images
-from clients.base import Option, Triton
-from clients.spec import ModelSpec, SpecError
+from clients.base import Option
 from clients.vision import IMAGE_CONTENT_TYPES, ImageClient, read_labels
 
 __all__ = ["IMAGE_CONTENT_TYPES", "ImageClassificationClient", "ImageClient", "read_labels", "softmax"]
@@ -46,9 +45,10 @@ class ImageClassificationClient(ImageClient):
     PREPROCESS_KEYS = ImageClient.INPUT_KEYS | {"resize", "crop", "letterbox", "pad_color", "fast_path"}
     POSTPROCESS_KEYS = frozenset({"labels", "softmax"})
 
-    def __init__(self, spec: ModelSpec, triton: Triton, settings: Settings) -> None:
-        self.labels = read_labels(spec, spec.outputs[0].dims[-1])  # before the options: topk <= classes
-        super().__init__(spec, triton, settings)
+    def configure(self) -> None:
+        spec = self.spec
+        self.labels = read_labels(spec, spec.outputs[0].dims[-1])  # option_limits: topk <= classes
+        super().configure()
         pre, where = spec.preprocess, f"{spec.folder}/model.toml: [preprocess]"
         self.letterbox = bool(pre.get("letterbox", False))
         if self.height != self.width:
@@ -56,7 +56,7 @@ class ImageClassificationClient(ImageClient):
         if self.letterbox:
             if "resize" in pre or "crop" in pre:
                 raise SpecError(f"{where} letterbox fits the whole image: resize and crop do not apply")
-            self.pad_color = tuple(int(c) for c in pre.get("pad_color", (114, 114, 114)))
+            self.pad_color = tuple(int(c) for c in pre.get("pad_color", images.LETTERBOX_COLOR))
         else:
             if "pad_color" in pre:
                 raise SpecError(f"{where} pad_color applies to letterbox only")

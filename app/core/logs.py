@@ -1,7 +1,7 @@
 """One JSON object per log line on stdout, for the router's and gunicorn's loggers.
 
 A record's ``fields`` (``extra={"fields": {...}}``) are merged into its object: the access log
-(``app/observability.py``) puts its request id, model, status and durations there.
+(``app/router/observability.py``) puts its request id, model, status and durations there.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def logging_config(level: str) -> dict[str, Any]:
         "loggers": {
             "gunicorn.error": {"level": level, "handlers": ["stdout"], "propagate": False},
             # gunicorn writes access lines whenever a logging config is given; each request is
-            # already one JSON line from app.access (app/observability.py), so these are dropped.
+            # already one JSON line from app.access (app/router/observability.py), so these are dropped.
             "gunicorn.access": {"level": level, "handlers": [], "propagate": False},
         },
     }

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-TRITON_SERVER_BIN = "TRITON_SERVER_BIN"
+from app.core.settings import TRITON_SERVER_BIN
 
 
 class TritonNotFound(RuntimeError):

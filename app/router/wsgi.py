@@ -1,5 +1,5 @@
 """gunicorn's entry point: each worker builds its own app (and gRPC client) after the fork."""
 
-from app import create_app
+from app.router import create_app
 
 app = create_app()

@@ -1,18 +1,18 @@
 """gunicorn settings for the router: threaded workers, each building its app after the fork.
 
 Environment: ``GUNICORN_BIND`` (``serve`` sets ``unix:<dir>/router.sock``), ``MODEL_SERVER_WORKERS``,
-``MODEL_SERVER_THREADS``, ``MODEL_SERVER_TIMEOUT``, ``LOG_LEVEL`` (see ``app/settings.py``).
+``MODEL_SERVER_THREADS``, ``MODEL_SERVER_TIMEOUT``, ``LOG_LEVEL`` (see ``app/core/settings.py``).
 """
 
 import os
 
-from app.logs import logging_config
-from app.observability import mark_process_dead
-from app.settings import Settings
+from app.core.logs import logging_config
+from app.router.observability import mark_process_dead
+from app.core.settings import Settings
 
 _settings = Settings.from_env()
 
-wsgi_app = "app.wsgi:app"
+wsgi_app = "app.router.wsgi:app"
 bind = [_settings.router_bind]
 worker_class = "gthread"
 workers = _settings.workers
@@ -24,7 +24,7 @@ graceful_timeout = 25  # SIGTERM: requests in flight get 25 s (SageMaker kills a
 # or that gunicorn closes after its keep-alive seconds just as NGINX reuses it, answers that
 # request with a 502 (NGINX does not retry a POST). On the unix socket a new connection costs little.
 keepalive = 0
-accesslog = None  # each request is one JSON line from app.access (app/observability.py) instead
+accesslog = None  # each request is one JSON line from app.access (app/router/observability.py) instead
 errorlog = "-"
 loglevel = _settings.log_level.lower()
 logconfig_dict = logging_config(_settings.log_level)

@@ -2,7 +2,7 @@
 
 The router's threads may all be busy with long inferences; a health check that queued behind them
 would get a healthy instance replaced by SageMaker. This small threaded server in the supervisor
-answers at once, with the same readiness logic as the router (``app.health``), and says unhealthy
+answers at once, with the same readiness logic as the router (``app.core.health``), and says unhealthy
 while the router itself is down.
 """
 
@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Callable, Sequence
 
-from app.health import UNHEALTHY, UNKNOWN, Readiness, ping_answer
+from app.core.health import UNHEALTHY, UNKNOWN, Readiness, ping_answer
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):

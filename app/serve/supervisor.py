@@ -26,12 +26,16 @@ import time
 from pathlib import Path
 from typing import IO, Mapping, Sequence
 
-from app import logs
-from app.engines import check_engines
-from app.pingserver import start_ping_server
-from app.settings import (
+from app.core import logs
+from app.serve.engines import check_engines
+from app.serve.pingserver import start_ping_server
+from app.core.settings import (
+    MALLOC_ARENA_MAX,
+    MALLOC_MMAP_THRESHOLD,
     MODEL_REPOSITORY,
+    NGINX_BIN,
     PROJECT_ROOT,
+    PROMETHEUS_MULTIPROC_DIR,
     ROUTER_BIND,
     TRITON_BIND_ADDRESS,
     TRITON_GRPC_URL,
@@ -39,8 +43,9 @@ from app.settings import (
     is_model_repository,
     triton_ports,
 )
-from app.tritonserver import TritonNotFound, find_triton, triton_command
-from clients.spec import find_specs
+from app.serve.tritonserver import TritonNotFound, find_triton, triton_command
+from app.core.spec import find_specs
+from app.core.states import UNKNOWN
 
 log = logging.getLogger("serve")
 
@@ -49,9 +54,7 @@ STOP_GRACE_S = 4  # after a child died: how long the others get before SIGKILL
 POLL_S = 0.1
 ROUTER_START_TIMEOUT_S = 30
 NGINX_CONF = PROJECT_ROOT / "nginx.conf"
-GUNICORN_CONF = PROJECT_ROOT / "app" / "gunicorn_conf.py"
-NGINX_BIN = "NGINX_BIN"
-PROMETHEUS_MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
+GUNICORN_CONF = PROJECT_ROOT / "app" / "router" / "gunicorn_conf.py"
 PR_SET_PDEATHSIG = 1
 
 _stdout_lock = threading.Lock()
@@ -91,7 +94,7 @@ def malloc_env(env: Mapping[str, str]) -> dict[str, str]:
     mappings, given back when freed. The router does without: there the fresh mappings' page
     faults doubled a yolov5 request's CPU time.
     """
-    return {"MALLOC_MMAP_THRESHOLD_": env.get("MALLOC_MMAP_THRESHOLD_", str(1 << 20))}
+    return {MALLOC_MMAP_THRESHOLD: env.get(MALLOC_MMAP_THRESHOLD, str(1 << 20))}
 
 
 class Child:
@@ -139,7 +142,7 @@ def render_nginx_conf(template: str, *, port: int, runtime_dir: Path, router_soc
         "PING_SOCKET": str(ping_socket),
         "PROXY_TIMEOUT": str(int(proxy_timeout_s)),
         "DRAIN_TIMEOUT": str(DRAIN_TIMEOUT_S - 1),
-        "MODELS_UNKNOWN": json.dumps({name: "UNKNOWN" for name in models}),
+        "MODELS_UNKNOWN": json.dumps({name: UNKNOWN for name in models}),
     }
     for key, value in values.items():
         template = template.replace("{{" + key + "}}", value)
@@ -198,9 +201,9 @@ class Supervisor:
             PROMETHEUS_MULTIPROC_DIR: str(metrics_dir),
             # glibc gives every thread that allocates its own arena (up to 8 a core): with a
             # worker's threads decoding images, resident memory climbs by tens of MB for no gain.
-            "MALLOC_ARENA_MAX": env.get("MALLOC_ARENA_MAX", "2"),
+            MALLOC_ARENA_MAX: env.get(MALLOC_ARENA_MAX, "2"),
         }
-        gunicorn_argv = [sys.executable, "-m", "gunicorn", "--config", str(GUNICORN_CONF), "app.wsgi:app"]
+        gunicorn_argv = [sys.executable, "-m", "gunicorn", "--config", str(GUNICORN_CONF), "app.router.wsgi:app"]
         router = Child("router", gunicorn_argv, router_env, cwd=PROJECT_ROOT)
         self.children.append(router)
         self._wait_for_socket(router, socket_path)

@@ -1,6 +1,6 @@
 """The router's error classes, each knowing its HTTP status and code.
 
-Every failure a caller can act on is one of these; the Flask handlers in ``app/__init__.py``
+Every failure a caller can act on is one of these; the Flask handlers in ``app/router/__init__.py``
 turn them into ``{"error": {"code": ..., "message": ...}}``. Anything else is a bug and answers
 an opaque 500 (``internal_error``) with an id that points at the logged traceback.
 """

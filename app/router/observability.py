@@ -7,7 +7,7 @@ the id, model, status and durations (never the payload).
 
 Under gunicorn every worker is a process: with ``PROMETHEUS_MULTIPROC_DIR`` set (``serve`` sets a
 fresh directory per start) the workers write their values there and ``GET /metrics`` adds them up
-across workers; ``child_exit`` in ``app/gunicorn_conf.py`` drops a dead worker's in-flight gauge.
+across workers; ``child_exit`` in ``app/router/gunicorn_conf.py`` drops a dead worker's in-flight gauge.
 Without it (tests of the app in one process) the metrics live in a registry of the app's own.
 """
 
@@ -25,7 +25,7 @@ from flask import Flask, Response, g, request
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
-MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
+from app.core.settings import PROMETHEUS_MULTIPROC_DIR
 REQUEST_ID_HEADERS = ("X-Amzn-SageMaker-Inference-Id", "X-Request-Id")
 RESPONSE_ID_HEADER = "X-Request-Id"
 # A caller's id is kept only when it is short and plain; anything else gets a fresh one.
@@ -49,7 +49,7 @@ class Metrics:
 
 def make_metrics() -> Metrics:
     """The router's metrics, aggregated across worker processes when ``PROMETHEUS_MULTIPROC_DIR`` is set."""
-    multiprocess = bool(os.environ.get(MULTIPROC_DIR))
+    multiprocess = bool(os.environ.get(PROMETHEUS_MULTIPROC_DIR))
     registry = CollectorRegistry()
     if multiprocess:
         MultiProcessCollector(registry)
@@ -77,7 +77,7 @@ def make_metrics() -> Metrics:
 
 def mark_process_dead(pid: int) -> None:
     """gunicorn's ``child_exit``: a dead worker's live gauges no longer count."""
-    if os.environ.get(MULTIPROC_DIR):
+    if os.environ.get(PROMETHEUS_MULTIPROC_DIR):
         from prometheus_client import multiprocess
 
         multiprocess.mark_process_dead(pid)

@@ -9,12 +9,12 @@ from __future__ import annotations
 import logging
 from typing import Any, Protocol, Sequence
 
-from app.errors import ApiError
+from app.core.errors import ApiError
+from app.core.states import READY, UNKNOWN, UNAVAILABLE as MISSING
 
 log = logging.getLogger(__name__)
 
 HEALTHY, UNHEALTHY = "healthy", "unhealthy"
-READY, UNKNOWN, MISSING = "READY", "UNKNOWN", "UNAVAILABLE"
 
 
 class Readiness(Protocol):

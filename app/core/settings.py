@@ -1,0 +1,134 @@
+"""Settings from the environment: every variable's name lives here, read once into a frozen object."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+SAGEMAKER_MODEL_DIR = Path("/opt/ml/model")
+
+# Environment variable names (CONTRACT.md lists the public ones).
+BIND_TO_PORT = "SAGEMAKER_BIND_TO_PORT"
+SAFE_PORT_RANGE = "SAGEMAKER_SAFE_PORT_RANGE"
+WORKERS = "MODEL_SERVER_WORKERS"
+SERVER_TIMEOUT = "MODEL_SERVER_TIMEOUT"
+TRITON_TIMEOUT = "TRITON_TIMEOUT_S"
+MAX_IMAGE_PIXELS = "MAX_IMAGE_PIXELS"
+LOG_LEVEL = "LOG_LEVEL"
+TRITON_BIND_ADDRESS = "TRITON_BIND_ADDRESS"
+# Set by `serve` for the router processes; a developer may set them to use a Triton of their own.
+TRITON_GRPC_URL = "TRITON_GRPC_URL"
+MODEL_REPOSITORY = "MODEL_REPOSITORY"
+ROUTER_THREADS = "MODEL_SERVER_THREADS"
+# Where gunicorn listens; `serve` sets a unix socket that only NGINX reaches.
+ROUTER_BIND = "GUNICORN_BIND"
+# Set by `serve` for the router: prometheus_client's multiprocess directory (app.router.observability).
+PROMETHEUS_MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
+# Where `serve` finds its binaries when they are not on PATH.
+NGINX_BIN = "NGINX_BIN"
+TRITON_SERVER_BIN = "TRITON_SERVER_BIN"
+# glibc's malloc tuning that `serve` sets for its children (app.serve.supervisor.malloc_env).
+MALLOC_MMAP_THRESHOLD = "MALLOC_MMAP_THRESHOLD_"
+MALLOC_ARENA_MAX = "MALLOC_ARENA_MAX"
+# Development: the repository `make test-models` built, for the tests, the soak and the benchmark.
+TEST_MODEL_REPOSITORY = "TEST_MODEL_REPOSITORY"
+
+MAX_BODY_BYTES = 6 * 1024 * 1024  # SageMaker's real-time payload limit
+LOOPBACK = "127.0.0.1"
+TRITON_PORTS = (8000, 8001, 8002)  # HTTP, gRPC, metrics: Triton's own, when no safe port range is set
+
+
+def is_model_repository(path: Path) -> bool:
+    """True when ``path`` holds at least one model folder with a config.pbtxt."""
+    return path.is_dir() and any((p / "config.pbtxt").is_file() for p in path.iterdir() if p.is_dir())
+
+
+def default_model_repository() -> Path:
+    """``/opt/ml/model`` when SageMaker put a Triton repository there, else the image's ``models/``."""
+    if is_model_repository(SAGEMAKER_MODEL_DIR):
+        return SAGEMAKER_MODEL_DIR
+    return PROJECT_ROOT / "models"
+
+
+def triton_ports(env: Mapping[str, str]) -> tuple[int, int, int]:
+    """Triton's HTTP, gRPC and metrics ports: 8000-8002, or the lowest three of the safe range."""
+    spec = env.get(SAFE_PORT_RANGE, "").strip()
+    if not spec:
+        return TRITON_PORTS
+    low, _, high = spec.partition("-")
+    low_port, high_port = int(low), int(high or low)
+    if high_port - low_port < 2:
+        raise ValueError(f"{SAFE_PORT_RANGE}={spec!r} holds fewer than the three ports Triton needs")
+    return low_port, low_port + 1, low_port + 2
+
+
+def _parse(name: str, raw: str, kind: Callable[[str], Any]) -> Any:
+    """A variable's text as its field's type; a number must be positive (an integer at least 1)."""
+    if kind not in (int, float):
+        return kind(raw)
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not {'an integer' if kind is int else 'a number'}") from None
+    if kind is int and value < 1:
+        raise ValueError(f"{name}={value} is below its minimum 1")
+    if not value > 0:
+        raise ValueError(f"{name}={value} must be positive")
+    return value
+
+
+def default_workers() -> int:
+    """One router worker per core."""
+    return os.cpu_count() or 1
+
+
+# The fields read from the environment: each one's variable and type (numbers must be positive).
+ENV_FIELDS: Mapping[str, tuple[str, Callable[[str], Any]]] = {
+    "port": (BIND_TO_PORT, int),
+    "workers": (WORKERS, int),
+    "threads": (ROUTER_THREADS, int),
+    "server_timeout_s": (SERVER_TIMEOUT, float),
+    "triton_timeout_s": (TRITON_TIMEOUT, float),
+    "max_image_pixels": (MAX_IMAGE_PIXELS, int),
+    "log_level": (LOG_LEVEL, str.upper),
+    "triton_grpc_url": (TRITON_GRPC_URL, str),
+    "model_repository": (MODEL_REPOSITORY, Path),
+    "router_bind": (ROUTER_BIND, str),
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every default is the field's own: ``from_env`` gives a field only what its variable says."""
+
+    port: int = 8080
+    workers: int = field(default_factory=default_workers)
+    threads: int = 16
+    server_timeout_s: float = 60.0
+    triton_timeout_s: float = 30.0
+    max_image_pixels: int = 40_000_000
+    log_level: str = "INFO"
+    triton_grpc_url: str = f"{LOOPBACK}:{TRITON_PORTS[1]}"
+    model_repository: Path = field(default_factory=default_model_repository)
+    max_body_bytes: int = MAX_BODY_BYTES
+    # /ping must answer within 2 s even when Triton hangs: each readiness call gets this deadline.
+    ping_timeout_s: float = 0.5
+    # A list input longer than this is refused; shorter lists are split at the model's max_batch_size.
+    max_batch_items: int = 64
+    router_bind: str = "unix:/tmp/router.sock"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
+        """Each field of ``ENV_FIELDS`` from its variable when that is set and not blank, else its default."""
+        env = os.environ if env is None else env
+        _, grpc_port, _ = triton_ports(env)  # a safe port range moves Triton's gRPC port
+        given: dict[str, Any] = {"triton_grpc_url": f"{LOOPBACK}:{grpc_port}"}
+        for name, (variable, kind) in ENV_FIELDS.items():
+            raw = env.get(variable, "").strip()
+            if raw:
+                given[name] = _parse(variable, raw, kind)
+        return cls(**given)
+

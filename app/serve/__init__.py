@@ -1,0 +1,1 @@
+"""``serve``: the supervisor of Triton, the router and NGINX, and its helpers."""

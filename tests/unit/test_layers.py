@@ -1,0 +1,71 @@
+"""The direction of the dependencies (pyproject.toml's import-linter contracts) holds, and breaks
+where it should: a module of the shared layer that imports Flask, or a model client, is refused."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.core.settings import PROJECT_ROOT
+
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+PACKAGES = ("app", "clients", "scripts")
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess:
+    """``lint-imports`` on the packages under ``root`` (first on the path, before the installed tree)."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"], cwd=root, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.fixture
+def tree_copy(tmp_path: Path) -> Path:
+    """The project's packages and contracts in a folder of their own, to break on purpose."""
+    for package in PACKAGES:
+        shutil.copytree(PROJECT_ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(PROJECT_ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    return tmp_path
+
+
+def test_the_contracts_hold_on_the_tree():
+    result = lint_imports(PROJECT_ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
+
+
+def test_the_copy_holds_before_it_is_broken(tree_copy: Path):
+    result = lint_imports(tree_copy)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "broken"),
+    [
+        ("app/core/uses_flask.py", "import flask\n", "Only the router imports the web framework"),
+        ("app/core/uses_client.py", "from clients import base\n", "Layers point one way"),
+        ("clients/uses_router.py", "from app.router import create_app\n", "Layers point one way"),
+        ("app/serve/uses_router.py", "import app.router.wsgi\n", "Layers point one way"),
+    ],
+)
+def test_a_violation_breaks_its_contract(tree_copy: Path, module: str, source: str, broken: str):
+    (tree_copy / module).write_text(source)
+    result = lint_imports(tree_copy)
+    assert result.returncode != 0, result.stdout
+    assert f"{broken}" in result.stdout and "BROKEN" in result.stdout, result.stdout
+    assert module.removesuffix(".py").replace("/", ".") in result.stdout
+
+
+@pytest.mark.parametrize("module", ["app.core.errors", "app.core.settings", "clients.registry", "app.serve.supervisor"])
+def test_below_the_router_nothing_loads_flask(module: str):
+    """In a fresh interpreter: importing the module does not put flask (or werkzeug) in sys.modules."""
+    code = f"import sys, {module}; print(sorted(m for m in ('flask', 'werkzeug') if m in sys.modules))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd="/")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

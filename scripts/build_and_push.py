@@ -21,7 +21,9 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from app.core.settings import PROJECT_ROOT
+
+REPO_ROOT = PROJECT_ROOT
 DEFAULT_REPOSITORY = "sagemaker-multi-model-triton"
 
 

@@ -1,7 +1,9 @@
-"""Start the real stack (`serve`: Triton, gunicorn, NGINX) for tests, and look at its processes."""
+"""Development tools the scripts and the tests share: the real stack (`serve`: Triton, gunicorn,
+NGINX) started on free ports, process helpers that read /proc, and percentiles."""
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import socket
@@ -10,16 +12,25 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Sequence
 
 import requests
 
-ROOT = Path(__file__).resolve().parent.parent
+from app.core.settings import (
+    BIND_TO_PORT,
+    MODEL_REPOSITORY,
+    PROJECT_ROOT,
+    SAFE_PORT_RANGE,
+    TEST_MODEL_REPOSITORY,
+    TRITON_GRPC_URL,
+)
+
+ROOT = PROJECT_ROOT
 DEFAULT_TEST_REPOSITORY = ROOT / "build" / "test-models"
 
 
 def built_test_repository() -> Path:
-    path = Path(os.environ.get("TEST_MODEL_REPOSITORY", DEFAULT_TEST_REPOSITORY))
+    path = Path(os.environ.get(TEST_MODEL_REPOSITORY, DEFAULT_TEST_REPOSITORY))
     if not (path / "resnet" / "config.pbtxt").is_file():
         raise RuntimeError(f"{path} holds no built test models: run `make test-models` (make test does)")
     return path
@@ -41,6 +52,20 @@ def free_ports(count: int, start: int = 20000, stop: int = 60000) -> list[int]:
         if all(_port_free(p) for p in range(low, low + count)):
             return list(range(low, low + count))
     raise RuntimeError("no free ports")
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0-100) with linear interpolation between closest ranks (numpy's
+    default); NaN for no values."""
+    if not values:
+        return math.nan
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile {q} is not within 0-100")
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100.0
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 def process_state(pid: int) -> str | None:
@@ -97,6 +122,7 @@ class Stack:
     log_path: Path | None = None
     _log: IO | None = None
     started_at: float = 0.0
+    start_to_ping_s: float | None = None  # set by whoever waits for /ping (the benchmark)
 
     @property
     def url(self) -> str:
@@ -106,10 +132,10 @@ class Stack:
         ports = free_ports(4)  # one block: the public port and Triton's three never collide
         self.port, self.triton_ports = ports[0], ports[1:]
         env = {
-            **os.environ,
-            "SAGEMAKER_BIND_TO_PORT": str(self.port),
-            "SAGEMAKER_SAFE_PORT_RANGE": f"{self.triton_ports[0]}-{self.triton_ports[2]}",
-            "MODEL_REPOSITORY": str(self.repository),
+            **{key: value for key, value in os.environ.items() if key != TRITON_GRPC_URL},  # its own Triton
+            BIND_TO_PORT: str(self.port),
+            SAFE_PORT_RANGE: f"{self.triton_ports[0]}-{self.triton_ports[2]}",
+            MODEL_REPOSITORY: str(self.repository),
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
             **self.env_extra,
         }

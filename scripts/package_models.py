@@ -24,7 +24,9 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from app.core.settings import PROJECT_ROOT
+from scripts.model_prep import triton_config
+
 SKIPPED_NAMES = {"__pycache__", ".ipynb_checkpoints"}
 SKIPPED_SUFFIXES = {".pyc", ".pyo"}
 # Triton's default artifact per platform / backend (config.pbtxt's default_model_filename overrides).
@@ -36,17 +38,10 @@ class InvalidRepository(ValueError):
     pass
 
 
-def _field(config: str, name: str) -> str | None:
-    match = re.search(rf'^\s*{name}\s*:\s*"([^"]*)"', config, re.MULTILINE)
-    return match.group(1) if match else None
-
-
 def expected_artifact(config_text: str) -> str | None:
-    explicit = _field(config_text, "default_model_filename")
-    if explicit:
-        return explicit
-    kind = _field(config_text, "platform") or _field(config_text, "backend")
-    return ARTIFACTS.get(kind or "")
+    """The artifact Triton loads for this config.pbtxt (read as Triton's own ModelConfig)."""
+    config = triton_config.parse(config_text)
+    return config.default_model_filename or ARTIFACTS.get(config.platform or config.backend)
 
 
 def _skipped(path: Path) -> bool:
@@ -77,7 +72,12 @@ def validate(repository: Path) -> list[Path]:
         versions = sorted(p for p in model.iterdir() if p.is_dir() and p.name.isdigit())
         if not versions:
             problems.append(f"{name}: no numbered version folder (e.g. {name}/1/)")
-        artifact = expected_artifact(config.read_text()) if config.is_file() else None
+        artifact = None
+        if config.is_file():
+            try:
+                artifact = expected_artifact(config.read_text())
+            except triton_config.ParseError as error:
+                problems.append(f"{name}: config.pbtxt is not a Triton model configuration: {error}")
         for version in versions:
             if artifact is not None:
                 path = version / artifact
@@ -176,9 +176,9 @@ def upload(output: Path, url: str, region: str | None, endpoint_url: str | None,
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repository", type=Path, default=REPO_ROOT / "models",
+    parser.add_argument("--repository", type=Path, default=PROJECT_ROOT / "models",
                         help="the Triton model repository (default: models/)")
-    parser.add_argument("--output", type=Path, default=REPO_ROOT / "build" / "model.tar.gz",
+    parser.add_argument("--output", type=Path, default=PROJECT_ROOT / "build" / "model.tar.gz",
                         help="the tarball to write (default: build/model.tar.gz)")
     parser.add_argument("--upload", metavar="S3_URL", help="upload to s3://bucket/key (a key ending in / gets the file name)")
     parser.add_argument("--check-only", action="store_true", help="validate the repository, write nothing")

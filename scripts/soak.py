@@ -31,7 +31,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.core.settings import PROJECT_ROOT
+from app.core.settings import PROJECT_ROOT, TEST_MODEL_REPOSITORY
+from scripts.devtools import DEFAULT_TEST_REPOSITORY, Stack, built_test_repository, cmdline, percentile
 
 SAMPLE_EVERY_S = 5.0
 PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
@@ -56,7 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "per model (120)")
     parser.add_argument("--concurrency", type=int, default=8, help="clients sending at once (8)")
     parser.add_argument("--repository", type=Path,
-                        default=Path(os.environ.get("TEST_MODEL_REPOSITORY", PROJECT_ROOT / "build" / "test-models")),
+                        default=Path(os.environ.get(TEST_MODEL_REPOSITORY, DEFAULT_TEST_REPOSITORY)),
                         help="the Triton model repository to serve (default: build/test-models)")
     parser.add_argument("--max-rss-growth", type=float, default=10.0, help="percent, per process (10)")
     parser.add_argument("--min-rss-growth-mib", type=float, default=8.0,
@@ -193,8 +194,6 @@ def processes(stack) -> dict[int, str]:
     """Every process of the stack with its role: serve, triton (and its python stubs), router, nginx.
 
     NGINX's cache loader is left out: it exits by design a minute after the start."""
-    from scripts.devtools import cmdline
-
     roles = {stack.proc.pid: "serve"}
     for role, pids in stack.pids().items():
         for i, pid in enumerate(pids):
@@ -206,15 +205,8 @@ def processes(stack) -> dict[int, str]:
     return roles
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from scripts.devtools import Stack, built_test_repository
-
     repository = args.repository if (args.repository / "resnet" / "config.pbtxt").is_file() else built_test_repository()
     args.log_dir.mkdir(parents=True, exist_ok=True)
     stack = Stack(repository).start(args.log_dir)
@@ -265,8 +257,8 @@ def report(args, load: Load, roles, baseline, final, trace, replaced, seconds: f
           f"{bad} errors")
     for model in sorted(load.latencies):
         values = load.latencies[model]
-        print(f"  {model:10} {len(values):6} ok  p50 {percentile(values, 0.5) * 1000:7.1f} ms  "
-              f"p99 {percentile(values, 0.99) * 1000:7.1f} ms  mean {statistics.fmean(values) * 1000:7.1f} ms")
+        print(f"  {model:10} {len(values):6} ok  p50 {percentile(values, 50) * 1000:7.1f} ms  "
+              f"p99 {percentile(values, 99) * 1000:7.1f} ms  mean {statistics.fmean(values) * 1000:7.1f} ms")
     if bad:
         failures.append(f"{bad} requests failed: " + "; ".join(load.errors[:5]))
     print("\nprivate = RSS less shared memory; warm: the warm-up's highest; growth: of private memory, from warm "

@@ -74,5 +74,9 @@ def to_text(config: mc.ModelConfig) -> str:
     return text_format.MessageToString(config)
 
 
+ParseError = text_format.ParseError
+
+
 def parse(text: str) -> mc.ModelConfig:
+    """A config.pbtxt's text as Triton's ModelConfig; ParseError when it is not one."""
     return text_format.Parse(text, mc.ModelConfig())

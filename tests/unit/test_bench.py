@@ -9,16 +9,12 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from scripts.bench import (
-    Cell,
-    Figure,
-    _without_dynamic_batching,
-    format_figures,
-    percentile,
-    schedule,
-    target_figures,
-    window_work,
-)
+from app.core.spec import load_spec
+from scripts.bench.load import window_work
+from scripts.bench.peers import _without_dynamic_batching
+from scripts.bench.report import Cell, Figure, format_figures, schedule, target_figures
+from scripts.bench.requests import preprocessed_tensors
+from scripts.devtools import built_test_repository, percentile
 
 
 @pytest.mark.parametrize("q", [0, 1, 50, 95, 99, 100])
@@ -117,3 +113,24 @@ def test_nobatch_config_drops_dynamic_batching_only():
     out = _without_dynamic_batching(config, "resnet_nobatch")
     assert 'name: "resnet_nobatch"' in out and "dynamic_batching" not in out
     assert "max_batch_size: 8" in out and 'backend: "python"' in out
+
+
+def test_model_only_tensors_are_the_clients_own(tmp_path):
+    """Side B sends what the router would: the model's client preprocesses the sample (batch of one)."""
+    from PIL import Image
+
+    from app.core.settings import Settings
+    from clients.registry import build_registry
+
+    image = tmp_path / "sample.jpg"
+    Image.radial_gradient("L").convert("RGB").resize((320, 240)).save(image, "JPEG")
+    repository = built_test_repository()
+    registry = build_registry(repository, triton=None, settings=Settings())
+    for name, item in (("resnet", image.read_bytes()), ("bert_base", "Paris is the [MASK] of France.")):
+        client = registry[name]
+        tensors = preprocessed_tensors(load_spec(repository / name), image, "Paris is the [MASK] of France.")
+        arrays, _ = client.preprocess(item, "sample", client.parse_options({}))
+        for tensor in client.spec.inputs:
+            assert tensors[tensor.name].shape == (1, *tensor.dims)
+            assert tensors[tensor.name].dtype == tensor.numpy_dtype
+            np.testing.assert_array_equal(tensors[tensor.name][0], arrays[tensor.name].astype(tensor.numpy_dtype))

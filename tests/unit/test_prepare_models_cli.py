@@ -11,6 +11,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from scripts import prepare_models
+from scripts.model_prep import options as prepare_options
 from scripts.model_prep import weights
 
 ROOT = prepare_models.REPO_ROOT
@@ -27,7 +28,7 @@ def test_help_runs_as_a_file_and_as_a_module(command):
 
 
 def test_per_model_values():
-    assert prepare_models.per_model(["4", "resnet=16", "bert_base=2", "8"], "--max-batch-size") == {
+    assert prepare_options.per_model(["4", "resnet=16", "bert_base=2", "8"], "--max-batch-size") == {
         "*": 8, "resnet": 16, "bert_base": 2,
     }
 
@@ -35,7 +36,7 @@ def test_per_model_values():
 @pytest.mark.parametrize("value", ["resnet=x", "=", "0"])
 def test_bad_per_model_values_are_refused(value):
     with pytest.raises(SystemExit):
-        prepare_models.per_model([value], "--max-batch-size")
+        prepare_options.per_model([value], "--max-batch-size")
 
 
 def test_unknown_model_is_refused(tmp_path):

@@ -1,0 +1,276 @@
+"""``python -m scripts.bench``: the arguments, the interleaved run of every side, and the report."""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from app.core.settings import MODEL_REPOSITORY, PROJECT_ROOT
+from scripts.bench.constants import (
+    CONCURRENCY,
+    DEFAULT_IMAGE,
+    DEFAULT_OUT,
+    DEFAULT_TEXT,
+    IDENTITY,
+    IDENTITY_TEXT,
+    MODELS,
+    NOBATCH_SUFFIX,
+    PERF_CONCURRENCY,
+)
+from scripts.bench.load import GrpcCaller, HttpCaller, run_load
+from scripts.bench.peers import (
+    router_workers,
+    rss_mb,
+    start_own_stack,
+    start_peer,
+    stop_process,
+    write_bench_repositories,
+)
+from scripts.bench.perf import perf_analyzer_check
+from scripts.bench.report import Cell, format_figures, format_results, plot, schedule, target_figures
+from scripts.bench.requests import grpc_request, peer_requests, preprocessed_tensors, product_requests
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m scripts.bench", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--url", default="127.0.0.1:8080", help="the product's public host:port (NGINX)")
+    p.add_argument("--triton-grpc", default="127.0.0.1:8001", help="the stack's Triton gRPC host:port (side B)")
+    p.add_argument("--repository", type=Path,
+                   default=Path(os.environ.get(MODEL_REPOSITORY) or PROJECT_ROOT / "models"),
+                   help="the model repository the stack serves (the peer Triton and the benchmark's own stack "
+                        "load the same)")
+    p.add_argument("--models", default=",".join(MODELS), help="comma-separated models")
+    p.add_argument("--concurrency", default=",".join(map(str, CONCURRENCY)), help="comma-separated levels")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    p.add_argument("--step-seconds", type=float, default=2.0, help="seconds of load per side per round")
+    p.add_argument("--warmup-seconds", type=float, default=2.0, help="unmeasured load per side before a model")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds one request may take")
+    p.add_argument("--image", type=Path, default=DEFAULT_IMAGE, help="the JPEG sent to the image models")
+    p.add_argument("--text", default=DEFAULT_TEXT, help="the text sent to the fill-mask model")
+    p.add_argument("--no-peer", action="store_true", help="skip C (the peer Triton)")
+    p.add_argument("--no-identity", action="store_true",
+                   help="skip the benchmark's own stack (identity model, start time, worker memory)")
+    p.add_argument("--rss-requests", type=int, default=1000,
+                   help="mixed requests sent to the benchmark's own stack before reading a router worker's memory")
+    p.add_argument("--no-perf-analyzer", action="store_true", help="skip the perf_analyzer cross-check of B")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results.json, plots and logs go here")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: concurrency 1 and 8, one round of 1 s steps, short warm-up")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.concurrency, args.rounds, args.step_seconds, args.warmup_seconds = "1,8", 1, 1.0, 0.5
+        args.rss_requests = min(args.rss_requests, 60)
+    return args
+
+
+def send_mixed(callers: Sequence[Callable[[], None]], total: int, concurrency: int) -> int:
+    """``total`` requests taking the callers in turn, ``concurrency`` at a time; the errors."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(i: int) -> int:
+        try:
+            callers[i % len(callers)]()
+            return 0
+        except Exception:  # counted: the figure is memory, not correctness
+            return 1
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        return sum(pool.map(one, range(total)))
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host or "127.0.0.1", int(port)
+
+
+class Progress:
+    def __init__(self, total: int) -> None:
+        self.total, self.done, self.began = total, 0, time.monotonic()
+
+    def step(self, label: str, summary: Mapping[str, Any]) -> None:
+        self.done += 1
+        elapsed = time.monotonic() - self.began
+        left = elapsed / self.done * (self.total - self.done)
+        errors = f", {summary['errors']} errors" if summary["errors"] else ""
+        print(f"[{self.done}/{self.total} {elapsed:4.0f}s, ~{left:3.0f}s left] {label}: "
+              f"{summary['throughput']:.1f} req/s, p50 {summary['p50_ms']:.1f} ms{errors}", flush=True)
+
+
+def bench_model(model: str, callers: Mapping[str, Callable[[], None]], concurrencies: Sequence[int], args,
+                cells: dict, progress: Progress) -> None:
+    """Warm every side, then the interleaved steps of this model."""
+    for side, call in callers.items():
+        if args.warmup_seconds > 0:
+            run_load(call, max(concurrencies), args.warmup_seconds)
+    for step in schedule([model], {model: list(callers)}, concurrencies, args.rounds):
+        load = run_load(callers[step.side], step.concurrency, args.step_seconds)
+        cell = cells.setdefault(model, {}).setdefault(step.side, {}).setdefault(str(step.concurrency), Cell())
+        one = Cell()
+        for target in (cell, one):
+            target.add(load.latencies_s, load.errors, load.window_s, load.work, load.first_error)
+        progress.step(f"{model} {step.side} c={step.concurrency} round {step.round + 1}", one.summary())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    from app.core.spec import load_spec
+
+    models = [m for m in args.models.split(",") if m]
+    concurrencies = [int(c) for c in args.concurrency.split(",") if c]
+    repository = args.repository.resolve()
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    runtime = out / "runtime"
+    runtime.mkdir(exist_ok=True)
+    if not args.image.is_file():
+        print(f"{args.image} not found: run `make samples`, or pass --image", file=sys.stderr)
+        return 2
+    image = args.image.read_bytes()
+    a_host, a_port = _host_port(args.url)
+    specs = {m: load_spec(repository / m) for m in models}
+
+    # Is the stack up? A clear message beats a table of errors.
+    try:
+        conn = http.client.HTTPConnection(a_host, a_port, timeout=5)
+        conn.request("GET", "/ping")
+        status = conn.getresponse().status
+    except OSError as error:
+        print(f"no stack answers on {args.url} ({error}): start it with `make run`, or pass --url", file=sys.stderr)
+        return 2
+    if status != 200:
+        print(f"{args.url}/ping answers {status}: the stack is not ready", file=sys.stderr)
+        return 2
+
+    sides_per_model = 2 + 1 + (0 if args.no_peer else 2)
+    steps = len(models) * len(concurrencies) * args.rounds * sides_per_model
+    steps += 0 if args.no_peer or "resnet" not in models else len(concurrencies) * args.rounds
+    steps += 0 if args.no_identity else len(concurrencies) * args.rounds * 3
+    progress = Progress(steps)
+    print(f"benchmark: {', '.join(models)} at concurrency {concurrencies}, {args.rounds} rounds of "
+          f"{args.step_seconds:g} s steps ({steps} steps); product at {args.url}, Triton gRPC at {args.triton_grpc}, "
+          f"repository {repository}", flush=True)
+
+    stack_repo, nobatch_repo = write_bench_repositories(out, repository, models)
+    cells: dict[str, dict[str, dict[str, Cell]]] = {}
+    notes: list[str] = []
+    extras: dict[str, float | None] = {}
+    perf: dict[str, Any] = {}
+    log_path = out / "processes.log"
+    log_path.write_bytes(b"")
+
+    for model in models:
+        spec = specs[model]
+        outputs = [t.name for t in spec.outputs]
+        tensors = preprocessed_tensors(spec, args.image, args.text)
+        callers: dict[str, Callable[[], None]] = {
+            side: HttpCaller(r, args.timeout)
+            for side, r in product_requests(model, spec.family, a_host, a_port, image, args.text).items()
+        }
+        closers = [GrpcCaller(args.triton_grpc, grpc_request(model, tensors, outputs), args.timeout)]
+        callers["B"] = closers[0]
+        peer = None
+        if not args.no_peer:
+            extra_models = [f"resnet{NOBATCH_SUFFIX}"] if model == "resnet" else []
+            print(f"starting the peer Triton (SageMaker front end) for {model} ...", flush=True)
+            began = time.monotonic()
+            peer = start_peer(model, [repository, nobatch_repo] if extra_models else [repository], extra_models,
+                              runtime, log_path)
+            print(f"  ready after {time.monotonic() - began:.1f} s, SageMaker port {peer.sagemaker_port}", flush=True)
+            for side, r in peer_requests("127.0.0.1", peer.sagemaker_port, tensors, outputs).items():
+                callers[side] = HttpCaller(r, args.timeout)
+            if extra_models:
+                nobatch = GrpcCaller(f"127.0.0.1:{peer.grpc_port}",
+                                     grpc_request(extra_models[0], tensors, outputs), args.timeout)
+                closers.append(nobatch)
+                callers["B-nobatch"] = nobatch
+        try:
+            bench_model(model, callers, concurrencies, args, cells, progress)
+            if not args.no_perf_analyzer:
+                perf[model] = perf_analyzer_check(model, callers["B"], args, out)
+        finally:
+            for closer in closers:
+                closer.close()
+            if peer is not None:
+                stop_process(peer.proc)
+
+    if not args.no_identity:
+        print("starting the benchmark's own stack (identity model + the served models) ...", flush=True)
+        stack = start_own_stack(stack_repo, out)
+        extras["start_to_ping_s"] = stack.start_to_ping_s
+        print(f"  /ping 200 after {stack.start_to_ping_s:.1f} s on port {stack.port}", flush=True)
+        try:
+            spec = load_spec(stack_repo / IDENTITY)
+            tensors = preprocessed_tensors(spec, args.image, IDENTITY_TEXT)
+            callers = {side: HttpCaller(r, args.timeout) for side, r in
+                       product_requests(IDENTITY, spec.family, "127.0.0.1", stack.port, b"", IDENTITY_TEXT).items()}
+            b = GrpcCaller(f"127.0.0.1:{stack.triton_ports[1]}",
+                           grpc_request(IDENTITY, tensors, [t.name for t in spec.outputs]), args.timeout)
+            callers["B"] = b
+            try:
+                bench_model(IDENTITY, callers, concurrencies, args, cells, progress)
+            finally:
+                b.close()
+            if args.rss_requests > 0:
+                mixed = [HttpCaller(r, args.timeout) for m in models for r in
+                         product_requests(m, specs[m].family, "127.0.0.1", stack.port, image, args.text).values()]
+                print(f"{args.rss_requests} mixed requests ({', '.join(models)}; JSON and raw body) for the "
+                      f"router's memory ...", flush=True)
+                errors = send_mixed(mixed, args.rss_requests, concurrency=4)
+                if errors:
+                    notes.append(f"{errors} of the {args.rss_requests} mixed requests failed")
+            workers = router_workers(stack.proc.pid)
+            sizes = [s for s in (rss_mb(pid) for pid in workers) if s is not None]
+            extras["worker_rss_mb"] = max(sizes) if sizes else None
+            notes.append(f"router worker RSS on the benchmark's own stack after the identity steps and "
+                         f"{args.rss_requests} mixed requests: {', '.join(f'{s:.0f} MB' for s in sizes)} "
+                         f"(workers {workers}); the largest is the figure")
+        finally:
+            stack.stop()
+
+    results = {model: {side: {c: cell.summary() for c, cell in by_c.items()} for side, by_c in sides.items()}
+               for model, sides in cells.items()}
+    figures = target_figures(results, extras)
+    checks = perf
+    report = {
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "results": results,
+        "perf_analyzer_check": checks,
+        "extras": extras,
+        "figures": [{**asdict(f), "passed": f.passed, "mark": f.mark} for f in figures],
+        "notes": notes,
+    }
+    (out / "results.json").write_text(json.dumps(report, indent=2, default=str))
+    plots = plot(results, out)
+
+    print("\n" + format_results(results))
+    if checks:
+        print(f"\nB's client against perf_analyzer, c={PERF_CONCURRENCY} (own client run just before and just after):")
+        for model, check in checks.items():
+            pa = check["perf_analyzer"]
+            if isinstance(pa, dict):
+                own = check["own_client"]
+                print(f"  {model}: perf_analyzer {pa['throughput']:.1f} req/s p50 {pa['p50_ms']:.1f} ms; own client "
+                      f"{own['throughput']:.1f} req/s p50 {own['p50_ms']:.1f} ms (own / perf_analyzer "
+                      f"{check['throughput_ratio']:.2f})")
+            else:
+                print(f"  {model}: perf_analyzer gave no figure: {pa}")
+    print("\n" + format_figures(figures))
+    for note in notes:
+        print(f"note: {note}")
+    print(f"\nwrote {out / 'results.json'}" + "".join(f", {p}" for p in plots))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,18 @@
+"""Names and defaults every part of the benchmark shares."""
+
+from __future__ import annotations
+
+from app.core.settings import PROJECT_ROOT
+
+DEFAULT_OUT = PROJECT_ROOT / "build" / "bench"
+DEFAULT_IMAGE = PROJECT_ROOT / "build" / "samples" / "dog.jpg"
+DEFAULT_TEXT = "The capital of France is [MASK]."
+IDENTITY_TEXT = "hello [MASK] world."
+MODELS = ("resnet", "yolov5", "bert_base")
+CONCURRENCY = (1, 4, 8, 16)
+IDENTITY = "identity"
+NOBATCH_SUFFIX = "_nobatch"
+BINARY_JSON = "application/vnd.sagemaker-triton.binary+json;json-header-size="
+CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
+START_TIMEOUT_S = 300.0
+PERF_CONCURRENCY = 8

@@ -1,0 +1,117 @@
+"""The callers (HTTP keep-alive, gRPC) and the load loop that measures them."""
+
+from __future__ import annotations
+
+import http.client
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from scripts.bench.requests import HttpRequest
+
+
+class HttpCaller:
+    """One keep-alive connection per thread; a non-2xx answer is an error."""
+
+    def __init__(self, request: HttpRequest, timeout_s: float) -> None:
+        self.request = request
+        self.timeout_s = timeout_s
+        self.local = threading.local()
+
+    def __call__(self) -> None:
+        conn = getattr(self.local, "conn", None)
+        if conn is None:
+            conn = self.local.conn = http.client.HTTPConnection(self.request.host, self.request.port,
+                                                                timeout=self.timeout_s)
+        r = self.request
+        try:
+            conn.request("POST", r.path, body=r.body, headers=r.headers)
+            response = conn.getresponse()
+            body = response.read()
+        except (OSError, http.client.HTTPException):
+            conn.close()
+            self.local.conn = None
+            raise
+        if not 200 <= response.status < 300:
+            raise RuntimeError(f"HTTP {response.status}: {body[:200].decode(errors='replace')}")
+
+
+class GrpcCaller:
+    """The ceiling's client: one channel, the prebuilt request, no per-call Python work."""
+
+    def __init__(self, url: str, request: Any, timeout_s: float) -> None:
+        import grpc
+        from tritonclient.grpc import service_pb2_grpc
+
+        self.channel = grpc.insecure_channel(url, options=[("grpc.max_send_message_length", -1),
+                                                           ("grpc.max_receive_message_length", -1)])
+        self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
+        self.request = request
+        self.timeout_s = timeout_s
+
+    def __call__(self) -> None:
+        self.stub.ModelInfer(self.request, timeout=self.timeout_s)
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+def window_work(spans: Sequence[tuple[float, float]], start: float, end: float) -> float:
+    """Requests done inside [start, end]: each request counts for the share of its own duration
+    that falls inside the window. With every thread busy all along, this is the steady-state
+    throughput times the window, free of the ramp-down after the deadline (calls still in flight
+    then are waited for, and their latencies kept, but only their share inside counts)."""
+    done = 0.0
+    for began, ended in spans:
+        took = ended - began
+        if took <= 0:
+            done += 1.0 if start <= ended <= end else 0.0
+            continue
+        done += max(0.0, min(ended, end) - max(began, start)) / took
+    return done
+
+
+@dataclass(frozen=True)
+class Load:
+    latencies_s: list[float]
+    errors: int
+    window_s: float
+    work: float  # requests done within the window (window_work)
+    first_error: str = ""
+
+
+def run_load(call: Callable[[], None], concurrency: int, seconds: float) -> Load:
+    """A closed loop of ``concurrency`` threads calling ``call`` for ``seconds``."""
+    spans: list[list[tuple[float, float]]] = [[] for _ in range(concurrency)]
+    errors = [0] * concurrency
+    first_error: list[str] = []
+    start_gate = threading.Barrier(concurrency + 1)
+    window = [0.0, 0.0]
+
+    def worker(i: int) -> None:
+        start_gate.wait()
+        mine = spans[i]
+        while time.perf_counter() < window[1]:
+            began = time.perf_counter()
+            try:
+                call()
+            except Exception as error:  # counted and reported, the load goes on
+                errors[i] += 1
+                if not first_error:
+                    first_error.append(f"{type(error).__name__}: {error}"[:300])
+                time.sleep(0.01)
+                continue
+            mine.append((began, time.perf_counter()))
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(concurrency)]
+    for t in threads:
+        t.start()
+    window[0] = time.perf_counter()
+    window[1] = window[0] + seconds
+    start_gate.wait()
+    for t in threads:
+        t.join()
+    flat = [span for per in spans for span in per]
+    return Load([e - b for b, e in flat], sum(errors), seconds, window_work(flat, window[0], window[1]),
+                (first_error or [""])[0])

@@ -1,0 +1,216 @@
+"""The processes the benchmark starts: the peer Triton (SageMaker front end), its own stack, and
+the repositories they load (the identity model, resnet without dynamic batching)."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from scripts.bench.constants import IDENTITY, NOBATCH_SUFFIX, START_TIMEOUT_S
+from scripts.devtools import Stack, children_of, cmdline, descendants, free_ports
+
+
+def wait_http(host: str, port: int, path: str, timeout_s: float, proc: subprocess.Popen) -> float:
+    """Seconds until GET path answers 200; raises when the process exits or time runs out."""
+    began = time.monotonic()
+    while time.monotonic() - began < timeout_s:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the process exited with {proc.returncode} before {path} answered 200")
+        try:
+            conn = http.client.HTTPConnection(host, port, timeout=2)
+            conn.request("GET", path)
+            status = conn.getresponse().status
+            conn.close()
+            if status == 200:
+                return time.monotonic() - began
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"{path} on port {port} did not answer 200 within {timeout_s:.0f} s")
+
+
+def stop_process(proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
+    """SIGTERM to the process group we started (Triton cleans its shared memory then)."""
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+@dataclass
+class Peer:
+    """A second Triton with its SageMaker front end, serving one model."""
+
+    proc: subprocess.Popen
+    sagemaker_port: int
+    grpc_port: int
+
+
+def start_peer(model: str, repositories: Sequence[Path], extra_models: Sequence[str], runtime: Path,
+               log_path: Path) -> Peer:
+    from app.serve.tritonserver import find_triton, triton_command
+
+    install = find_triton()
+    http_port, grpc_port, metrics_port, sagemaker_port = free_ports(4)
+    extra = [f"--model-repository={r}" for r in repositories[1:]]
+    extra += ["--allow-sagemaker=true", f"--sagemaker-port={sagemaker_port}",
+              "--model-control-mode=explicit", f"--load-model={model}"]
+    extra += [f"--load-model={m}" for m in extra_models]
+    argv = triton_command(install, repositories[0], (http_port, grpc_port, metrics_port),
+                          backend_dir=install.prepare(runtime), extra_args=extra)
+    env = {**os.environ, **install.env, "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": model}
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    peer = Peer(proc, sagemaker_port, grpc_port)
+    try:
+        for name in (model, *extra_models):
+            wait_http("127.0.0.1", http_port, f"/v2/models/{name}/ready", START_TIMEOUT_S, proc)
+        wait_http("127.0.0.1", sagemaker_port, "/ping", 30, proc)
+    except Exception:
+        stop_process(proc)
+        raise
+    return peer
+
+
+def start_own_stack(repository: Path, log_dir: Path) -> Stack:
+    """``serve`` on ``repository`` on free ports; its ``start_to_ping_s`` is the time to /ping 200."""
+    stack = Stack(repository).start(log_dir)
+    try:
+        stack.start_to_ping_s = stack.wait_healthy(START_TIMEOUT_S)
+    except Exception:
+        stack.stop()
+        raise
+    return stack
+
+
+def router_workers(serve_pid: int) -> list[int]:
+    """The gunicorn workers under a serve we started: the gunicorn children of a gunicorn process."""
+    gunicorns = [pid for pid in descendants(serve_pid) if "gunicorn" in cmdline(pid)]
+    return [kid for pid in gunicorns for kid in children_of(pid) if "gunicorn" in cmdline(kid)]
+
+
+def rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        return None
+    return None
+
+IDENTITY_LENGTH = 16
+IDENTITY_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world", "."]
+
+IDENTITY_TOML = f"""# The benchmark's trivial model: echoes its token ids as the one candidate of every position.
+# It rides the fill_mask family, so the router serves it with no code of its own: the router's
+# own cost (tokenise a short text, one gRPC call on [1, {IDENTITY_LENGTH}] tensors, build the answer).
+family = "fill_mask"
+description = "identity: token ids in, the same ids out (benchmark only)"
+max_batch_size = 8
+
+[[inputs]]
+name = "input_ids"
+dtype = "INT64"
+dims = [{IDENTITY_LENGTH}]
+
+[[inputs]]
+name = "attention_mask"
+dtype = "INT64"
+dims = [{IDENTITY_LENGTH}]
+
+[[outputs]]
+name = "scores"
+dtype = "FP32"
+dims = [{IDENTITY_LENGTH}, 1]
+
+[[outputs]]
+name = "token_ids"
+dtype = "INT64"
+dims = [{IDENTITY_LENGTH}, 1]
+
+[preprocess]
+sequence_length = {IDENTITY_LENGTH}
+vocab = "vocab.txt"
+lowercase = true
+
+[postprocess]
+topk = 1
+max_topk = 1
+"""
+
+IDENTITY_CONFIG = f"""name: "{IDENTITY}"
+backend: "python"
+max_batch_size: 8
+input {{ name: "input_ids" data_type: TYPE_INT64 dims: [{IDENTITY_LENGTH}] }}
+input {{ name: "attention_mask" data_type: TYPE_INT64 dims: [{IDENTITY_LENGTH}] }}
+output {{ name: "scores" data_type: TYPE_FP32 dims: [{IDENTITY_LENGTH}, 1] }}
+output {{ name: "token_ids" data_type: TYPE_INT64 dims: [{IDENTITY_LENGTH}, 1] }}
+instance_group {{ count: 1 kind: KIND_CPU }}
+"""
+
+IDENTITY_MODEL = '''"""The benchmark's identity model: token_ids = input_ids, scores = 1."""
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            ids = pb_utils.get_input_tensor_by_name(request, "input_ids").as_numpy()[..., None]
+            responses.append(pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("scores", np.ones(ids.shape, np.float32)),
+                pb_utils.Tensor("token_ids", ids.astype(np.int64)),
+            ]))
+        return responses
+'''
+
+
+def write_bench_repositories(out: Path, repository: Path, models: Sequence[str]) -> tuple[Path, Path]:
+    """``out/stack-repository``: the identity model and links to the served models (the
+    benchmark's own stack); ``out/nobatch-repository``: resnet without dynamic batching."""
+    stack_repo = out / "stack-repository"
+    if stack_repo.exists():
+        shutil.rmtree(stack_repo)
+    identity = stack_repo / IDENTITY
+    (identity / "1").mkdir(parents=True)
+    (identity / "model.toml").write_text(IDENTITY_TOML)
+    (identity / "config.pbtxt").write_text(IDENTITY_CONFIG)
+    (identity / "vocab.txt").write_text("\n".join(IDENTITY_VOCAB) + "\n")
+    (identity / "1" / "model.py").write_text(IDENTITY_MODEL)
+    for model in models:
+        (stack_repo / model).symlink_to((repository / model).resolve(), target_is_directory=True)
+
+    nobatch_repo = out / "nobatch-repository"
+    if nobatch_repo.exists():
+        shutil.rmtree(nobatch_repo)
+    if "resnet" in models:
+        name = f"resnet{NOBATCH_SUFFIX}"
+        folder = nobatch_repo / name
+        folder.mkdir(parents=True)
+        config = (repository / "resnet" / "config.pbtxt").read_text()
+        folder.joinpath("config.pbtxt").write_text(_without_dynamic_batching(config, name))
+        (folder / "1").symlink_to((repository / "resnet" / "1").resolve(), target_is_directory=True)
+    return stack_repo, nobatch_repo
+
+
+def _without_dynamic_batching(config: str, name: str) -> str:
+    """A config.pbtxt (text format) renamed and with its dynamic_batching block removed."""
+    from scripts.model_prep import triton_config
+
+    parsed = triton_config.parse(config)
+    parsed.name = name
+    parsed.ClearField("dynamic_batching")
+    return triton_config.to_text(parsed)

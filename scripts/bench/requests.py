@@ -1,0 +1,101 @@
+"""What each side sends: the product's HTTP requests, the peer's KServe v2 bodies, B's gRPC request.
+
+The model-only tensors are what the router itself would send: the model's own client preprocesses
+the sample (``clients``), so the benchmark keeps no second copy of resize, letterbox or tokenizer.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from app.core.settings import Settings
+from app.core.spec import ModelSpec
+from scripts.bench.constants import BINARY_JSON, CUSTOM_ATTRIBUTES
+
+
+@dataclass(frozen=True)
+class HttpRequest:
+    host: str
+    port: int
+    path: str
+    body: bytes
+    headers: Mapping[str, str]
+
+
+class _NoTriton:
+    """The client is only asked to preprocess: it never calls Triton."""
+
+    def infer(self, *_: Any, **__: Any) -> Any:
+        raise RuntimeError("the benchmark preprocesses with the client; it does not infer through it")
+
+
+def preprocessed_tensors(spec: ModelSpec, image: Path, text: str) -> dict[str, Any]:
+    """The batch-1 tensors the router would send to Triton for this sample: the model's own client
+    (its family in ``clients.registry``) preprocesses it, with the model's default options."""
+    from clients.registry import FAMILIES
+
+    client = FAMILIES[spec.family](spec, _NoTriton(), Settings())
+    item = text if client.input_field == "text" else image.read_bytes()
+    arrays, _ = client.preprocess(item, "the sample", client.parse_options({}))
+    return client._stack([arrays])
+
+
+def product_requests(model: str, family: str, host: str, port: int, image: bytes, text: str) -> dict[str, HttpRequest]:
+    """A-json and A-raw for one model."""
+    if family == "fill_mask":
+        payload: dict[str, Any] = {"text": text}
+        raw, raw_type = text.encode(), "text/plain; charset=utf-8"
+    else:
+        payload = {"img": base64.b64encode(image).decode("ascii")}
+        raw, raw_type = image, "image/jpeg"
+    envelope = json.dumps({"modelname": model, "payload": payload}).encode()
+    return {
+        "A-json": HttpRequest(host, port, "/invocations", envelope, {"Content-Type": "application/json"}),
+        "A-raw": HttpRequest(host, port, "/invocations", raw,
+                             {"Content-Type": raw_type, CUSTOM_ATTRIBUTES: f"modelname={model}"}),
+    }
+
+
+def _triton_datatype(array: Any) -> str:
+    from app.core.spec import TRITON_TO_NUMPY
+
+    return next(name for name, dtype in TRITON_TO_NUMPY.items() if dtype == array.dtype)
+
+
+def peer_requests(host: str, port: int, tensors: Mapping[str, Any], outputs: Sequence[str]) -> dict[str, HttpRequest]:
+    """C-json (KServe v2 JSON) and C-binary (binary tensor extension, binary outputs) for the peer."""
+    as_json = {
+        "inputs": [{"name": n, "shape": list(a.shape), "datatype": _triton_datatype(a), "data": a.ravel().tolist()}
+                   for n, a in tensors.items()],
+        "outputs": [{"name": o} for o in outputs],
+    }
+    header = json.dumps({
+        "inputs": [{"name": n, "shape": list(a.shape), "datatype": _triton_datatype(a),
+                    "parameters": {"binary_data_size": a.nbytes}} for n, a in tensors.items()],
+        "outputs": [{"name": o, "parameters": {"binary_data": True}} for o in outputs],
+    }).encode()
+    binary = header + b"".join(a.tobytes() for a in tensors.values())
+    return {
+        "C-json": HttpRequest(host, port, "/invocations", json.dumps(as_json).encode(),
+                              {"Content-Type": "application/json"}),
+        "C-binary": HttpRequest(host, port, "/invocations", binary, {"Content-Type": f"{BINARY_JSON}{len(header)}"}),
+    }
+
+
+def grpc_request(model: str, tensors: Mapping[str, Any], outputs: Sequence[str]) -> Any:
+    """One ModelInferRequest, built once and sent as is by every B call."""
+    from tritonclient.grpc import service_pb2
+
+    request = service_pb2.ModelInferRequest(model_name=model)
+    for name, array in tensors.items():
+        tensor = request.inputs.add()
+        tensor.name, tensor.datatype = name, _triton_datatype(array)
+        tensor.shape.extend(array.shape)
+        request.raw_input_contents.append(array.tobytes())
+    for name in outputs:
+        request.outputs.add().name = name
+    return request

@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Mapping
 
 from app.core.settings import Settings
-from clients.base import ModelClient, Triton
-from clients.fill_mask import FillMaskClient
-from clients.classification import ImageClassificationClient
 from app.core.spec import SpecError, find_specs
+from clients.base import ModelClient, Triton
+from clients.classification import ImageClassificationClient
 from clients.detection import DetectionClient
+from clients.fill_mask import FillMaskClient
 
 FAMILIES: Mapping[str, type[ModelClient]] = {
     cls.family: cls for cls in (ImageClassificationClient, DetectionClient, FillMaskClient)

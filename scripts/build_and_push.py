@@ -23,7 +23,6 @@ from typing import Sequence
 
 from app.core.settings import PROJECT_ROOT
 
-REPO_ROOT = PROJECT_ROOT
 DEFAULT_REPOSITORY = "sagemaker-multi-model-triton"
 
 
@@ -59,7 +58,7 @@ def resolve_account(explicit: str | None, region: str, endpoint_url: str | None)
 def default_tag() -> str:
     """The commit's short hash (with -dirty for uncommitted changes), else "latest"."""
     try:
-        result = subprocess.run(["git", "-C", str(REPO_ROOT), "describe", "--always", "--dirty"],
+        result = subprocess.run(["git", "-C", str(PROJECT_ROOT), "describe", "--always", "--dirty"],
                                 capture_output=True, text=True, timeout=10)
     except OSError:
         return "latest"
@@ -96,7 +95,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--region", help="AWS region (default: $AWS_REGION, $AWS_DEFAULT_REGION, AWS config)")
     parser.add_argument("--account", help="AWS account id (default: $AWS_ACCOUNT_ID, else sts get-caller-identity)")
     parser.add_argument("--platform", default="linux/amd64", help="image platform (default: linux/amd64, as SageMaker runs)")
-    parser.add_argument("--context", type=Path, default=REPO_ROOT, help="build context (default: the repository root)")
+    parser.add_argument("--context", type=Path, default=PROJECT_ROOT, help="build context (default: the repository root)")
     parser.add_argument("--endpoint-url", help="AWS endpoint for the sts look-up (tests)")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     return parser.parse_args(argv)

@@ -1,8 +1,10 @@
 """Development tools the scripts and the tests share: the real stack (`serve`: Triton, gunicorn,
-NGINX) started on free ports, process helpers that read /proc, and percentiles."""
+NGINX) or Triton alone started on free ports, the free-port search, process helpers that read /proc
+(state, children, command line, memory), and the one percentile definition."""
 
 from __future__ import annotations
 
+import http.client
 import math
 import os
 import signal
@@ -12,7 +14,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Sequence
+from typing import IO, Mapping, Sequence
 
 import requests
 
@@ -24,9 +26,9 @@ from app.core.settings import (
     TEST_MODEL_REPOSITORY,
     TRITON_GRPC_URL,
 )
+from app.serve.tritonserver import find_triton, triton_command
 
-ROOT = PROJECT_ROOT
-DEFAULT_TEST_REPOSITORY = ROOT / "build" / "test-models"
+DEFAULT_TEST_REPOSITORY = PROJECT_ROOT / "build" / "test-models"
 
 
 def built_test_repository() -> Path:
@@ -105,6 +107,26 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def proc_status(pid: int) -> dict[str, str] | None:
+    """The fields of /proc/<pid>/status ({"VmRSS": "1234 kB", ...}), or None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    return dict((name, value.strip()) for name, _, value in (line.partition(":") for line in text.splitlines()))
+
+
+def status_kib(fields: dict[str, str], name: str) -> int:
+    """A memory field of /proc/<pid>/status in KiB (0 when the kernel does not report it)."""
+    return int(fields.get(name, "0 kB").split()[0])
+
+
+def rss_kib(pid: int) -> int | None:
+    """The resident memory of a process in KiB (VmRSS), or None when it is gone."""
+    fields = proc_status(pid)
+    return None if fields is None else status_kib(fields, "VmRSS")
+
+
 def cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
@@ -112,8 +134,82 @@ def cmdline(pid: int) -> str:
         return ""
 
 
+def stop_group(proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
+    """Stop a process started in its own session (``start_new_session=True``) and all its group:
+    SIGCONT (it may be stopped), SIGTERM (Triton's python backend frees its shared memory then),
+    SIGKILL after ``timeout_s``."""
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGCONT)
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def wait_http(host: str, port: int, path: str, timeout_s: float, proc: subprocess.Popen) -> float:
+    """Seconds until GET ``path`` answers 200; raises when the process exits or time runs out."""
+    began = time.monotonic()
+    while time.monotonic() - began < timeout_s:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the process exited with {proc.returncode} before {path} answered 200")
+        try:
+            conn = http.client.HTTPConnection(host, port, timeout=2)
+            conn.request("GET", path)
+            status = conn.getresponse().status
+            conn.close()
+            if status == 200:
+                return time.monotonic() - began
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"{path} on port {port} did not answer 200 within {timeout_s:.0f} s")
+
+
+@dataclass
+class Triton:
+    """tritonserver alone (no router, no NGINX), in a process group of its own."""
+
+    proc: subprocess.Popen
+    ports: tuple[int, int, int]  # HTTP, gRPC, metrics
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.ports[1]}"
+
+    def wait_ready(self, timeout_s: float, models: Sequence[str] = ()) -> float:
+        """Seconds until the server (or each of ``models``) says ready over HTTP."""
+        began = time.monotonic()
+        for path in [f"/v2/models/{name}/ready" for name in models] or ["/v2/health/ready"]:
+            wait_http("127.0.0.1", self.ports[0], path, timeout_s, self.proc)
+        return time.monotonic() - began
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        stop_group(self.proc, timeout_s)
+
+
+def start_triton(repository: Path, runtime: Path, ports: Sequence[int] | None = None, extra_args: Sequence[str] = (),
+                 env_extra: Mapping[str, str] | None = None, log: IO | None = None) -> Triton:
+    """Triton as ``serve`` would run it (``app.serve.tritonserver``), on ``ports`` (HTTP, gRPC,
+    metrics; three free ones by default); its output goes to ``log``, else nowhere."""
+    install = find_triton()
+    http_port, grpc_port, metrics_port = ports or free_ports(3)
+    argv = triton_command(install, repository, (http_port, grpc_port, metrics_port),
+                          backend_dir=install.prepare(runtime), extra_args=extra_args)
+    proc = subprocess.Popen(argv, env={**os.environ, **install.env, **(env_extra or {})},
+                            stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT if log else subprocess.DEVNULL,
+                            start_new_session=True)
+    return Triton(proc, (http_port, grpc_port, metrics_port))
+
+
 @dataclass
 class Stack:
+    """``serve`` on ``repository``: its public port and Triton's three ports in one free block.
+
+    A variant (the image's layout) overrides ``command``; everything else is shared."""
+
     repository: Path
     env_extra: dict = field(default_factory=dict)
     port: int = 0
@@ -128,6 +224,10 @@ class Stack:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    def command(self) -> tuple[list[str], Path, str]:
+        """What starts ``serve``: its argv, the folder it runs in, and the name of its log."""
+        return [sys.executable, str(PROJECT_ROOT / "serve")], PROJECT_ROOT, "serve"
+
     def start(self, log_dir: Path) -> "Stack":
         ports = free_ports(4)  # one block: the public port and Triton's three never collide
         self.port, self.triton_ports = ports[0], ports[1:]
@@ -136,15 +236,15 @@ class Stack:
             BIND_TO_PORT: str(self.port),
             SAFE_PORT_RANGE: f"{self.triton_ports[0]}-{self.triton_ports[2]}",
             MODEL_REPOSITORY: str(self.repository),
+            # `serve` runs with the python and the binaries of this environment.
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
             **self.env_extra,
         }
-        self.log_path = log_dir / f"serve-{self.port}.log"
+        argv, cwd, name = self.command()
+        self.log_path = log_dir / f"{name}-{self.port}.log"
         self._log = self.log_path.open("wb")
         self.started_at = time.monotonic()
-        self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "serve")], cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT
-        )
+        self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=self._log, stderr=subprocess.STDOUT)
         return self
 
     def ping(self, timeout: float = 5.0) -> requests.Response:
@@ -152,17 +252,11 @@ class Stack:
 
     def wait_healthy(self, timeout: float = 180.0) -> float:
         """Seconds from start until /ping said 200."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"serve exited with {self.proc.returncode}; log:\n{self.log_tail()}")
-            try:
-                if self.ping(timeout=2).status_code == 200:
-                    return time.monotonic() - self.started_at
-            except requests.RequestException:
-                pass
-            time.sleep(0.25)
-        raise RuntimeError(f"/ping not 200 within {timeout} s; log:\n{self.log_tail()}")
+        try:
+            wait_http("127.0.0.1", self.port, "/ping", timeout, self.proc)
+        except (RuntimeError, TimeoutError) as error:
+            raise RuntimeError(f"serve: {error}; log:\n{self.log_tail()}") from None
+        return time.monotonic() - self.started_at
 
     def pids(self) -> dict[str, list[int]]:
         """The stack's processes by role: triton (and its stubs), router (gunicorn), nginx."""

@@ -22,10 +22,13 @@ import sys
 import tarfile
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from app.core.settings import PROJECT_ROOT
 from scripts.model_prep import triton_config
+
+if TYPE_CHECKING:
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 SKIPPED_NAMES = {"__pycache__", ".ipynb_checkpoints"}
 SKIPPED_SUFFIXES = {".pyc", ".pyo"}
@@ -38,9 +41,8 @@ class InvalidRepository(ValueError):
     pass
 
 
-def expected_artifact(config_text: str) -> str | None:
-    """The artifact Triton loads for this config.pbtxt (read as Triton's own ModelConfig)."""
-    config = triton_config.parse(config_text)
+def expected_artifact(config: ModelConfig) -> str | None:
+    """The artifact Triton loads for a model's configuration (its config.pbtxt, as Triton's ModelConfig)."""
     return config.default_model_filename or ARTIFACTS.get(config.platform or config.backend)
 
 
@@ -75,7 +77,7 @@ def validate(repository: Path) -> list[Path]:
         artifact = None
         if config.is_file():
             try:
-                artifact = expected_artifact(config.read_text())
+                artifact = expected_artifact(triton_config.read_config(config))
             except triton_config.ParseError as error:
                 problems.append(f"{name}: config.pbtxt is not a Triton model configuration: {error}")
         for version in versions:

@@ -24,7 +24,6 @@ from pathlib import Path
 from app.core.settings import PROJECT_ROOT
 from scripts.model_prep.options import DEFAULT_SOURCE, Options, make_options, parse_args  # noqa: F401 (the CLI's API)
 
-REPO_ROOT = PROJECT_ROOT
 VERSION = "1"
 DATA_KEYS = ("labels", "vocab")  # spec settings that name a file the router reads
 ONNX_KEY = "onnx"  # [export] onnx = "model.onnx": the user's own ONNX file, in the model's folder
@@ -164,7 +163,7 @@ def write_artifact(spec, options: Options, export, tuning) -> None:
     for stale in ({"model.py"} | set(ARTIFACT.values())) - keep:
         (version / stale).unlink(missing_ok=True)
     if options.target == PYTHON:
-        shutil.copyfile(REPO_ROOT / "scripts" / "model_prep" / "triton_python_model.py", version / "model.py")
+        shutil.copyfile(PROJECT_ROOT / "scripts" / "model_prep" / "triton_python_model.py", version / "model.py")
     if options.config_only:
         return
     if options.target == TENSORRT:

@@ -32,7 +32,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.core.settings import PROJECT_ROOT, TEST_MODEL_REPOSITORY
-from scripts.devtools import DEFAULT_TEST_REPOSITORY, Stack, built_test_repository, cmdline, percentile
+from scripts.devtools import (
+    DEFAULT_TEST_REPOSITORY,
+    Stack,
+    built_test_repository,
+    cmdline,
+    percentile,
+    proc_status,
+    status_kib,
+)
 
 SAMPLE_EVERY_S = 5.0
 PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
@@ -115,14 +123,14 @@ def send_largest_batches(url: str, repository: Path) -> None:
 
 
 def sample(pid: int) -> Sample | None:
+    fields = proc_status(pid)
+    if fields is None:
+        return None
     try:
-        status = Path(f"/proc/{pid}/status").read_text()
         fds = len(os.listdir(f"/proc/{pid}/fd"))
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
-    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-    kib = {name: int(fields.get(name, "0 kB").split()[0]) for name in ("VmRSS", "RssShmem")}
-    return Sample(kib["VmRSS"], fds, kib["RssShmem"])
+    return Sample(status_kib(fields, "VmRSS"), fds, status_kib(fields, "RssShmem"))
 
 
 class Load:

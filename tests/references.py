@@ -10,8 +10,9 @@ from typing import Mapping, Sequence
 import numpy as np
 from PIL import Image
 
-ROOT = Path(__file__).resolve().parent.parent
-SAMPLES = ROOT / "build" / "samples"
+from app.core.settings import PROJECT_ROOT
+
+SAMPLES = PROJECT_ROOT / "build" / "samples"
 DARKNET_PHOTOS = ("dog", "person", "horses", "eagle", "giraffe", "kite")
 SKIMAGE_PHOTOS = ("chelsea", "coffee", "astronaut", "rocket")
 
@@ -19,7 +20,7 @@ SKIMAGE_PHOTOS = ("chelsea", "coffee", "astronaut", "rocket")
 def darknet_photos() -> dict[str, bytes]:
     """The JPEGs of Debian's darknet package, fetched by `make samples` when they are missing."""
     if not all((SAMPLES / f"{name}.jpg").is_file() for name in DARKNET_PHOTOS):
-        subprocess.run(["make", "samples"], cwd=ROOT, check=True)
+        subprocess.run(["make", "samples"], cwd=PROJECT_ROOT, check=True)
     return {f"{name}.jpg": (SAMPLES / f"{name}.jpg").read_bytes() for name in DARKNET_PHOTOS}
 
 

@@ -1,13 +1,19 @@
 """The router's error classes, each knowing its HTTP status and code.
 
-Every failure a caller can act on is one of these; the Flask handlers in ``app/router/__init__.py``
-turn them into ``{"error": {"code": ..., "message": ...}}``. Anything else is a bug and answers
-an opaque 500 (``internal_error``) with an id that points at the logged traceback.
+Every failure a caller can act on is one of these, and every ``{"error": {"code", "message"}}``
+body the endpoint answers comes from ``ApiError.body``: the router's handlers
+(``app/router/handlers.py``), ``serve``'s ping server, and the answers NGINX gives on its own
+(``NGINX_ERRORS``, written into ``nginx.conf`` by ``app/serve/nginx.py``). Anything else is a bug
+and answers an opaque 500 (``InternalError``) with an id that points at the logged traceback.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
+
+from app.core.settings import MAX_BODY_BYTES
 
 
 class ApiError(Exception):
@@ -22,6 +28,26 @@ class ApiError(Exception):
 
     def body(self) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": self.message}}
+
+    def json(self) -> str:
+        return json.dumps(self.body(), ensure_ascii=False)
+
+    @classmethod
+    def for_status(cls, status: int, name: str, message: str) -> "ApiError":
+        """An HTTP status none of the classes below stands for; its code is made from its name."""
+        error = cls(message)
+        error.status, error.code = status, re.sub(r"\W+", "_", name.lower()).strip("_") or "error"
+        return error
+
+
+class InternalError(ApiError):
+    """A bug: the caller gets only the id under which the traceback was logged."""
+
+    status, code = 500, "internal_error"
+
+    def __init__(self, error_id: str) -> None:
+        super().__init__(f"internal error; its id is {error_id}")
+        self.error_id = error_id
 
 
 class InvalidJson(ApiError):
@@ -56,6 +82,12 @@ class ModelNotReady(ApiError):
     status, code = 503, "model_not_ready"
 
 
+class RouterUnavailable(ApiError):
+    """Answered by NGINX when the router's socket does not answer (starting, restarting)."""
+
+    status, code = 503, "router_unavailable"
+
+
 class TritonUnavailable(ApiError):
     status, code = 503, "triton_unavailable"
 
@@ -70,4 +102,16 @@ HTTP_STATUS_ERRORS: dict[int, type[ApiError]] = {
     405: MethodNotAllowed,
     413: PayloadTooLarge,
     415: UnsupportedMediaType,
+}
+
+# What NGINX answers by itself, without the router: the nginx.conf field each fills
+# (``{{<name>_BODY}}``), and the error whose body it is.
+NGINX_ERRORS: dict[str, ApiError] = {
+    "PING_METHOD_NOT_ALLOWED": MethodNotAllowed("/ping takes GET only"),
+    "NOT_FOUND": NotFound("no such path; the endpoint serves POST /invocations and GET /ping"),
+    "PAYLOAD_TOO_LARGE": PayloadTooLarge(
+        f"request body is over {MAX_BODY_BYTES // (1024 * 1024)} MiB ({MAX_BODY_BYTES} bytes), "
+        "the SageMaker real-time limit"
+    ),
+    "ROUTER_UNAVAILABLE": RouterUnavailable("the router is not running yet or is restarting; try again shortly"),
 }

@@ -10,7 +10,8 @@ import logging
 from typing import Any, Protocol, Sequence
 
 from app.core.errors import ApiError
-from app.core.states import READY, UNKNOWN, UNAVAILABLE as MISSING
+from app.core.states import READY, UNKNOWN
+from app.core.states import UNAVAILABLE as MISSING
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +24,11 @@ class Readiness(Protocol):
     def server_ready(self) -> bool: ...
 
 
+def unhealthy(served: Sequence[str]) -> dict[str, Any]:
+    """The body of a 503 when the models' states cannot be known (Triton or the router unreachable)."""
+    return {"status": UNHEALTHY, "models": {name: UNKNOWN for name in served}}
+
+
 def ping_answer(triton: Readiness, served: Sequence[str]) -> tuple[int, dict[str, Any]]:
     """(HTTP status, body). At most two short calls, each under the client's ping deadline: the
     repository index, then (only when every model is READY) the server's own readiness."""
@@ -32,5 +38,5 @@ def ping_answer(triton: Readiness, served: Sequence[str]) -> tuple[int, dict[str
         healthy = all(state == READY for state in models.values()) and triton.server_ready()
     except ApiError as error:
         log.warning("ping: %s", error.message)
-        models, healthy = {name: UNKNOWN for name in served}, False
+        return 503, unhealthy(served)
     return (200 if healthy else 503), {"status": HEALTHY if healthy else UNHEALTHY, "models": models}

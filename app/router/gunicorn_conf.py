@@ -7,8 +7,8 @@ Environment: ``GUNICORN_BIND`` (``serve`` sets ``unix:<dir>/router.sock``), ``MO
 import os
 
 from app.core.logs import logging_config
-from app.router.observability import mark_process_dead
 from app.core.settings import Settings
+from app.router.observability import mark_process_dead
 
 _settings = Settings.from_env()
 

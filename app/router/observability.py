@@ -26,6 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from app.core.settings import PROMETHEUS_MULTIPROC_DIR
+
 REQUEST_ID_HEADERS = ("X-Amzn-SageMaker-Inference-Id", "X-Request-Id")
 RESPONSE_ID_HEADER = "X-Request-Id"
 # A caller's id is kept only when it is short and plain; anything else gets a fresh one.

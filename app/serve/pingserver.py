@@ -15,7 +15,8 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Callable, Sequence
 
-from app.core.health import UNHEALTHY, UNKNOWN, Readiness, ping_answer
+from app.core.errors import NotFound
+from app.core.health import Readiness, ping_answer, unhealthy
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -37,9 +38,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self, with_body: bool) -> None:
         if self.path != "/ping":
-            status, body = 404, {"error": {"code": "not_found", "message": "this socket answers GET /ping only"}}
+            status, body = 404, NotFound("this socket answers GET /ping only").body()
         elif not self.server.router_up():
-            status, body = 503, {"status": UNHEALTHY, "models": {name: UNKNOWN for name in self.server.served}}
+            status, body = 503, unhealthy(self.server.served)
         else:
             status, body = ping_answer(self.server.triton, self.server.served)
         data = json.dumps(body).encode()

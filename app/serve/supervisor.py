@@ -27,13 +27,10 @@ from pathlib import Path
 from typing import IO, Mapping, Sequence
 
 from app.core import logs
-from app.serve.engines import check_engines
-from app.serve.pingserver import start_ping_server
 from app.core.settings import (
     MALLOC_ARENA_MAX,
     MALLOC_MMAP_THRESHOLD,
     MODEL_REPOSITORY,
-    NGINX_BIN,
     PROJECT_ROOT,
     PROMETHEUS_MULTIPROC_DIR,
     ROUTER_BIND,
@@ -43,9 +40,11 @@ from app.core.settings import (
     is_model_repository,
     triton_ports,
 )
-from app.serve.tritonserver import TritonNotFound, find_triton, triton_command
 from app.core.spec import find_specs
-from app.core.states import UNKNOWN
+from app.serve.engines import check_engines
+from app.serve.nginx import NGINX_CONF, find_nginx, render_nginx_conf
+from app.serve.pingserver import start_ping_server
+from app.serve.tritonserver import TritonNotFound, find_triton, triton_command
 
 log = logging.getLogger("serve")
 
@@ -53,7 +52,6 @@ DRAIN_TIMEOUT_S = 25  # SageMaker sends SIGKILL 30 s after SIGTERM
 STOP_GRACE_S = 4  # after a child died: how long the others get before SIGKILL
 POLL_S = 0.1
 ROUTER_START_TIMEOUT_S = 30
-NGINX_CONF = PROJECT_ROOT / "nginx.conf"
 GUNICORN_CONF = PROJECT_ROOT / "app" / "router" / "gunicorn_conf.py"
 PR_SET_PDEATHSIG = 1
 
@@ -133,32 +131,6 @@ class Child:
             return False
 
 
-def render_nginx_conf(template: str, *, port: int, runtime_dir: Path, router_socket: Path, ping_socket: Path,
-                      proxy_timeout_s: float, models: Sequence[str]) -> str:
-    values = {
-        "PORT": str(port),
-        "RUNTIME_DIR": str(runtime_dir),
-        "ROUTER_SOCKET": str(router_socket),
-        "PING_SOCKET": str(ping_socket),
-        "PROXY_TIMEOUT": str(int(proxy_timeout_s)),
-        "DRAIN_TIMEOUT": str(DRAIN_TIMEOUT_S - 1),
-        "MODELS_UNKNOWN": json.dumps({name: UNKNOWN for name in models}),
-    }
-    for key, value in values.items():
-        template = template.replace("{{" + key + "}}", value)
-    if "{{" in template:
-        raise ValueError(f"{NGINX_CONF} has a field serve does not fill: {template[template.index('{{'):][:40]}")
-    return template
-
-
-def find_nginx(env: Mapping[str, str]) -> str:
-    explicit = env.get(NGINX_BIN, "").strip()
-    found = explicit or shutil.which("nginx", path=env.get("PATH")) or shutil.which("nginx", path="/usr/sbin")
-    if not found:
-        raise FileNotFoundError("nginx not found: install it (apt-get install nginx; make run does) or set NGINX_BIN")
-    return found
-
-
 class Supervisor:
     def __init__(self, settings: Settings, env: Mapping[str, str]):
         self.settings = settings
@@ -220,7 +192,7 @@ class Supervisor:
         conf.write_text(render_nginx_conf(
             NGINX_CONF.read_text(), port=settings.port, runtime_dir=runtime_dir, router_socket=socket_path,
             ping_socket=ping_socket, proxy_timeout_s=settings.server_timeout_s + 5,
-            models=served,
+            drain_timeout_s=DRAIN_TIMEOUT_S - 1, models=served,
         ))
         nginx_argv = [nginx_binary, "-e", "stderr", "-p", str(runtime_dir), "-c", str(conf)]
         self.children.append(Child("nginx", nginx_argv, env))

@@ -1,9 +1,9 @@
-"""Benchmark (``python -m scripts.bench``, ``make bench``): the product against the model-only ceiling and Triton's own SageMaker front end.
+"""Benchmark: the product against the model-only ceiling and Triton's own SageMaker front end.
 
-Against a running stack (``make run``: NGINX on :8080, Triton gRPC on 127.0.0.1:8001), for each
-model and each concurrency, in one run and interleaved (several short rounds; in each round every
-side runs one short step, in an order that rotates from round to round) so that machine drift
-hits all sides alike:
+``python -m scripts.bench`` (``make bench``): against a running stack (``make run``: NGINX on
+:8080, Triton gRPC on 127.0.0.1:8001), for each model and each concurrency, in one run and
+interleaved (several short rounds; in each round every side runs one short step, in an order that
+rotates from round to round) so that machine drift hits all sides alike:
 
 - ``A-json`` / ``A-raw``: the product through the public port, JSON envelope with a base64 image
   (or text), and the raw body with the model in the custom-attributes header;
@@ -24,7 +24,7 @@ the start-to-``/ping`` time and a router worker's resident memory after the run.
 Writes ``build/bench/results.json`` and PNG plots into ``build/bench/``; prints every figure of
 the targets table with its target and a pass / fall-short mark. ``--quick`` is a smoke run.
 
-Modules: ``cli`` (arguments, the run, progress), ``requests`` (what each side sends; the model-only
+Modules: ``cli`` (arguments, the run, progress), ``payloads`` (what each side sends; the model-only
 tensors come from the clients' own preprocessing), ``load`` (callers and the load loop),
 ``peers`` (the peer Triton, the benchmark's own stack and repositories), ``report`` (figures,
 tables, plots), ``perf`` (the perf_analyzer cross-check).

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from app.core.settings import MODEL_REPOSITORY, PROJECT_ROOT
+from scripts.bench import __doc__ as bench_doc
 from scripts.bench.constants import (
     CONCURRENCY,
     DEFAULT_IMAGE,
@@ -26,21 +27,20 @@ from scripts.bench.constants import (
     PERF_CONCURRENCY,
 )
 from scripts.bench.load import GrpcCaller, HttpCaller, run_load
+from scripts.bench.payloads import grpc_request, peer_requests, preprocessed_tensors, product_requests
 from scripts.bench.peers import (
     router_workers,
     rss_mb,
     start_own_stack,
     start_peer,
-    stop_process,
     write_bench_repositories,
 )
 from scripts.bench.perf import perf_analyzer_check
 from scripts.bench.report import Cell, format_figures, format_results, plot, schedule, target_figures
-from scripts.bench.requests import grpc_request, peer_requests, preprocessed_tensors, product_requests
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m scripts.bench", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m scripts.bench", description=bench_doc.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--url", default="127.0.0.1:8080", help="the product's public host:port (NGINX)")
     p.add_argument("--triton-grpc", default="127.0.0.1:8001", help="the stack's Triton gRPC host:port (side B)")
@@ -188,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for side, r in peer_requests("127.0.0.1", peer.sagemaker_port, tensors, outputs).items():
                 callers[side] = HttpCaller(r, args.timeout)
             if extra_models:
-                nobatch = GrpcCaller(f"127.0.0.1:{peer.grpc_port}",
+                nobatch = GrpcCaller(peer.grpc_url,
                                      grpc_request(extra_models[0], tensors, outputs), args.timeout)
                 closers.append(nobatch)
                 callers["B-nobatch"] = nobatch
@@ -200,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for closer in closers:
                 closer.close()
             if peer is not None:
-                stop_process(peer.proc)
+                peer.stop()
 
     if not args.no_identity:
         print("starting the benchmark's own stack (identity model + the served models) ...", flush=True)

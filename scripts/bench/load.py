@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from scripts.bench.requests import HttpRequest
+from scripts.bench.payloads import HttpRequest
 
 
 class HttpCaller:

@@ -3,82 +3,52 @@ the repositories they load (the identity model, resnet without dynamic batching)
 
 from __future__ import annotations
 
-import http.client
-import os
 import shutil
-import signal
-import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from scripts.bench.constants import IDENTITY, NOBATCH_SUFFIX, START_TIMEOUT_S
-from scripts.devtools import Stack, children_of, cmdline, descendants, free_ports
+from scripts.devtools import (
+    Stack,
+    Triton,
+    children_of,
+    cmdline,
+    descendants,
+    free_ports,
+    rss_kib,
+    start_triton,
+    wait_http,
+)
+from scripts.model_prep import triton_config
 
-
-def wait_http(host: str, port: int, path: str, timeout_s: float, proc: subprocess.Popen) -> float:
-    """Seconds until GET path answers 200; raises when the process exits or time runs out."""
-    began = time.monotonic()
-    while time.monotonic() - began < timeout_s:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the process exited with {proc.returncode} before {path} answered 200")
-        try:
-            conn = http.client.HTTPConnection(host, port, timeout=2)
-            conn.request("GET", path)
-            status = conn.getresponse().status
-            conn.close()
-            if status == 200:
-                return time.monotonic() - began
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(f"{path} on port {port} did not answer 200 within {timeout_s:.0f} s")
-
-
-def stop_process(proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
-    """SIGTERM to the process group we started (Triton cleans its shared memory then)."""
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+if TYPE_CHECKING:
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 
 @dataclass
-class Peer:
-    """A second Triton with its SageMaker front end, serving one model."""
+class Peer(Triton):
+    """A second Triton with its SageMaker front end, serving one model (and resnet without batching)."""
 
-    proc: subprocess.Popen
-    sagemaker_port: int
-    grpc_port: int
+    sagemaker_port: int = 0
 
 
 def start_peer(model: str, repositories: Sequence[Path], extra_models: Sequence[str], runtime: Path,
                log_path: Path) -> Peer:
-    from app.serve.tritonserver import find_triton, triton_command
-
-    install = find_triton()
     http_port, grpc_port, metrics_port, sagemaker_port = free_ports(4)
     extra = [f"--model-repository={r}" for r in repositories[1:]]
     extra += ["--allow-sagemaker=true", f"--sagemaker-port={sagemaker_port}",
               "--model-control-mode=explicit", f"--load-model={model}"]
     extra += [f"--load-model={m}" for m in extra_models]
-    argv = triton_command(install, repositories[0], (http_port, grpc_port, metrics_port),
-                          backend_dir=install.prepare(runtime), extra_args=extra)
-    env = {**os.environ, **install.env, "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": model}
     with log_path.open("ab") as log:
-        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    peer = Peer(proc, sagemaker_port, grpc_port)
+        triton = start_triton(repositories[0], runtime, (http_port, grpc_port, metrics_port), extra,
+                              {"SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": model}, log)
+    peer = Peer(triton.proc, triton.ports, sagemaker_port)
     try:
-        for name in (model, *extra_models):
-            wait_http("127.0.0.1", http_port, f"/v2/models/{name}/ready", START_TIMEOUT_S, proc)
-        wait_http("127.0.0.1", sagemaker_port, "/ping", 30, proc)
+        peer.wait_ready(START_TIMEOUT_S, (model, *extra_models))
+        wait_http("127.0.0.1", sagemaker_port, "/ping", 30, peer.proc)
     except Exception:
-        stop_process(proc)
+        peer.stop()
         raise
     return peer
 
@@ -101,13 +71,8 @@ def router_workers(serve_pid: int) -> list[int]:
 
 
 def rss_mb(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    except OSError:
-        return None
-    return None
+    kib = rss_kib(pid)
+    return None if kib is None else kib / 1024.0
 
 IDENTITY_LENGTH = 16
 IDENTITY_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world", "."]
@@ -200,17 +165,16 @@ def write_bench_repositories(out: Path, repository: Path, models: Sequence[str])
         name = f"resnet{NOBATCH_SUFFIX}"
         folder = nobatch_repo / name
         folder.mkdir(parents=True)
-        config = (repository / "resnet" / "config.pbtxt").read_text()
+        config = triton_config.read_config(repository / "resnet" / "config.pbtxt")
         folder.joinpath("config.pbtxt").write_text(_without_dynamic_batching(config, name))
         (folder / "1").symlink_to((repository / "resnet" / "1").resolve(), target_is_directory=True)
     return stack_repo, nobatch_repo
 
 
-def _without_dynamic_batching(config: str, name: str) -> str:
-    """A config.pbtxt (text format) renamed and with its dynamic_batching block removed."""
-    from scripts.model_prep import triton_config
-
-    parsed = triton_config.parse(config)
-    parsed.name = name
-    parsed.ClearField("dynamic_batching")
-    return triton_config.to_text(parsed)
+def _without_dynamic_batching(config: ModelConfig, name: str) -> str:
+    """The text of a copy of ``config`` renamed and with its dynamic_batching block removed."""
+    copy = type(config)()
+    copy.CopyFrom(config)
+    copy.name = name
+    copy.ClearField("dynamic_batching")
+    return triton_config.to_text(copy)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
@@ -80,3 +81,8 @@ ParseError = text_format.ParseError
 def parse(text: str) -> mc.ModelConfig:
     """A config.pbtxt's text as Triton's ModelConfig; ParseError when it is not one."""
     return text_format.Parse(text, mc.ModelConfig())
+
+
+def read_config(path: Path) -> mc.ModelConfig:
+    """A config.pbtxt file as Triton's ModelConfig: the one reader of the scripts and the tests."""
+    return parse(Path(path).read_text())

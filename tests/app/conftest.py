@@ -14,9 +14,9 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from app.router import create_app
 from app.core.settings import PROJECT_ROOT, Settings
 from app.core.spec import find_specs
+from app.router import create_app
 
 VOCAB_SOURCES = (
     PROJECT_ROOT / "models" / "bert_base" / "vocab.txt",

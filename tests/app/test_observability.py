@@ -47,6 +47,7 @@ def test_metrics_count_by_model_and_status_with_stage_latencies(client):
     before = samples(client)
     client.post("/invocations", json={"modelname": "resnet", "payload": {"img": jpeg()}})
     client.post("/invocations", json={"modelname": "resnet", "payload": {"img": "%%"}})
+    client.post("/invocations", json={"modelname": "resnet", "version": "v1", "payload": {}})  # after the lookup
     client.post("/invocations", json={"modelname": "vgg", "payload": {}})
     client.post("/invocations", data=b"The [MASK] sat.", content_type="text/plain",
                 headers={"X-Amzn-SageMaker-Custom-Attributes": "modelname=bert_base"})
@@ -57,14 +58,14 @@ def test_metrics_count_by_model_and_status_with_stage_latencies(client):
         return after.get(key, 0.0) - before.get(key, 0.0)
 
     assert delta("router_requests_total", model="resnet", status="200") == 1
-    assert delta("router_requests_total", model="resnet", status="400") == 1
+    assert delta("router_requests_total", model="resnet", status="400") == 2
     assert delta("router_requests_total", model="none", status="404") == 1
     assert delta("router_requests_total", model="bert_base", status="200") == 1
     # The bad image failed in preprocessing: its time there counts, it never reached Triton.
     assert delta("router_stage_duration_seconds_count", model="resnet", stage="preprocess") == 2
     for stage in ("triton", "postprocess"):
         assert delta("router_stage_duration_seconds_count", model="resnet", stage=stage) == 1
-    assert delta("router_request_duration_seconds_count", model="resnet") == 2
+    assert delta("router_request_duration_seconds_count", model="resnet") == 3
     assert after[("router_requests_in_flight", ())] == 0
 
 

@@ -14,19 +14,18 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 import pytest
 
-from scripts.devtools import ROOT, Stack, free_ports
+from app.core.settings import PROJECT_ROOT
+from scripts.devtools import Stack
 
 pytestmark = pytest.mark.integration
 
-DOCKERFILE = ROOT / "Dockerfile"
+DOCKERFILE = PROJECT_ROOT / "Dockerfile"
 
 
 @dataclass
@@ -74,7 +73,7 @@ def ignored_by(patterns: list[str], relative: str) -> bool:
 
 
 def dockerignore_patterns() -> list[str]:
-    path = ROOT / ".dockerignore"
+    path = PROJECT_ROOT / ".dockerignore"
     if not path.is_file():
         return []
     return [line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
@@ -90,7 +89,7 @@ def link_or_copy(source: Path, destination: Path) -> None:
 
 def copy_tree(source: Path, destination: Path, patterns: list[str]) -> None:
     for path in sorted(source.rglob("*")):
-        if path.is_file() and not (patterns and ignored_by(patterns, path.relative_to(ROOT).as_posix())):
+        if path.is_file() and not (patterns and ignored_by(patterns, path.relative_to(PROJECT_ROOT).as_posix())):
             link_or_copy(path, destination / path.relative_to(source))
 
 
@@ -99,9 +98,9 @@ def assemble(layout: Layout, root: Path) -> None:
     for sources, destination in layout.copies:
         target = root / destination.lstrip("/")
         for source in sources:
-            path = ROOT / source
+            path = PROJECT_ROOT / source
             assert path.exists(), f"COPY {source}: not in the repository"
-            assert not ignored_by(patterns, path.relative_to(ROOT).as_posix()), f"COPY {source}: .dockerignore drops it"
+            assert not ignored_by(patterns, path.relative_to(PROJECT_ROOT).as_posix()), f"COPY {source}: .dockerignore drops it"
             if path.is_dir():
                 copy_tree(path, target, patterns)  # COPY of a folder copies its contents
             elif destination.endswith("/") or len(sources) > 1:
@@ -121,26 +120,13 @@ class ImageStack(Stack):
     def workdir(self) -> Path:
         return self.root / self.layout.workdir.lstrip("/")
 
-    def start(self, log_dir: Path) -> "ImageStack":
-        ports = free_ports(4)
-        self.port, self.triton_ports = ports[0], ports[1:]
+    def command(self) -> tuple[list[str], Path, str]:
+        # SageMaker extracts ModelDataUrl into /opt/ml/model, where serve looks by default; the real
+        # /opt/ml/model is outside this temporary root, so Stack names the same place (MODEL_REPOSITORY).
+        # The image's python3 has the serving requirements; here the venv's python plays that part.
         entrypoint = self.root / self.layout.entrypoint[0].lstrip("/")
-        env = {
-            **os.environ,
-            "SAGEMAKER_BIND_TO_PORT": str(self.port),
-            "SAGEMAKER_SAFE_PORT_RANGE": f"{self.triton_ports[0]}-{self.triton_ports[2]}",
-            # SageMaker extracts ModelDataUrl into /opt/ml/model, where serve looks by default; the
-            # real /opt/ml/model is outside this temporary root, so the same place is named here.
-            "MODEL_REPOSITORY": str(self.repository),
-            # The image's python3 has the serving requirements; here the venv's python plays that part.
-            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        }
-        self.log_path = log_dir / f"image-serve-{self.port}.log"
-        self._log = self.log_path.open("wb")
-        self.started_at = time.monotonic()
         argv = [sys.executable, str(entrypoint), *self.layout.entrypoint[1:], "serve"]  # docker run IMAGE serve
-        self.proc = subprocess.Popen(argv, cwd=self.workdir, env=env, stdout=self._log, stderr=subprocess.STDOUT)
-        return self
+        return argv, self.workdir, "image-serve"
 
 
 def test_dockerfile_parses_into_a_layout():

@@ -12,7 +12,6 @@ import shutil
 import signal
 import socket
 import statistics
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -20,11 +19,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from app.serve.tritonserver import find_triton, triton_command
+from scripts.devtools import alive, start_triton
 from tests.integration.test_errors import assert_error
 from tests.integration.test_invocations import b64, image_bytes
 from tests.integration.test_supervision import ping_status, wait_until
-from scripts.devtools import alive, free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -33,20 +31,9 @@ TRITON_TIMEOUT_S = 3
 
 @pytest.fixture
 def own_triton(small_repository: Path, tmp_path: Path):
-    install = find_triton()
-    ports = free_ports(3)
-    argv = triton_command(install, small_repository, ports, backend_dir=install.prepare(tmp_path))
-    proc = subprocess.Popen(argv, env={**os.environ, **install.env}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    yield proc, ports
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGCONT)
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    triton = start_triton(small_repository, tmp_path)
+    yield triton.proc, triton.ports
+    triton.stop(timeout_s=10)
 
 
 def test_hung_then_back_then_dead_triton(own_triton, small_repository: Path, new_stack):

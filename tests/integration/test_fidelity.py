@@ -22,14 +22,15 @@ import subprocess
 import sys
 import time
 import zlib
-from pathlib import Path
 
 import numpy as np
 import pytest
 import requests
 from PIL import Image
 
-from tests.references import ROOT, darknet_photos, skimage_photos
+from app.core.settings import PROJECT_ROOT
+from scripts.devtools import rss_kib
+from tests.references import darknet_photos, skimage_photos
 
 pytestmark = pytest.mark.integration
 
@@ -108,18 +109,13 @@ def png_bomb(width: int, height: int, rows: int = 100) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", data) + chunk(b"IEND", b"")
 
 
-def resident_kb(pid: int) -> int:
-    status = Path(f"/proc/{pid}/status").read_text()
-    return int(re.search(r"^VmRSS:\s+(\d+) kB", status, re.M).group(1))
-
-
 def test_a_huge_png_is_refused_fast_and_without_memory(stack):
     bomb = png_bomb(20_000, 20_000, rows=100)
     assert 1024 < len(bomb) < 16 * 1024
     assert struct.unpack(">II", bomb[16:24]) == (20_000, 20_000)  # IHDR width, height
     workers = stack.pids()["router"]
     assert workers
-    before = {pid: resident_kb(pid) for pid in workers}
+    before = {pid: rss_kib(pid) for pid in workers}
     timings = []
     for attempt in range(2 * len(workers)):  # every worker gets a few, whichever takes them
         started = time.monotonic()
@@ -133,7 +129,7 @@ def test_a_huge_png_is_refused_fast_and_without_memory(stack):
         assert response.status_code == 400, response.text
         error = response.json()["error"]
         assert error["code"] == "invalid_input" and "20000x20000" in error["message"]
-    growth = {pid: (resident_kb(pid) - kb) / 1024 for pid, kb in before.items()}
+    growth = {pid: (rss_kib(pid) - kb) / 1024 for pid, kb in before.items()}
     print(f"PNG of {len(bomb)} bytes claiming 20000x20000: {len(timings)} requests, slowest "
           f"{max(timings) * 1000:.1f} ms; router RSS growth per process (MB): "
           + ", ".join(f"{pid}: {mb:+.1f}" for pid, mb in growth.items()))
@@ -146,7 +142,7 @@ def test_a_huge_png_is_refused_fast_and_without_memory(stack):
 
 def readme_example() -> tuple[str, str]:
     """The README's "Adding a model" shell block: (steps 1-3, the step-4 build command)."""
-    text = (ROOT / "README.md").read_text()
+    text = (PROJECT_ROOT / "README.md").read_text()
     section = text[text.index("\n## Adding a model\n"):]
     block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
     setup, _, rest = block.partition("# 4.")

@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from scripts.devtools import ROOT
+from app.core.settings import PROJECT_ROOT
 
 pytestmark = pytest.mark.integration
 
-SCRIPT = ROOT / "scripts" / "invoke.py"
+SCRIPT = PROJECT_ROOT / "scripts" / "invoke.py"
 
 
 @pytest.fixture(scope="module")
 def sample_image(tmp_path_factory) -> Path:
-    shipped = ROOT / "build" / "samples" / "dog.jpg"
+    shipped = PROJECT_ROOT / "build" / "samples" / "dog.jpg"
     if shipped.is_file():
         return shipped
     path = tmp_path_factory.mktemp("samples") / "gradient.jpg"

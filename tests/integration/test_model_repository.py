@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -14,43 +11,22 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import np_to_triton_dtype
 
-from app.serve.tritonserver import find_triton, triton_command
 from app.core.spec import ModelSpec, find_specs
-from scripts.devtools import free_ports
+from scripts.devtools import start_triton
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def triton(repository: Path, tmp_path_factory: pytest.TempPathFactory):
-    install = find_triton()
-    ports = free_ports(3)
-    runtime = tmp_path_factory.mktemp("triton")
-    argv = triton_command(install, repository, ports, backend_dir=install.prepare(runtime))
-    proc = subprocess.Popen(argv, env={**os.environ, **install.env}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    client = grpcclient.InferenceServerClient(f"127.0.0.1:{ports[1]}")
-    deadline = time.monotonic() + 180
+    triton = start_triton(repository, tmp_path_factory.mktemp("triton"))
+    client = grpcclient.InferenceServerClient(triton.grpc_url)
     try:
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, "tritonserver exited while loading the repository"
-            try:
-                if client.is_server_ready(client_timeout=1):
-                    break
-            except Exception:  # noqa: BLE001 - not listening yet
-                pass
-            time.sleep(0.25)
-        else:
-            pytest.fail("Triton did not get ready within 180 s")
+        triton.wait_ready(180)
         yield client
     finally:
         client.close()
-        os.killpg(proc.pid, signal.SIGTERM)  # SIGTERM: the python backend frees its shared memory
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        triton.stop()  # SIGTERM first: the python backend frees its shared memory
 
 
 def random_inputs(spec: ModelSpec, batch: int, seed: int = 0) -> list[grpcclient.InferInput]:

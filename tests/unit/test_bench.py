@@ -11,10 +11,11 @@ import pytest
 
 from app.core.spec import load_spec
 from scripts.bench.load import window_work
+from scripts.bench.payloads import preprocessed_tensors
 from scripts.bench.peers import _without_dynamic_batching
 from scripts.bench.report import Cell, Figure, format_figures, schedule, target_figures
-from scripts.bench.requests import preprocessed_tensors
 from scripts.devtools import built_test_repository, percentile
+from scripts.model_prep import triton_config
 
 
 @pytest.mark.parametrize("q", [0, 1, 50, 95, 99, 100])
@@ -110,7 +111,7 @@ def test_figure_marks():
 def test_nobatch_config_drops_dynamic_batching_only():
     config = ('name: "resnet"\nmax_batch_size: 8\ninput { name: "input" data_type: TYPE_FP32 dims: [3, 224, 224] }\n'
               'dynamic_batching { max_queue_delay_microseconds: 2000 }\nbackend: "python"\n')
-    out = _without_dynamic_batching(config, "resnet_nobatch")
+    out = _without_dynamic_batching(triton_config.parse(config), "resnet_nobatch")
     assert 'name: "resnet_nobatch"' in out and "dynamic_batching" not in out
     assert "max_batch_size: 8" in out and 'backend: "python"' in out
 

@@ -13,8 +13,8 @@ from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast, FillMas
 
 from app.core.errors import InvalidInput
 from app.core.settings import PROJECT_ROOT, Settings
-from clients.fill_mask import FillMaskClient
 from app.core.spec import load_spec
+from clients.fill_mask import FillMaskClient
 
 VOCAB_SOURCES = (
     PROJECT_ROOT / "models" / "bert_base" / "vocab.txt",

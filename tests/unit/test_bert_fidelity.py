@@ -13,10 +13,10 @@ import torch
 from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast, FillMaskPipeline
 
 from app.core.settings import Settings
-from clients.fill_mask import FillMaskClient
 from app.core.spec import load_spec
-from tests.references import OnnxTriton
+from clients.fill_mask import FillMaskClient
 from scripts.devtools import built_test_repository
+from tests.references import OnnxTriton
 
 SENTENCES = [
     "The capital of France is [MASK].",

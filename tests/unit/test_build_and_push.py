@@ -9,9 +9,10 @@ import sys
 import pytest
 from moto import mock_aws
 
+from app.core.settings import PROJECT_ROOT
 from scripts import build_and_push
 
-SCRIPT = build_and_push.REPO_ROOT / "scripts" / "build_and_push.py"
+SCRIPT = PROJECT_ROOT / "scripts" / "build_and_push.py"
 URI = "111122223333.dkr.ecr.eu-west-1.amazonaws.com/multi-model:v1"
 
 

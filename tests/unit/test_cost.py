@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from app.core.settings import PROJECT_ROOT
 from scripts import cost
-
-ROOT = Path(cost.__file__).resolve().parents[1]
 
 
 def test_default_table(capsys):
@@ -35,4 +32,4 @@ def test_hourly(setup, expected):
 def test_readme_shows_the_scripts_output(capsys):
     cost.main([])
     table = capsys.readouterr().out.strip()
-    assert table in (ROOT / "README.md").read_text()
+    assert table in (PROJECT_ROOT / "README.md").read_text()

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-DOCKERFILE = ROOT / "Dockerfile"
+from app.core.settings import PROJECT_ROOT
+
+DOCKERFILE = PROJECT_ROOT / "Dockerfile"
 
 
 def hadolint() -> str:
@@ -73,6 +74,6 @@ def test_sagemaker_essentials():
 
 
 def test_dockerignore_keeps_venvs_and_caches_out():
-    patterns = (ROOT / ".dockerignore").read_text().split()
+    patterns = (PROJECT_ROOT / ".dockerignore").read_text().split()
     for needed in (".venv", "build", "**/__pycache__", ".git"):
         assert needed in patterns

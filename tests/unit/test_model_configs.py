@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
-from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from app.core.spec import find_specs
 from scripts import prepare_models
+from scripts.model_prep import triton_config
 from scripts.model_prep.onnx_export import graph_tensors
 
 SOURCE = prepare_models.DEFAULT_SOURCE
@@ -37,7 +37,7 @@ def repositories(tmp_path_factory) -> dict[str, Path]:
 
 
 def _config(repository: Path, model: str) -> mc.ModelConfig:
-    return text_format.Parse((repository / model / "config.pbtxt").read_text(), mc.ModelConfig())
+    return triton_config.read_config(repository / model / "config.pbtxt")
 
 
 def _as_graph(tensors) -> list[tuple[str, str, tuple[int, ...]]]:

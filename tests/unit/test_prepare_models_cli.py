@@ -7,14 +7,13 @@ import subprocess
 import sys
 
 import pytest
-from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2 as mc
 
+from app.core.settings import PROJECT_ROOT
 from scripts import prepare_models
 from scripts.model_prep import options as prepare_options
-from scripts.model_prep import weights
+from scripts.model_prep import triton_config, weights
 
-ROOT = prepare_models.REPO_ROOT
+ROOT = PROJECT_ROOT
 
 
 @pytest.mark.parametrize(
@@ -55,7 +54,7 @@ def test_offline_pretrained_falls_back_to_random_loudly(tmp_path, monkeypatch, c
     assert "USING RANDOM WEIGHTS (seed 0)" in stderr
     source = json.loads((tmp_path / "resnet" / "source.json").read_text())
     assert (source["weights"], source["seed"], source["reason"]) == ("random", 0, "host unreachable (test)")
-    config = text_format.Parse((tmp_path / "resnet" / "config.pbtxt").read_text(), mc.ModelConfig())
+    config = triton_config.read_config(tmp_path / "resnet" / "config.pbtxt")
     assert config.parameters["weights_source"].string_value == "random"
 
 

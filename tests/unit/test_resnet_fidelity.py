@@ -15,10 +15,10 @@ from PIL import Image
 from torchvision import transforms
 
 from app.core.settings import Settings
-from clients.classification import ImageClassificationClient, softmax
 from app.core.spec import load_spec
-from tests.references import OnnxTriton, real_photos
+from clients.classification import ImageClassificationClient, softmax
 from scripts.devtools import built_test_repository
+from tests.references import OnnxTriton, real_photos
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 REFERENCE = transforms.Compose(

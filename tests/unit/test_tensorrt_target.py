@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from app.core.settings import PROJECT_ROOT
 from scripts import prepare_models
 from scripts.model_prep.tensorrt_engine import load_engine, missing_requirements
 
@@ -16,7 +17,7 @@ MISSING = missing_requirements()
 @pytest.mark.skipif(MISSING is None, reason="TensorRT and a GPU are present: the engine is built instead")
 def test_without_tensorrt_or_gpu_it_exits_with_one_line_and_no_plan(tmp_path):
     result = subprocess.run(
-        [sys.executable, str(prepare_models.REPO_ROOT / "scripts" / "prepare_models.py"),
+        [sys.executable, str(PROJECT_ROOT / "scripts" / "prepare_models.py"),
          "--target", "tensorrt", "--weights", "random", "--models", "resnet", "--repository", str(tmp_path)],
         capture_output=True, text=True, timeout=120,
     )

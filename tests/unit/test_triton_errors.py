@@ -13,6 +13,7 @@ from tritonclient.utils import InferenceServerException
 from app.core.errors import InferenceTimeout, InvalidInput, ModelNotReady, TritonUnavailable
 from clients import triton as triton_module
 from clients.triton import CHANNEL_ARGS, HARD_STOP_GRACE_S, TritonClient, translate_error
+from scripts.devtools import free_ports
 
 
 def server_error(status: str, message: str) -> InferenceServerException:
@@ -174,14 +175,8 @@ def test_one_client_per_process(monkeypatch):
     assert dict(CHANNEL_ARGS)["grpc.max_receive_message_length"] == -1
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_real_channel_refused_and_hanging():
-    port = _free_port()
+    port = free_ports(1)[0]
     client = TritonClient(f"127.0.0.1:{port}", timeout_s=0.5, ping_timeout_s=0.5)
     started = time.monotonic()
     with pytest.raises(TritonUnavailable):

@@ -19,12 +19,12 @@ import torch
 from PIL import Image
 
 from app.core.settings import Settings
-from clients import images
 from app.core.spec import load_spec
+from clients import images
 from clients.detection import DetectionClient, Letterboxed
+from scripts.devtools import built_test_repository
 from tests import yolov5_reference
 from tests.references import OnnxTriton, real_photos
-from scripts.devtools import built_test_repository
 from tests.unit.test_images import planted_output
 
 PHOTOS = real_photos()

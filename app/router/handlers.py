@@ -1,0 +1,56 @@
+"""Every error the router answers, turned into its JSON body in one place.
+
+- ``ApiError`` (``app.core.errors``): its status and body;
+- Werkzeug's HTTP errors (no such path, wrong method, body over the limit): mapped onto ours by
+  status, or, for a status we have no class for, an error made from its name;
+- anything else is a bug: logged with a fresh id, answered as an opaque 500 that names the id.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from typing import Any
+
+from flask import Flask, Response, g, request
+from werkzeug.exceptions import HTTPException
+
+from app.core.errors import HTTP_STATUS_ERRORS, ApiError, InternalError
+from app.core.settings import Settings
+from app.router.requests import JSON_TYPE
+
+log = logging.getLogger("app.router")
+
+
+def json_response(body: Any, status: int = 200) -> Response:
+    return Response(json.dumps(body, ensure_ascii=False, allow_nan=False), status=status, mimetype=JSON_TYPE)
+
+
+def register_error_handlers(app: Flask, settings: Settings) -> None:
+    @app.errorhandler(ApiError)
+    def api_error(error: ApiError) -> Response:
+        g.error_code = error.code
+        return json_response(error.body(), error.status)
+
+    @app.errorhandler(HTTPException)
+    def http_error(error: HTTPException) -> Response:
+        status = error.code or 500
+        ours = HTTP_STATUS_ERRORS.get(status)
+        if ours is None:
+            return api_error(ApiError.for_status(status, error.name or "error", error.description or ""))
+        messages = {
+            404: f"no such path: {request.path}",
+            405: f"{request.method} is not allowed on {request.path}",
+            413: f"the body is over the limit of {settings.max_body_bytes} bytes",
+        }
+        return api_error(ours(messages.get(status, error.description or ours.code)))
+
+    @app.errorhandler(Exception)
+    def internal_error(error: Exception) -> Response:
+        answer = InternalError(uuid.uuid4().hex)
+        log.exception(
+            "internal error %s on %s %s", answer.error_id, request.method, request.path,
+            extra={"fields": {"request_id": g.get("request_id"), "error_id": answer.error_id, "model": g.get("model")}},
+        )
+        return api_error(answer)

@@ -1,0 +1,56 @@
+"""NGINX for ``serve``: find the binary, and fill in ``nginx.conf``'s fields.
+
+The configuration is a template: ``serve`` fills in the port, the runtime paths and sockets, the
+timeouts, the body size limit, and the bodies of the answers NGINX gives by itself (those of
+``app.core.errors.NGINX_ERRORS``, and the unhealthy ``/ping``), so that every error body comes
+from the error classes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from app.core.errors import NGINX_ERRORS
+from app.core.health import unhealthy
+from app.core.settings import MAX_BODY_BYTES, NGINX_BIN, PROJECT_ROOT
+
+NGINX_CONF = PROJECT_ROOT / "nginx.conf"
+# Characters that would end, escape or be interpolated in NGINX's single-quoted `return` text.
+_UNSAFE_IN_RETURN = ("'", "$", "\\")
+
+
+def _return_text(text: str) -> str:
+    if any(c in text for c in _UNSAFE_IN_RETURN):
+        raise ValueError(f"cannot be an NGINX return text (it holds one of {_UNSAFE_IN_RETURN}): {text}")
+    return text
+
+
+def render_nginx_conf(template: str, *, port: int, runtime_dir: Path, router_socket: Path, ping_socket: Path,
+                      proxy_timeout_s: float, drain_timeout_s: int, models: Sequence[str]) -> str:
+    values = {
+        "PORT": str(port),
+        "RUNTIME_DIR": str(runtime_dir),
+        "ROUTER_SOCKET": str(router_socket),
+        "PING_SOCKET": str(ping_socket),
+        "PROXY_TIMEOUT": str(int(proxy_timeout_s)),
+        "DRAIN_TIMEOUT": str(drain_timeout_s),
+        "MAX_BODY_BYTES": str(MAX_BODY_BYTES),
+        "PING_UNAVAILABLE_BODY": _return_text(json.dumps(unhealthy(models), ensure_ascii=False)),
+        **{f"{field}_BODY": _return_text(error.json()) for field, error in NGINX_ERRORS.items()},
+    }
+    for key, value in values.items():
+        template = template.replace("{{" + key + "}}", value)
+    if "{{" in template:
+        raise ValueError(f"{NGINX_CONF} has a field serve does not fill: {template[template.index('{{'):][:40]}")
+    return template
+
+
+def find_nginx(env: Mapping[str, str]) -> str:
+    explicit = env.get(NGINX_BIN, "").strip()
+    found = explicit or shutil.which("nginx", path=env.get("PATH")) or shutil.which("nginx", path="/usr/sbin")
+    if not found:
+        raise FileNotFoundError(f"nginx not found: install it (apt-get install nginx; make run does) or set {NGINX_BIN}")
+    return found

@@ -1,0 +1,86 @@
+"""The app built from a model repository: the default registry, a fourth model configured (not
+coded), and specs that stop the start."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from app.core.settings import Settings
+from app.router import create_app
+from tests.app.test_router import b64, image_bytes
+
+
+def test_default_settings_build_from_the_repository(repository, triton):
+    app = create_app(Settings(model_repository=repository), triton=triton)
+    assert sorted(app.extensions["registry"]) == ["bert_base", "resnet", "yolov5"]
+    assert json.loads(app.test_client().get("/ping").get_data())["status"] == "healthy"
+
+
+TINY_SPEC = """
+family = "image_classification"
+max_batch_size = 4
+
+[[inputs]]
+name = "pixels"
+dtype = "FP32"
+dims = [3, 160, 160]
+
+[[outputs]]
+name = "scores"
+dtype = "FP32"
+dims = [10]
+
+[preprocess]
+resize = 182
+crop = 160
+scale = 0.00784313725490196  # 1/127.5
+offset = -1.0
+
+[postprocess]
+labels = "labels.txt"
+topk = 2
+"""
+
+
+def test_a_fourth_model_is_configured_not_coded(tmp_path, fake_triton_class):
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    (folder / "model.toml").write_text(TINY_SPEC)
+    (folder / "labels.txt").write_text("".join(f"thing {i}\n" for i in range(10)))
+    fake = fake_triton_class(tmp_path)
+    seen = []
+    original = fake.infer
+
+    def infer(model, inputs, output_names, version=None):
+        seen.append(inputs["pixels"])
+        return original(model, inputs, output_names, version)
+
+    fake.infer = infer
+    app = create_app(Settings(model_repository=tmp_path), triton=fake)
+    data = image_bytes(400, 300, (255, 0, 128))
+    response = app.test_client().post("/invocations", json={"modelname": "tiny", "payload": {"img": b64(data)}})
+    assert response.status_code == 200, response.get_data(as_text=True)
+    assert len(response.get_json()["result"]) == 2
+    assert seen[0].shape == (1, 3, 160, 160)
+    assert seen[0][0, :, 80, 80].tolist() == pytest.approx([1.0, -1.0, 128 / 127.5 - 1], abs=1e-6)
+
+
+def test_bad_specs_stop_the_start(tmp_path, repository, fake_triton_class):
+    from app.core.spec import SpecError
+
+    for name in ("yolov5", "resnet", "bert_base"):
+        shutil.copytree(repository / name, tmp_path / name)
+    toml = tmp_path / "yolov5" / "model.toml"
+    toml.write_text(toml.read_text().replace("conf_threshold = 0.25", "conf_threshold = 2"))
+    with pytest.raises(SpecError, match=r"conf_threshold must be between 0 and 1"):
+        create_app(Settings(model_repository=tmp_path), triton=fake_triton_class(repository))
+    toml.write_text(toml.read_text().replace('family = "detection"', 'family = "segmentation"'))
+    with pytest.raises(SpecError, match="segmentation"):
+        create_app(Settings(model_repository=tmp_path), triton=fake_triton_class(repository))
+    (tmp_path / "yolov5").rename(tmp_path / "unused")
+    (tmp_path / "resnet" / "labels.txt").write_text("just one\n")
+    with pytest.raises(SpecError, match="1 labels for 1000 classes"):
+        create_app(Settings(model_repository=tmp_path), triton=fake_triton_class(repository))

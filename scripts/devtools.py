@@ -47,10 +47,21 @@ def _port_free(port: int) -> bool:
             return False
 
 
-def free_ports(count: int, start: int = 20000, stop: int = 60000) -> list[int]:
-    """`count` consecutive free ports (Triton's safe range needs three in a row)."""
+def ephemeral_low(default: int = 32768) -> int:
+    """The lowest port the kernel hands out to outgoing connections."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return default
+
+
+def free_ports(count: int, start: int = 20000, stop: int | None = None) -> list[int]:
+    """`count` consecutive free ports (Triton's safe range needs three in a row), below the
+    ephemeral range: a port found free there can be taken by any outgoing connection before the
+    server that was meant to get it binds it."""
+    stop = min(stop or 60000, max(ephemeral_low(), start + 1000))
     base = start + (os.getpid() * 7919 + int(time.time() * 1000)) % (stop - start - 100)
-    for low in range(base, stop - count, count + 1):
+    for low in [*range(base, stop - count, count + 1), *range(start, base, count + 1)]:
         if all(_port_free(p) for p in range(low, low + count)):
             return list(range(low, low + count))
     raise RuntimeError("no free ports")

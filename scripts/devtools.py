@@ -278,6 +278,10 @@ class Stack:
             roles[role] = [kid, *descendants(kid)]
         return roles
 
+    def router_workers(self) -> list[int]:
+        """The gunicorn workers: the children of the router's master process."""
+        return [kid for master in self.pids()["router"][:1] for kid in children_of(master)]
+
     def log_tail(self, lines: int = 60) -> str:
         if self.log_path is None or not self.log_path.exists():
             return ""

@@ -29,7 +29,6 @@ from scripts.bench.constants import (
 from scripts.bench.load import GrpcCaller, HttpCaller, run_load
 from scripts.bench.payloads import grpc_request, peer_requests, preprocessed_tensors, product_requests
 from scripts.bench.peers import (
-    router_workers,
     rss_mb,
     start_own_stack,
     start_peer,
@@ -227,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 errors = send_mixed(mixed, args.rss_requests, concurrency=4)
                 if errors:
                     notes.append(f"{errors} of the {args.rss_requests} mixed requests failed")
-            workers = router_workers(stack.proc.pid)
+            workers = stack.router_workers()
             sizes = [s for s in (rss_mb(pid) for pid in workers) if s is not None]
             extras["worker_rss_mb"] = max(sizes) if sizes else None
             notes.append(f"router worker RSS on the benchmark's own stack after the identity steps and "

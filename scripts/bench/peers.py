@@ -12,9 +12,6 @@ from scripts.bench.constants import IDENTITY, NOBATCH_SUFFIX, START_TIMEOUT_S
 from scripts.devtools import (
     Stack,
     Triton,
-    children_of,
-    cmdline,
-    descendants,
     free_ports,
     rss_kib,
     start_triton,
@@ -64,15 +61,10 @@ def start_own_stack(repository: Path, log_dir: Path) -> Stack:
     return stack
 
 
-def router_workers(serve_pid: int) -> list[int]:
-    """The gunicorn workers under a serve we started: the gunicorn children of a gunicorn process."""
-    gunicorns = [pid for pid in descendants(serve_pid) if "gunicorn" in cmdline(pid)]
-    return [kid for pid in gunicorns for kid in children_of(pid) if "gunicorn" in cmdline(kid)]
-
-
 def rss_mb(pid: int) -> float | None:
     kib = rss_kib(pid)
     return None if kib is None else kib / 1024.0
+
 
 IDENTITY_LENGTH = 16
 IDENTITY_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world", "."]

@@ -10,6 +10,12 @@ once.
 Construction, in ``ModelClient.__init__`` and nowhere else: ``check_settings`` (every key is one
 the family reads), the shared state (spec, name, triton, settings, output names), ``configure``,
 then the options, bounded by ``option_limits`` (which may use what ``configure`` read).
+
+A model's requests take one of two routes (``app.core.pipeline``): ``ROUTER``, the network called
+with the tensors ``preprocess`` makes, and, for a family that has one, ``TRITON``: an ensemble that
+runs the pre- and post-processing inside Triton, fed by ``pipeline_preprocess`` and read by
+``pipeline_postprocess``. The spec's ``pipeline`` picks the route; a request that names a version
+of the network takes the router's route, so every version stays callable.
 """
 
 from __future__ import annotations
@@ -23,9 +29,10 @@ from typing import Any, ClassVar, Generic, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from app.core.errors import InvalidInput
+from app.core.errors import InvalidInput, InvalidItem
+from app.core.pipeline import ROUTER, TRITON, triton_models
 from app.core.settings import Settings
-from app.core.spec import ModelSpec, SpecError
+from app.core.spec import ModelSpec, SpecError, TensorSpec
 
 Context = TypeVar("Context")
 
@@ -92,6 +99,29 @@ def check_keys(spec: ModelSpec, table: str, settings: Mapping[str, Any], known: 
         )
 
 
+@dataclass(frozen=True)
+class Route:
+    """Where one request goes: the Triton model, its input and output tensors, and the two ends."""
+
+    model: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    prepare: Any  # (item, where, options) -> (arrays, context)
+    finish: Any  # (outputs, context, options) -> result
+
+
+def stack(arrays: Sequence[np.ndarray], dtype: np.dtype) -> np.ndarray:
+    """One batch from per-item arrays; items of different lengths (an encoded image's bytes) are
+    zero-padded at the end to the longest."""
+    if len({a.shape for a in arrays}) > 1:
+        shape = tuple(max(sizes) for sizes in zip(*(a.shape for a in arrays)))
+        batch = np.zeros((len(arrays), *shape), dtype=dtype)
+        for row, array in zip(batch, arrays):
+            row[tuple(slice(0, n) for n in array.shape)] = array
+        return batch
+    return np.stack(arrays).astype(dtype, copy=False)
+
+
 @contextmanager
 def _timed(timings: dict[str, float] | None, stage: str) -> Iterator[None]:
     """Adds the seconds spent in the block to ``timings[stage]`` (the router's metrics and log)."""
@@ -121,9 +151,14 @@ class ModelClient(ABC, Generic[Context]):
         self.triton = triton
         self.settings = settings
         self.output_names = tuple(t.name for t in spec.outputs)
+        self.pipeline = spec.pipeline
+        self.triton_models = triton_models(spec.name, spec.pipeline)  # what must be READY in Triton for this model
         self.configure()
         limits = self.option_limits()
         self.options: dict[str, Option] = {o.name: self._bounded(o, limits) for o in self.OPTIONS}
+        self.routes = {ROUTER: Route(self.name, spec.inputs, spec.outputs, self.preprocess, self.postprocess)}
+        if self.pipeline == TRITON:
+            self.routes[TRITON] = self.pipeline_route()
 
     @classmethod
     def check_settings(cls, spec: ModelSpec) -> None:
@@ -138,6 +173,14 @@ class ModelClient(ABC, Generic[Context]):
         Runs once, after ``check_settings`` and the shared state, before the options are built; a
         bad setting raises ``SpecError``. Nothing per request belongs here.
         """
+
+    def pipeline_route(self) -> Route:
+        """The route through the model's Triton ensemble (families that have one override this)."""
+        raise SpecError(f"{self.spec.folder}: the {self.family} family has no Triton pipeline")
+
+    def route(self, version: str | None) -> Route:
+        """The Triton pipeline when the model uses it, unless a version of the network is named."""
+        return self.routes[TRITON if self.pipeline == TRITON and version is None else ROUTER]
 
     def option_limits(self) -> Mapping[str, float]:
         """Upper bounds that depend on the model (a top-k no larger than its classes)."""
@@ -197,14 +240,14 @@ class ModelClient(ABC, Generic[Context]):
             raise InvalidInput(f"{label} has {len(value)} items, over the limit of {self.settings.max_batch_items}")
         return [(item, f"{label}[{i}]") for i, item in enumerate(value)], False
 
-    def _stack(self, arrays: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    def _stack(self, arrays: Sequence[Mapping[str, np.ndarray]], tensors: Sequence[TensorSpec] | None = None
+               ) -> dict[str, np.ndarray]:
         """One Triton request's inputs; a model without batching (max_batch_size 0) has no batch axis."""
         batched = self.spec.max_batch_size > 0
         return {
-            tensor.name: (np.stack([a[tensor.name] for a in arrays]) if batched else arrays[0][tensor.name]).astype(
-                tensor.numpy_dtype, copy=False
-            )
-            for tensor in self.spec.inputs
+            tensor.name: (stack([a[tensor.name] for a in arrays], tensor.numpy_dtype) if batched
+                          else arrays[0][tensor.name].astype(tensor.numpy_dtype, copy=False))
+            for tensor in (self.spec.inputs if tensors is None else tensors)
         }
 
     def _unstack(self, outputs: Mapping[str, np.ndarray], i: int) -> dict[str, np.ndarray]:
@@ -212,10 +255,10 @@ class ModelClient(ABC, Generic[Context]):
             return {k: v[i] for k, v in outputs.items()}
         return dict(outputs)
 
-    def _check_outputs(self, outputs: Mapping[str, Any], count: int) -> None:
+    def _check_outputs(self, outputs: Mapping[str, Any], count: int, tensors: Sequence[TensorSpec]) -> None:
         """Triton's answer has the tensors model.toml promises; anything else is a bug (a 500), never
         a result computed from the wrong numbers."""
-        for tensor in self.spec.outputs:
+        for tensor in tensors:
             array = outputs.get(tensor.name)
             expected = ((count,) if self.spec.max_batch_size > 0 else ()) + tuple(tensor.dims)
             shape = None if array is None else tuple(array.shape)
@@ -240,17 +283,23 @@ class ModelClient(ABC, Generic[Context]):
         """
         options = self.parse_options(payload)
         items, single = self._items(payload, label or f"payload.{self.input_field}")
+        route = self.route(version)
+        output_names = tuple(t.name for t in route.outputs)
         batch = max(1, self.spec.max_batch_size)
         results: list[Any] = []
         served = version or ""
         for start in range(0, len(items), batch):
+            chunk = items[start : start + batch]
             with _timed(timings, "preprocess"):
-                prepared = [self.preprocess(item, where, options) for item, where in items[start : start + batch]]
-                inputs = self._stack([arrays for arrays, _ in prepared])
+                prepared = [route.prepare(item, where, options) for item, where in chunk]
+                inputs = self._stack([arrays for arrays, _ in prepared], route.inputs)
             with _timed(timings, "triton"):
-                outputs, served = self.triton.infer(self.name, inputs, self.output_names, version)
-            self._check_outputs(outputs, len(prepared))
+                try:
+                    outputs, served = self.triton.infer(route.model, inputs, output_names, version)
+                except InvalidItem as error:  # a pipeline step refused one item: name it as the caller does
+                    raise InvalidInput(error.message.replace(InvalidItem.WHERE, chunk[error.index][1])) from None
+            self._check_outputs(outputs, len(prepared), route.outputs)
             with _timed(timings, "postprocess"):
                 for i, (_, context) in enumerate(prepared):
-                    results.append(self.postprocess(self._unstack(outputs, i), context, options))
+                    results.append(route.finish(self._unstack(outputs, i), context, options))
         return (results[0] if single else results), served

@@ -15,8 +15,12 @@ The image comes out slightly softer; the resnet fidelity test holds it to a mean
 gives torchvision's pixels exactly.
 
 ``[postprocess]``: ``labels`` (one name a line, in class order), ``topk`` (the default).
-Result per image: ``[{"label", "index", "score"}, ...]``, best first, scores softmax probabilities
-(``softmax = false`` when the model already outputs probabilities).
+Result per image: ``[{"label", "index", "score"}, ...]``, best first, scores softmax probabilities.
+
+The model's outputs are either one tensor of class scores (logits, softmax applied here; or
+probabilities with ``softmax = false``), or two: ``[K]`` probabilities best first and their ``[K]``
+class indices (softmax and top-k inside the graph, as resnet's export does: K floats and ints come
+back instead of every class's score). ``topk`` is then at most K.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import numpy as np
 from app.core.spec import SpecError
 from clients import images
 from clients.base import Option
-from clients.vision import IMAGE_CONTENT_TYPES, ImageClient, read_labels
+from clients.vision import IMAGE_CONTENT_TYPES, Displayed, ImageClient, read_labels
 
 __all__ = ["IMAGE_CONTENT_TYPES", "ImageClassificationClient", "ImageClient", "read_labels", "softmax"]
 
@@ -47,7 +51,12 @@ class ImageClassificationClient(ImageClient):
 
     def configure(self) -> None:
         spec = self.spec
-        self.labels = read_labels(spec, spec.outputs[0].dims[-1])  # option_limits: topk <= classes
+        self.ranked = len(spec.outputs) == 2  # (probabilities, class indices) best first, from the graph
+        if len(spec.outputs) > 2 or (self.ranked and spec.outputs[0].dims != spec.outputs[1].dims):
+            raise SpecError(f"{spec.folder}: a classifier has one output (class scores) or two of one shape "
+                            "(top-k probabilities and their class indices)")
+        # one label a class: the graph's K ranked classes are the best K of at least as many
+        self.labels = read_labels(spec, spec.outputs[0].dims[-1], exact=not self.ranked)
         super().configure()
         pre, where = spec.preprocess, f"{spec.folder}/model.toml: [preprocess]"
         self.letterbox = bool(pre.get("letterbox", False))
@@ -73,9 +82,11 @@ class ImageClassificationClient(ImageClient):
         if self.fast_path:
             self.draft_size = self.resize
         self.apply_softmax = bool(spec.postprocess.get("softmax", True))
+        if self.ranked and "softmax" in spec.postprocess:
+            raise SpecError(f"{spec.folder}/model.toml: [postprocess] softmax: the graph ranks the classes itself")
 
     def option_limits(self) -> Mapping[str, float]:
-        return {"topk": len(self.labels)}
+        return {"topk": self.spec.outputs[0].dims[-1]}  # the classes, or the K the graph ranks
 
     def fit(self, image) -> np.ndarray:
         """The decoded image fitted to the input's size, as HWC uint8 RGB."""
@@ -86,11 +97,13 @@ class ImageClassificationClient(ImageClient):
             return np.asarray(images.resize_crop(image, self.resize, self.crop), dtype=np.uint8)
         return np.asarray(images.center_crop(images.resize_short_side(image, self.resize), self.crop), dtype=np.uint8)
 
-    def preprocess(self, item: Any, where: str, options: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], None]:
-        return {self.spec.inputs[0].name: self.to_tensor(self.fit(self.decode(item, where)))}, None
-
-    def postprocess(self, outputs: Mapping[str, np.ndarray], context: None, options: Mapping[str, Any]) -> list[dict]:
+    def postprocess(self, outputs: Mapping[str, np.ndarray], context: Displayed, options: Mapping[str, Any]) -> list[dict]:
         scores = outputs[self.output_names[0]].reshape(-1)
+        if self.ranked:
+            indices = outputs[self.output_names[1]].reshape(-1)[: options["topk"]]
+            if indices.size and not 0 <= int(indices.max()) < len(self.labels):
+                raise RuntimeError(f"{self.name}: class index {int(indices.max())} outside the {len(self.labels)} labels")
+            return [{"label": self.labels[i], "index": int(i), "score": float(p)} for i, p in zip(indices, scores)]
         probabilities = softmax(scores) if self.apply_softmax else scores.astype(np.float64)
         top = np.argsort(-probabilities, kind="stable")[: options["topk"]]
         return [{"label": self.labels[i], "index": int(i), "score": float(probabilities[i])} for i in top]

@@ -11,23 +11,26 @@ boxes ``[x1, y1, x2, y2]`` in the pixels of the image as displayed, clipped to i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
 
-from app.core.spec import SpecError
+from app.core.pipeline import DETECTION_OPTIONS, DETECTIONS, NUM_DETECTIONS
+from app.core.spec import SpecError, TensorSpec
 from clients import images
 from clients.base import Option
-from clients.vision import ImageClient, read_labels
+from clients.vision import Displayed, ImageClient, read_labels
 
 
-@dataclass(frozen=True)
-class Letterboxed:
-    """What postprocess needs of one image: its displayed size."""
-
-    width: int
-    height: int
+def detect(output: np.ndarray, size: int, displayed: tuple[int, int], options: Mapping[str, Any]) -> np.ndarray:
+    """One image's raw [N, 5 + classes] output -> [K, 6] rows ``x1, y1, x2, y2, score, class``,
+    best first, boxes in the pixels of the image as displayed (``(height, width)``): YOLOv5's
+    ``non_max_suppression`` then ``scale_boxes``. Where the pipeline runs NMS, Triton runs this."""
+    found = images.non_max_suppression(
+        output, float(options["conf_threshold"]), float(options["iou_threshold"]), int(options["max_detections"])
+    )
+    found[:, :4] = images.scale_boxes((size, size), found[:, :4], displayed)
+    return found
 
 
 class DetectionClient(ImageClient):
@@ -50,23 +53,17 @@ class DetectionClient(ImageClient):
             raise SpecError(f"{spec.folder}: size {self.size} does not fit the input {list(spec.inputs[0].dims)}")
         self.pad_color = tuple(int(c) for c in spec.preprocess.get("pad_color", images.LETTERBOX_COLOR))
 
-    def preprocess(
-        self, item: Any, where: str, options: Mapping[str, Any]
-    ) -> tuple[dict[str, np.ndarray], Letterboxed]:
-        image = self.decode(item, where)
+    def fit(self, image) -> np.ndarray:
         pixels, _, _ = images.letterbox(np.asarray(image, dtype=np.uint8), self.size, self.pad_color)
-        return {self.spec.inputs[0].name: self.to_tensor(pixels)}, Letterboxed(image.width, image.height)
+        return pixels
 
-    def postprocess(
-        self, outputs: Mapping[str, np.ndarray], context: Letterboxed, options: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        found = images.non_max_suppression(
-            outputs[self.output_names[0]],
-            options["conf_threshold"],
-            options["iou_threshold"],
-            options["max_detections"],
-        )
-        boxes = images.scale_boxes((self.size, self.size), found[:, :4], (context.height, context.width))
+    def postprocess(self, outputs: Mapping[str, np.ndarray], context: Displayed, options: Mapping[str, Any]
+                    ) -> dict[str, Any]:
+        found = detect(outputs[self.output_names[0]], self.size, (context.height, context.width), options)
+        return self.answer(found, context)
+
+    def answer(self, found: np.ndarray, context: Displayed) -> dict[str, Any]:
+        """The caller's result from [K, 6] rows (``detect``'s)."""
         detections = [
             {
                 "label": self.labels[int(cls)],
@@ -74,6 +71,26 @@ class DetectionClient(ImageClient):
                 "score": float(score),
                 "box": [float(v) for v in box],
             }
-            for box, score, cls in zip(boxes, found[:, 4], found[:, 5])
+            for box, score, cls in zip(found[:, :4], found[:, 4], found[:, 5])
         ]
         return {"width": context.width, "height": context.height, "detections": detections}
+
+    # --- the Triton pipeline: NMS and box scaling run in Triton --------------------------------
+
+    def pipeline_inputs(self) -> tuple[TensorSpec, ...]:
+        return super().pipeline_inputs() + tuple(TensorSpec(name, dtype, (1,)) for name, dtype in DETECTION_OPTIONS.items())
+
+    def pipeline_outputs(self) -> tuple[TensorSpec, ...]:
+        return (TensorSpec(DETECTIONS, "FP32", (-1, 6)), TensorSpec(NUM_DETECTIONS, "INT32", (1,)))
+
+    def pipeline_preprocess(self, item: Any, where: str, options: Mapping[str, Any]
+                            ) -> tuple[dict[str, np.ndarray], Displayed]:
+        arrays, context = super().pipeline_preprocess(item, where, options)
+        for name, dtype in DETECTION_OPTIONS.items():
+            arrays[name] = np.array([options[name]], dtype=TensorSpec(name, dtype, (1,)).numpy_dtype)
+        return arrays, context
+
+    def pipeline_postprocess(self, outputs: Mapping[str, np.ndarray], context: Displayed, options: Mapping[str, Any]
+                             ) -> dict[str, Any]:
+        count = int(outputs[NUM_DETECTIONS].reshape(-1)[0])
+        return self.answer(outputs[DETECTIONS][:count], context)

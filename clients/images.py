@@ -53,12 +53,9 @@ def _b64decode(text: str, where: str) -> bytes:
         raise InvalidInput(f"{where} is not valid base64") from None
 
 
-def decode_image(data: str | bytes, where: str, max_pixels: int, draft_size: int | None = None) -> Image.Image:
-    """An RGB image as displayed, from base64 text or raw bytes; errors name ``where``.
-
-    ``draft_size``: a JPEG may be decoded at 1/2, 1/4 or 1/8 scale, the smallest that keeps both
-    sides at least ``draft_size`` (so a following downscale to that size is still a downscale);
-    other formats, and JPEGs too small to reduce, decode whole."""
+def open_image(data: str | bytes, where: str, max_pixels: int) -> tuple[bytes, Image.Image]:
+    """The encoded bytes and the image opened lazily (its header read, no pixel decoded), the pixel
+    limit checked; errors name ``where``."""
     raw = _b64decode(data, where) if isinstance(data, str) else data
     if not raw:
         raise InvalidInput(f"{where} is empty")
@@ -71,6 +68,27 @@ def decode_image(data: str | bytes, where: str, max_pixels: int, draft_size: int
         raise InvalidInput(
             f"{where} is {width}x{height} = {width * height} pixels, over the limit of {max_pixels}"
         )
+    return raw, image
+
+
+def displayed_size(image: Image.Image) -> tuple[int, int]:
+    """(width, height) of an opened image as displayed: EXIF orientations 5-8 swap the sides."""
+    width, height = image.size
+    try:
+        orientation = image.getexif().get(EXIF_ORIENTATION, 1)
+    except (OSError, ValueError, SyntaxError):
+        orientation = 1
+    return (height, width) if orientation in TRANSPOSING_ORIENTATIONS else (width, height)
+
+
+def decode_image(data: str | bytes, where: str, max_pixels: int, draft_size: int | None = None) -> Image.Image:
+    """An RGB image as displayed, from base64 text or raw bytes; errors name ``where``.
+
+    ``draft_size``: a JPEG may be decoded at 1/2, 1/4 or 1/8 scale, the smallest that keeps both
+    sides at least ``draft_size`` (so a following downscale to that size is still a downscale);
+    other formats, and JPEGs too small to reduce, decode whole."""
+    _, image = open_image(data, where, max_pixels)
+    width, height = image.size
     try:
         scale = 1
         if draft_size and image.format == "JPEG" and min(width, height) >= 2 * draft_size:
@@ -88,6 +106,11 @@ def decode_image(data: str | bytes, where: str, max_pixels: int, draft_size: int
     if scale > 1:  # what resize_crop needs to place its box as on the whole image
         image.info[DRAFT_SCALE], image.info[FULL_SIZE] = scale, (width, height)
     return image
+
+
+def full_size(image: Image.Image) -> tuple[int, int]:
+    """(width, height) of the image as displayed, also when ``decode_image`` drafted it smaller."""
+    return image.info.get(FULL_SIZE, image.size)
 
 
 def short_side_size(width: int, height: int, size: int) -> tuple[int, int]:
@@ -117,7 +140,7 @@ def resize_crop(image: Image.Image, size: int, crop: int) -> Image.Image:
     mode (``decode_image``'s ``draft_size``) the sizes and the box are those of the whole image,
     scaled down to the decoded one."""
     scale = image.info.get(DRAFT_SCALE, 1)
-    width, height = image.info.get(FULL_SIZE, image.size)
+    width, height = full_size(image)
     new_w, new_h = short_side_size(width, height, size)
     if new_w < crop or new_h < crop:  # padding needed: the plain path (never drafted: too small)
         return center_crop(resize_short_side(image, size), crop)

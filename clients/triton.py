@@ -20,7 +20,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from app.core.errors import ApiError, InferenceTimeout, InvalidInput, ModelNotReady, TritonUnavailable
+from app.core.errors import ApiError, InferenceTimeout, InvalidInput, InvalidItem, ModelNotReady, TritonUnavailable
 from app.core.settings import Settings
 from app.core.states import READY, UNAVAILABLE
 
@@ -62,6 +62,9 @@ def translate_error(
     status = status.rsplit(".", 1)[-1]  # "StatusCode.UNAVAILABLE" -> "UNAVAILABLE"
     lowered = message.lower()
     subject = f"model {model!r}" if model else "Triton"
+    refused = InvalidItem.decode(message)
+    if refused is not None:  # a pipeline step refused one item of the batch
+        return refused
     if status == "DEADLINE_EXCEEDED":
         within = f" within {timeout_s:g} s" if timeout_s else " before the deadline"
         return InferenceTimeout(f"{subject} did not answer{within}")

@@ -9,18 +9,24 @@ Spec ``[preprocess]`` settings read here (every image family):
   ``ToTensor`` + ``Normalize``: ``(v / 255 - mean) / std``), or ``scale`` and ``offset``
   (``v * scale + offset`` on 0..255 values). A UINT8 input takes the pixels as they are, with none.
 - The input dtype is the ``[[inputs]]`` dtype (FP32, FP16 or UINT8).
+
+On the Triton pipeline (``app.core.pipeline``) the router only opens the image's header (the pixel
+limit, the displayed size) and sends the encoded bytes; the pipeline's preprocessing step runs this
+same ``preprocess`` inside Triton (``scripts/model_prep/triton_image_steps.py``).
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
 from app.core.errors import InvalidInput
-from app.core.spec import ModelSpec, SpecError
+from app.core.pipeline import IMAGE, IMAGE_LENGTH, ensemble_model
+from app.core.spec import ModelSpec, SpecError, TensorSpec
 from clients import images
-from clients.base import ModelClient
+from clients.base import ModelClient, Route
 
 IMAGE_CONTENT_TYPES = frozenset({"image/jpeg", "image/png", "application/octet-stream"})
 LAYOUTS = ("NCHW", "NHWC")
@@ -29,8 +35,17 @@ FLOAT_INPUTS = ("FP32", "FP16")
 NORMALISATION_KEYS = ("mean", "std", "scale", "offset")
 
 
-def read_labels(spec: ModelSpec, count: int) -> list[str]:
-    """The spec's labels file, which must name exactly ``count`` classes."""
+@dataclass(frozen=True)
+class Displayed:
+    """What postprocessing needs of one image: its size as displayed (EXIF orientation applied)."""
+
+    width: int
+    height: int
+
+
+def read_labels(spec: ModelSpec, count: int | None, exact: bool = True) -> list[str]:
+    """The spec's labels file, which must name exactly ``count`` classes (when given), or at least
+    ``count`` when not ``exact`` (a graph that ranks gives the best ``count`` of all its classes)."""
     relative = spec.postprocess.get("labels")
     if not relative:
         raise SpecError(f"{spec.folder}: [postprocess] labels is missing")
@@ -39,8 +54,8 @@ def read_labels(spec: ModelSpec, count: int) -> list[str]:
         labels = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     except FileNotFoundError:
         raise SpecError(f"{path}: labels file not found") from None
-    if len(labels) != count:
-        raise SpecError(f"{path}: {len(labels)} labels for {count} classes")
+    if count is not None and (len(labels) != count if exact else len(labels) < count):
+        raise SpecError(f"{path}: {len(labels)} labels for {'' if exact else 'at least '}{count} classes")
     return labels
 
 
@@ -89,11 +104,48 @@ class ImageClient(ModelClient[Any]):
         except ValueError as error:
             raise SpecError(f"{where} {error}") from None
 
-    def decode(self, item: Any, where: str):
+    def _encoded(self, item: Any, where: str) -> Any:
         if not isinstance(item, (str, bytes)):
             raise InvalidInput(f"{where} must be a base64 string (or a list of them)")
-        return images.decode_image(item, where, self.settings.max_image_pixels, self.draft_size)
+        return item
+
+    def decode(self, item: Any, where: str):
+        return images.decode_image(self._encoded(item, where), where, self.settings.max_image_pixels, self.draft_size)
 
     def to_tensor(self, pixels: np.ndarray) -> np.ndarray:
         """HWC uint8 RGB of the input's size -> the input tensor of one image (before the dtype cast)."""
         return images.to_input(pixels, self.lut, self.layout == "NCHW", self.channels == "BGR")
+
+    def fit(self, image) -> np.ndarray:
+        """The decoded image fitted to the input's size, as HWC uint8 RGB (each family's own)."""
+        raise NotImplementedError
+
+    def preprocess(self, item: Any, where: str, options: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], Displayed]:
+        image = self.decode(item, where)
+        return {self.spec.inputs[0].name: self.to_tensor(self.fit(image))}, Displayed(*images.full_size(image))
+
+    # --- the Triton pipeline -----------------------------------------------------------------
+
+    def pipeline_inputs(self) -> tuple[TensorSpec, ...]:
+        """The ensemble's inputs: the encoded image and its length (a batch pads the shorter ones, and
+        a truncated image must not decode as if the padding were its data), and a family's options
+        as one-element tensors."""
+        return TensorSpec(IMAGE, "UINT8", (-1,)), TensorSpec(IMAGE_LENGTH, "INT64", (1,))
+
+    def pipeline_outputs(self) -> tuple[TensorSpec, ...]:
+        """The ensemble's outputs: the network's own unless the family post-processes in Triton."""
+        return self.spec.outputs
+
+    def pipeline_route(self) -> Route:
+        return Route(ensemble_model(self.name), self.pipeline_inputs(), self.pipeline_outputs(),
+                     self.pipeline_preprocess, self.pipeline_postprocess)
+
+    def pipeline_preprocess(self, item: Any, where: str, options: Mapping[str, Any]
+                            ) -> tuple[dict[str, np.ndarray], Displayed]:
+        """The encoded bytes, unread: only the header is opened, for the pixel limit and the size."""
+        raw, image = images.open_image(self._encoded(item, where), where, self.settings.max_image_pixels)
+        arrays = {IMAGE: np.frombuffer(raw, dtype=np.uint8), IMAGE_LENGTH: np.array([len(raw)], dtype=np.int64)}
+        return arrays, Displayed(*images.displayed_size(image))
+
+    def pipeline_postprocess(self, outputs: Mapping[str, np.ndarray], context: Displayed, options: Mapping[str, Any]) -> Any:
+        return self.postprocess(outputs, context, options)

@@ -3,8 +3,9 @@
 
 SageMaker extracts the tarball into /opt/ml/model, where `serve` finds the repository, so the
 model folders sit at the archive's top level. Before anything is written the repository is
-checked: every model folder has its config.pbtxt and model.toml, and a numbered version folder
-holding the artifact its config names (model.plan, model.onnx, or model.py). The archive holds
+checked: every model folder has its config.pbtxt and model.toml (an image pipeline's steps take
+their model's), and a numbered version folder holding the artifact its config names (model.plan,
+model.onnx, model.py or dali.py; an ensemble's stays empty). The archive holds
 regular files and folders only: symlinks (which fail SageMaker's extraction) and hard links (which
 `make models` uses) are stored as the files they point at; caches are left out; every file is
 readable by the image's non-root user.
@@ -34,7 +35,9 @@ SKIPPED_NAMES = {"__pycache__", ".ipynb_checkpoints"}
 SKIPPED_SUFFIXES = {".pyc", ".pyo"}
 # Triton's default artifact per platform / backend (config.pbtxt's default_model_filename overrides).
 ARTIFACTS = {"tensorrt_plan": "model.plan", "onnxruntime_onnx": "model.onnx", "python": "model.py",
-             "tensorrt": "model.plan", "onnxruntime": "model.onnx"}
+             "tensorrt": "model.plan", "onnxruntime": "model.onnx",
+             # the DALI backend serialises the pipeline file when it loads the model (autoserialization)
+             "dali": "dali.py"}
 
 
 class InvalidRepository(ValueError):
@@ -55,13 +58,24 @@ def model_folders(repository: Path) -> list[Path]:
                   and p.name not in SKIPPED_NAMES)
 
 
+def pipeline_steps(models: Sequence[Path]) -> set[str]:
+    """The folders of the Triton pipelines (app.core.pipeline) of the models that have a model.toml:
+    their settings are the model's own, so they carry no model.toml of their own."""
+    from app.core.pipeline import ensemble_model, postprocess_model, preprocess_model
+
+    return {step(model.name) for model in models if (model / "model.toml").is_file()
+            for step in (preprocess_model, postprocess_model, ensemble_model)}
+
+
 def validate(repository: Path) -> list[Path]:
-    """The files to package, relative to ``repository``; InvalidRepository lists every problem."""
+    """The files (and an ensemble's empty version folder) to package, relative to ``repository``;
+    InvalidRepository lists every problem."""
     if not repository.is_dir():
         raise InvalidRepository(f"{repository} is not a folder")
     problems: list[str] = []
     files: list[Path] = []
     models = model_folders(repository)
+    steps = pipeline_steps(models)
     if not models:
         problems.append(f"{repository} holds no model folder")
     for model in models:
@@ -69,19 +83,22 @@ def validate(repository: Path) -> list[Path]:
         config = model / "config.pbtxt"
         if not config.is_file():
             problems.append(f"{name}: no config.pbtxt (run scripts/prepare_models.py for the target)")
-        if not (model / "model.toml").is_file():
+        if not (model / "model.toml").is_file() and name not in steps:
             problems.append(f"{name}: no model.toml (the router reads the model's settings from it)")
         versions = sorted(p for p in model.iterdir() if p.is_dir() and p.name.isdigit())
         if not versions:
             problems.append(f"{name}: no numbered version folder (e.g. {name}/1/)")
-        artifact = None
+        artifact, ensemble = None, False
         if config.is_file():
             try:
-                artifact = expected_artifact(triton_config.read_config(config))
+                parsed = triton_config.read_config(config)
+                artifact, ensemble = expected_artifact(parsed), parsed.platform == "ensemble"
             except triton_config.ParseError as error:
                 problems.append(f"{name}: config.pbtxt is not a Triton model configuration: {error}")
         for version in versions:
-            if artifact is not None:
+            if ensemble:  # an ensemble's version folder is empty, and Triton needs it there
+                files.append(version.relative_to(repository))
+            elif artifact is not None:
                 path = version / artifact
                 if not path.is_file():
                     problems.append(f"{name}/{version.name}: no {artifact}, the artifact config.pbtxt names")
@@ -117,7 +134,7 @@ def write_tarball(repository: Path, files: Sequence[Path], output: Path, log=pri
     """Regular files and folders only: each file's content is read through any link."""
     output.parent.mkdir(parents=True, exist_ok=True)
     partial = output.with_name(output.name + ".partial")
-    total = sum((repository / f).stat().st_size for f in files)
+    total = sum((repository / f).stat().st_size for f in files if (repository / f).is_file())
     done = 0
     folders: set[str] = set()
     with tarfile.open(partial, "w:gz", compresslevel=6) as tar:
@@ -127,6 +144,11 @@ def write_tarball(repository: Path, files: Sequence[Path], output: Path, log=pri
                     folders.add(parent.as_posix())
                     tar.addfile(_info(parent.as_posix(), directory=True))
             source = repository / relative
+            if source.is_dir():
+                if relative.as_posix() not in folders:
+                    folders.add(relative.as_posix())
+                    tar.addfile(_info(relative.as_posix(), directory=True))
+                continue
             size = source.stat().st_size
             with source.open("rb") as handle:
                 tar.addfile(_info(relative.as_posix(), size=size), handle)

@@ -197,6 +197,18 @@ def write_model_files(spec, options: Options, export, choice, tuning) -> None:
             shutil.copyfile(spec.file(name), folder / name)
 
 
+def write_pipeline(spec, options: Options, tuning) -> None:
+    """The Triton pipeline's steps and ensemble, for a model whose pre- and post-processing run there."""
+    from app.core.pipeline import TRITON
+    from scripts.model_prep import pipeline_config
+
+    if spec.pipeline != TRITON:
+        pipeline_config.remove_pipeline(spec, options.repository)
+        return
+    names = pipeline_config.write_pipeline(spec, options.repository, options.target, tuning)
+    print(f"[{spec.name}] wrote its Triton pipeline: {', '.join(names)}", flush=True)
+
+
 def _data_file_names(spec) -> list[str]:
     settings = {**spec.preprocess, **spec.postprocess}
     return [str(settings[key]) for key in DATA_KEYS if key in settings]
@@ -212,6 +224,7 @@ def prepare(spec, recipe, options: Options) -> dict:
     tuning = tuning_for(spec, options)
     write_artifact(spec, options, export, tuning)
     write_model_files(spec, options, export, choice, tuning)
+    write_pipeline(spec, options, tuning)
     print(f"[{spec.name}] wrote {options.repository / spec.name} ({options.target}, {choice.describe()})", flush=True)
     return {"model": spec.name, "weights": choice.source, "max_abs_diff": export.max_abs_diff}
 
@@ -229,11 +242,12 @@ def prepare_onnx_file(spec, options: Options) -> dict:
     if missing:
         raise onnx_export.ExportError(f"[{spec.name}] {spec.folder / missing[0]} (named in model.toml) does not exist")
     with step(spec.name, f"checking {path} (onnx.checker, tensors, ONNX Runtime at batch {onnx_export.CHECK_BATCH})"):
-        export = onnx_export.check_file(path, spec, options.seed)
+        export = onnx_export.check_file(path, spec, options.seed, cache_dir=options.cache_dir)
     choice = weights.WeightsChoice(weights.FILE, options.seed, path)
     tuning = tuning_for(spec, options)
     write_artifact(spec, options, export, tuning)
     write_model_files(spec, options, export, choice, tuning)
+    write_pipeline(spec, options, tuning)
     print(f"[{spec.name}] wrote {options.repository / spec.name} ({options.target}, {choice.describe()})", flush=True)
     return {"model": spec.name, "weights": choice.source, "max_abs_diff": {}}
 

@@ -18,9 +18,11 @@ def repository() -> Path:
 
 @pytest.fixture(scope="session")
 def small_repository(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One model only: for tests that start and stop whole stacks, so each start is quick."""
+    """One model only (with its Triton pipeline's steps): for tests that start and stop whole
+    stacks, so each start is quick."""
     target = tmp_path_factory.mktemp("small-repository")
-    shutil.copytree(repository / "yolov5", target / "yolov5")
+    for folder in repository.glob("yolov5*"):
+        shutil.copytree(folder, target / folder.name)
     return target
 
 

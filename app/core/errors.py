@@ -58,6 +58,30 @@ class InvalidInput(ApiError):
     status, code = 400, "invalid_input"
 
 
+class InvalidItem(InvalidInput):
+    """One item of a batch that a step of a Triton pipeline refused (an image that does not decode).
+
+    The step answers Triton's error with ``InvalidItem.encode(row, message)``, its message naming
+    the item ``WHERE``; the router finds it in Triton's error (``decode``) and names the item as the
+    caller did (``payload.img[3]``)."""
+
+    WHERE = "{item}"
+    _PATTERN = re.compile(r"item (\d+) refused: (.*)", re.S)
+
+    def __init__(self, index: int, message: str) -> None:
+        super().__init__(message)
+        self.index = index
+
+    @staticmethod
+    def encode(index: int, message: str) -> str:
+        return f"item {index} refused: {message}"
+
+    @classmethod
+    def decode(cls, text: str) -> "InvalidItem | None":
+        found = cls._PATTERN.search(text)
+        return cls(int(found.group(1)), found.group(2).strip()) if found else None
+
+
 class NotFound(ApiError):
     status, code = 404, "not_found"
 

@@ -7,7 +7,7 @@ that a health check never queues behind long inferences in the router's threads.
 from __future__ import annotations
 
 import logging
-from typing import Any, Protocol, Sequence
+from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 from app.core.errors import ApiError
 from app.core.states import READY, UNKNOWN
@@ -24,17 +24,27 @@ class Readiness(Protocol):
     def server_ready(self) -> bool: ...
 
 
-def unhealthy(served: Sequence[str]) -> dict[str, Any]:
+def unhealthy(served: Iterable[str]) -> dict[str, Any]:
     """The body of a 503 when the models' states cannot be known (Triton or the router unreachable)."""
-    return {"status": UNHEALTHY, "models": {name: UNKNOWN for name in served}}
+    return {"status": UNHEALTHY, "models": {name: UNKNOWN for name in sorted(served)}}
 
 
-def ping_answer(triton: Readiness, served: Sequence[str]) -> tuple[int, dict[str, Any]]:
-    """(HTTP status, body). At most two short calls, each under the client's ping deadline: the
-    repository index, then (only when every model is READY) the server's own readiness."""
+def model_state(states: Mapping[str, str], needs: Sequence[str]) -> str:
+    """A served model's state from the Triton models it needs (``app.core.pipeline.triton_models``):
+    READY when all are, else the first that is not."""
+    for name in needs:
+        if states.get(name, MISSING) != READY:
+            return states.get(name, MISSING)
+    return READY
+
+
+def ping_answer(triton: Readiness, served: Mapping[str, Sequence[str]]) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, body). ``served``: each served model's name and the Triton models it needs.
+    At most two short calls, each under the client's ping deadline: the repository index, then
+    (only when every model is READY) the server's own readiness."""
     try:
         states = triton.model_states()
-        models = {name: states.get(name, MISSING) for name in served}
+        models = {name: model_state(states, needs) for name, needs in sorted(served.items())}
         healthy = all(state == READY for state in models.values()) and triton.server_ready()
     except ApiError as error:
         log.warning("ping: %s", error.message)

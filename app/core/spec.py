@@ -14,6 +14,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from app.core.pipeline import ROUTER, pipeline_of
+
 SPEC_FILE = "model.toml"
 
 # Triton's data type names (config.pbtxt spells them TYPE_<name>) and their numpy twins.
@@ -59,6 +61,7 @@ class ModelSpec:
     export: Mapping[str, Any] = field(default_factory=dict)
     preprocess: Mapping[str, Any] = field(default_factory=dict)
     postprocess: Mapping[str, Any] = field(default_factory=dict)
+    pipeline: str = ROUTER  # where pre- and post-processing run: app.core.pipeline (TRITON or ROUTER)
 
     def file(self, relative: str) -> Path:
         """A file named in the spec, relative to the model's folder."""
@@ -95,6 +98,10 @@ def load_spec(folder: str | Path) -> ModelSpec:
     for key in ("family", "max_batch_size"):
         if key not in raw:
             raise SpecError(f"{path}: missing {key!r}")
+    try:
+        pipeline = pipeline_of(raw, str(raw["family"]), str(path))
+    except ValueError as error:
+        raise SpecError(str(error)) from None
     return ModelSpec(
         name=folder.name,
         family=str(raw["family"]),
@@ -109,6 +116,7 @@ def load_spec(folder: str | Path) -> ModelSpec:
         export=dict(raw.get("export", {})),
         preprocess=dict(raw.get("preprocess", {})),
         postprocess=dict(raw.get("postprocess", {})),
+        pipeline=pipeline,
     )
 
 

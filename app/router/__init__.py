@@ -34,7 +34,7 @@ def create_app(
     triton = triton if triton is not None else TritonClient.from_settings(settings)
     if registry is None:
         registry = build_registry(settings.model_repository, triton, settings)
-    served = sorted(registry)
+    served = {name: client.triton_models for name, client in registry.items()}
 
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes

@@ -13,7 +13,7 @@ import socketserver
 import threading
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from app.core.errors import NotFound
 from app.core.health import Readiness, ping_answer, unhealthy
@@ -22,8 +22,8 @@ from app.core.health import Readiness, ping_answer, unhealthy
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
-    def __init__(self, path: Path, triton: Readiness, served: Sequence[str], router_up: Callable[[], bool]):
-        self.triton, self.served, self.router_up = triton, list(served), router_up
+    def __init__(self, path: Path, triton: Readiness, served: Mapping[str, Sequence[str]], router_up: Callable[[], bool]):
+        self.triton, self.served, self.router_up = triton, dict(served), router_up
         super().__init__(str(path), _Handler)
 
 
@@ -59,7 +59,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def start_ping_server(path: Path, triton_url: str, timeout_s: float, ping_timeout_s: float,
-                      served: Sequence[str], router_up: Callable[[], bool]) -> _Server:
+                      served: Mapping[str, Sequence[str]], router_up: Callable[[], bool]) -> _Server:
     """Serve /ping on ``path`` from a daemon thread. Call it after the children are started: the
     gRPC client it creates must not be inherited by a fork."""
     from clients.triton import TritonClient

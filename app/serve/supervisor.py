@@ -40,6 +40,7 @@ from app.core.settings import (
     is_model_repository,
     triton_ports,
 )
+from app.core.pipeline import triton_models
 from app.core.spec import find_specs
 from app.serve.engines import check_engines
 from app.serve.nginx import NGINX_CONF, find_nginx, render_nginx_conf
@@ -180,8 +181,9 @@ class Supervisor:
         self.children.append(router)
         self._wait_for_socket(router, socket_path)
 
-        # The models the router serves (those with a model.toml): what every /ping answer lists.
-        served = sorted(find_specs(repository))
+        # The models the router serves (those with a model.toml), each with the Triton models it
+        # needs (its network, and its ensemble on the Triton pipeline): what every /ping answer lists.
+        served = {name: triton_models(name, spec.pipeline) for name, spec in find_specs(repository).items()}
         ping_socket = runtime_dir / "ping.sock"
         start_ping_server(
             ping_socket, router_env[TRITON_GRPC_URL], settings.triton_timeout_s, settings.ping_timeout_s,
@@ -192,7 +194,7 @@ class Supervisor:
         conf.write_text(render_nginx_conf(
             NGINX_CONF.read_text(), port=settings.port, runtime_dir=runtime_dir, router_socket=socket_path,
             ping_socket=ping_socket, proxy_timeout_s=settings.server_timeout_s + 5,
-            drain_timeout_s=DRAIN_TIMEOUT_S - 1, models=served,
+            drain_timeout_s=DRAIN_TIMEOUT_S - 1, models=sorted(served),
         ))
         nginx_argv = [nginx_binary, "-e", "stderr", "-p", str(runtime_dir), "-c", str(conf)]
         self.children.append(Child("nginx", nginx_argv, env))

@@ -1,7 +1,9 @@
 """Fixtures for the Flask app: a model repository of tiny spec folders and a fake Triton.
 
 The fake answers with arrays of each spec's output shapes, computed from the inputs so that
-results can be told apart (and their order checked), and records every call.
+results can be told apart (and their order checked), and records every call. An image model's
+ensemble (``<name>_pipeline``) runs the real python-backend steps
+(``scripts/model_prep/triton_image_steps.py``) around the fake network, as Triton would.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from typing import Callable
 import numpy as np
 import pytest
 
+from app.core.pipeline import DETECTION_OPTIONS, DETECTIONS, ENSEMBLE_SUFFIX, IMAGE, IMAGE_LENGTH, NUM_DETECTIONS, triton_models
 from app.core.settings import PROJECT_ROOT, Settings
 from app.core.spec import find_specs
 from app.router import create_app
+from scripts.model_prep.triton_image_steps import load_client, postprocess_batch, preprocess_batch
 
 VOCAB_SOURCES = (
     PROJECT_ROOT / "models" / "bert_base" / "vocab.txt",
@@ -51,9 +55,12 @@ class FakeTriton:
     """Stands in for clients.triton.TritonClient: outputs of the right shapes, recorded calls."""
 
     def __init__(self, repository: Path) -> None:
+        self.repository = repository
         self.specs = find_specs(repository)
+        self.steps: dict = {}  # the pipeline steps' clients, by network
         self.calls: list[tuple[str, dict[str, tuple[int, ...]], str | None]] = []
-        self.states = {name: "READY" for name in self.specs}
+        self.states = {model: "READY" for name, spec in self.specs.items()
+                       for model in triton_models(name, spec.pipeline)}
         self.ready = True
         self.error: Exception | None = None  # raised by infer when set
         self.readiness_error: Exception | None = None  # raised by model_states when set
@@ -69,6 +76,8 @@ class FakeTriton:
             self.calls.append((model, {k: v.shape for k, v in inputs.items()}, version))
         if self.error is not None:
             raise self.error
+        if model.endswith(ENSEMBLE_SUFFIX):
+            return self._ensemble(model.removesuffix(ENSEMBLE_SUFFIX), inputs, output_names), version or self.version
         spec = self.specs[model]
         for tensor in spec.inputs:
             array = inputs[tensor.name]
@@ -79,15 +88,37 @@ class FakeTriton:
         outputs = maker(spec, inputs, batch)
         return {name: outputs[name] for name in output_names}, version or self.version
 
+    def _ensemble(self, name, inputs, output_names):
+        """The steps Triton runs for ``<name>_pipeline``: preprocess, the (fake) network, NMS."""
+        spec = self.specs[name]
+        if name not in self.steps:
+            self.steps[name] = load_client(self.repository / name)
+        client = self.steps[name]
+        tensor, sizes = preprocess_batch(client, inputs[IMAGE], inputs[IMAGE_LENGTH])  # InvalidItem for an image that does not decode
+        outputs = getattr(self, f"_{spec.family}")(spec, {spec.inputs[0].name: tensor}, len(tensor))
+        if spec.family == "detection":
+            options = {option: inputs[option] for option in DETECTION_OPTIONS}
+            detections, counts = postprocess_batch(client, outputs[spec.outputs[0].name], sizes, options)
+            outputs = {DETECTIONS: detections, NUM_DETECTIONS: counts}
+        return {output: outputs[output] for output in output_names}
+
     def _image_classification(self, spec, inputs, batch):
         # class = a value derived from the image's mean brightness, so different images differ
         pixels = inputs[spec.inputs[0].name]
-        logits = np.zeros((batch, spec.outputs[0].dims[0]), dtype=np.float32)
+        classes = spec.outputs[0].dims[0]
+        logits = np.zeros((batch, classes), dtype=np.float32)
         for i in range(batch):
-            best = int(abs(float(pixels[i].mean())) * 100) % logits.shape[1]
+            best = int(abs(float(pixels[i].mean())) * 100) % classes
             logits[i, best] = 10.0
-            logits[i, (best + 1) % logits.shape[1]] = 5.0
-        return {spec.outputs[0].name: logits}
+            logits[i, (best + 1) % classes] = 5.0
+        if len(spec.outputs) == 1:
+            return {spec.outputs[0].name: logits}
+        # the graph ranks: probabilities and class indices, best first
+        exp = np.exp(logits - logits.max(axis=1, keepdims=True))
+        probabilities = exp / exp.sum(axis=1, keepdims=True)
+        ranked = np.argsort(-probabilities, axis=1, kind="stable")
+        return {spec.outputs[0].name: np.take_along_axis(probabilities, ranked, axis=1),
+                spec.outputs[1].name: ranked.astype(spec.outputs[1].numpy_dtype)}
 
     def _detection(self, spec, inputs, batch):
         rows, cols = spec.outputs[0].dims

@@ -45,25 +45,34 @@ topk = 2
 """
 
 
-def test_a_fourth_model_is_configured_not_coded(tmp_path, fake_triton_class):
+@pytest.mark.parametrize("pipeline", [None, "router"])
+def test_a_fourth_model_is_configured_not_coded(tmp_path, fake_triton_class, pipeline):
+    """Added by configuration alone: on the Triton pipeline by default (the router sends the
+    image's bytes to ``tiny_pipeline``), or the router's when model.toml says so; the network
+    gets the same tensor either way."""
     folder = tmp_path / "tiny"
     folder.mkdir()
-    (folder / "model.toml").write_text(TINY_SPEC)
+    (folder / "model.toml").write_text(TINY_SPEC if pipeline is None else f'pipeline = "{pipeline}"\n{TINY_SPEC}')
     (folder / "labels.txt").write_text("".join(f"thing {i}\n" for i in range(10)))
     fake = fake_triton_class(tmp_path)
     seen = []
-    original = fake.infer
+    network = fake._image_classification
 
-    def infer(model, inputs, output_names, version=None):
+    def classify(spec, inputs, batch):
         seen.append(inputs["pixels"])
-        return original(model, inputs, output_names, version)
+        return network(spec, inputs, batch)
 
-    fake.infer = infer
+    fake._image_classification = classify
     app = create_app(Settings(model_repository=tmp_path), triton=fake)
     data = image_bytes(400, 300, (255, 0, 128))
     response = app.test_client().post("/invocations", json={"modelname": "tiny", "payload": {"img": b64(data)}})
     assert response.status_code == 200, response.get_data(as_text=True)
     assert len(response.get_json()["result"]) == 2
+    model, shapes, _ = fake.calls[0]
+    if pipeline is None:
+        assert (model, shapes) == ("tiny_pipeline", {"image": (1, len(data)), "image_length": (1, 1)})
+    else:
+        assert (model, shapes) == ("tiny", {"pixels": (1, 3, 160, 160)})
     assert seen[0].shape == (1, 3, 160, 160)
     assert seen[0][0, :, 80, 80].tolist() == pytest.approx([1.0, -1.0, 128 / 127.5 - 1], abs=1e-6)
 
@@ -82,5 +91,5 @@ def test_bad_specs_stop_the_start(tmp_path, repository, fake_triton_class):
         create_app(Settings(model_repository=tmp_path), triton=fake_triton_class(repository))
     (tmp_path / "yolov5").rename(tmp_path / "unused")
     (tmp_path / "resnet" / "labels.txt").write_text("just one\n")
-    with pytest.raises(SpecError, match="1 labels for 1000 classes"):
+    with pytest.raises(SpecError, match="1 labels for at least 1000 classes"):
         create_app(Settings(model_repository=tmp_path), triton=fake_triton_class(repository))

@@ -7,6 +7,7 @@ import io
 import socket
 import time
 
+import numpy as np
 import pytest
 from PIL import Image
 from werkzeug.exceptions import ImATeapot
@@ -121,7 +122,8 @@ def test_resnet_single_image(client, triton):
     assert [set(r) for r in result] == [{"label", "index", "score"}] * 3
     assert result[0]["score"] > result[1]["score"] >= result[2]["score"]
     assert result[0]["label"] == f"class {result[0]['index']}"
-    assert triton.calls == [("resnet", {"input": (1, 3, 224, 224)}, None)]
+    # the Triton pipeline: the encoded image goes to the ensemble unread
+    assert triton.calls == [("resnet_pipeline", {"image": (1, len(image_bytes())), "image_length": (1, 1)}, None)]
 
 
 def test_list_gives_list_in_order(client):
@@ -140,13 +142,26 @@ def test_long_list_is_split_into_batches(client, triton):
     response = invoke(client, payload={"img": images})
     assert response.status_code == 200
     assert len(response.get_json()["result"]) == 20
-    assert [call[1]["input"][0] for call in triton.calls] == [8, 8, 4]
+    assert [call[1]["image"][0] for call in triton.calls] == [8, 8, 4]
 
 
 def test_list_over_limit_is_refused(client, triton):
     response = invoke(client, payload={"img": [b64(image_bytes())] * 65})
     assert_error(response, 400, "invalid_input", "payload.img", "65")
     assert triton.calls == []
+
+
+def test_an_image_that_decodes_only_in_triton_is_named_as_the_caller_sent_it(client, triton):
+    """A header that opens but pixels that do not decode: the pipeline's step refuses its row, the
+    router answers 400 naming the caller's item, and the model keeps serving."""
+    noise = np.random.default_rng(0).integers(0, 256, (48, 64, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(noise).save(buffer, format="JPEG")
+    good, broken = buffer.getvalue(), buffer.getvalue()[: len(buffer.getvalue()) // 2]  # cut short: the header reads
+    response = invoke(client, payload={"img": [b64(good), b64(broken)]})
+    assert_error(response, 400, "invalid_input", "payload.img[1]", "decodable")
+    assert triton.calls[-1][0] == "resnet_pipeline"
+    assert invoke(client, payload={"img": b64(good)}).status_code == 200
 
 
 def test_yolov5_detections_in_image_pixels(client):

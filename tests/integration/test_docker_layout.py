@@ -21,6 +21,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from app.core.settings import PROJECT_ROOT
+from app.core.spec import find_specs
 from scripts.devtools import Stack
 
 pytestmark = pytest.mark.integration
@@ -161,7 +162,7 @@ def test_assembled_image_starts_from_its_workdir_and_pings_200(repository, tmp_p
         stack.wait_healthy(timeout=240)
         response = stack.ping()
         assert response.status_code == 200
-        assert set(response.json()["models"]) == {p.name for p in model_dir.iterdir() if (p / "config.pbtxt").is_file()}
+        assert set(response.json()["models"]) == set(find_specs(model_dir))  # the served models, not their steps
         # Everything runs from the assembled root, not from the repository.
         router = stack.pids()["router"]
         assert router and Path(os.readlink(f"/proc/{router[0]}/cwd")) == workdir

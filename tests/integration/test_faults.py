@@ -79,14 +79,15 @@ import triton_python_backend_utils as pb_utils
 
 
 class TritonPythonModel:
-    """Answers with logits of the wrong rank: the router must not make a result out of that."""
+    """Answers with outputs of the wrong rank: the router must not make a result out of that."""
 
     def execute(self, requests):
         responses = []
         for request in requests:
             batch = pb_utils.get_input_tensor_by_name(request, "input").as_numpy().shape[0]
-            logits = pb_utils.Tensor("logits", np.zeros((batch,), dtype=np.float32))
-            responses.append(pb_utils.InferenceResponse(output_tensors=[logits]))
+            scores = pb_utils.Tensor("scores", np.zeros((batch,), dtype=np.float32))
+            classes = pb_utils.Tensor("classes", np.zeros((batch,), dtype=np.int32))
+            responses.append(pb_utils.InferenceResponse(output_tensors=[scores, classes]))
         return responses
 '''
 
@@ -95,6 +96,8 @@ def test_a_bug_is_an_opaque_500_with_an_id_in_the_log(repository: Path, tmp_path
     repo = tmp_path / "bug"
     shutil.copytree(repository / "resnet", repo / "resnet", ignore=shutil.ignore_patterns("*.onnx"))
     (repo / "resnet" / "1" / "model.py").write_text(BROKEN_MODEL)
+    toml = repo / "resnet" / "model.toml"  # the network alone, its output read by the router
+    toml.write_text('pipeline = "router"\n' + toml.read_text())
     stack = new_stack(repo)
     stack.wait_healthy(timeout=120)
     r = requests.post(f"{stack.url}/invocations", timeout=30,
@@ -102,7 +105,7 @@ def test_a_bug_is_an_opaque_500_with_an_id_in_the_log(repository: Path, tmp_path
     assert_error(r, 500, "internal_error")
     message = r.json()["error"]["message"]
     error_id = message.split()[-1]
-    assert len(error_id) >= 16 and "logits" not in message and "Error" not in message
+    assert len(error_id) >= 16 and "scores" not in message and "Error" not in message
     assert wait_until(lambda: error_id in stack.log_tail(200), timeout=5)
     logged = [line for line in stack.log_tail(200).splitlines() if error_id in line]
     assert any("traceback" in line for line in logged), logged

@@ -11,22 +11,10 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import np_to_triton_dtype
 
+from app.core.pipeline import triton_models
 from app.core.spec import ModelSpec, find_specs
-from scripts.devtools import start_triton
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def triton(repository: Path, tmp_path_factory: pytest.TempPathFactory):
-    triton = start_triton(repository, tmp_path_factory.mktemp("triton"))
-    client = grpcclient.InferenceServerClient(triton.grpc_url)
-    try:
-        triton.wait_ready(180)
-        yield client
-    finally:
-        client.close()
-        triton.stop()  # SIGTERM first: the python backend frees its shared memory
 
 
 def random_inputs(spec: ModelSpec, batch: int, seed: int = 0) -> list[grpcclient.InferInput]:
@@ -46,8 +34,12 @@ def random_inputs(spec: ModelSpec, batch: int, seed: int = 0) -> list[grpcclient
 
 def test_every_model_is_ready(triton, repository: Path):
     index = {m.name: m.state for m in triton.get_model_repository_index().models}
-    assert index == {name: "READY" for name in find_specs(repository)}
-    assert set(index) == {"resnet", "yolov5", "bert_base"}
+    served = {model for name, spec in find_specs(repository).items() for model in triton_models(name, spec.pipeline)}
+    assert served <= set(index)
+    assert index == {folder.name: "READY" for folder in repository.iterdir() if (folder / "config.pbtxt").is_file()}
+    # the image models' pipelines: the ensemble and its python-backend steps
+    assert set(index) == {"resnet", "yolov5", "bert_base", "resnet_preprocess", "resnet_pipeline",
+                          "yolov5_preprocess", "yolov5_postprocess", "yolov5_pipeline"}
 
 
 @pytest.mark.parametrize("name", ["resnet", "yolov5", "bert_base"])
@@ -60,14 +52,14 @@ def test_batch_of_two_gives_the_documented_shapes(triton, repository: Path, name
         print(f"{name}.{tensor.name}: {array.shape} {array.dtype}")
         assert array.shape == (2, *tensor.dims)
         assert array.dtype == tensor.numpy_dtype
-    documented = {"resnet": {"logits": (2, 1000)}, "yolov5": {"output": (2, 25200, 85)},
+    documented = {"resnet": {"scores": (2, 1000), "classes": (2, 1000)}, "yolov5": {"output": (2, 25200, 85)},
                   "bert_base": {"scores": (2, 128, 50), "token_ids": (2, 128, 50)}}[name]
     assert {t: result.as_numpy(t).shape for t in documented} == documented
 
 
 def test_sixteen_concurrent_requests_form_batches(triton, repository: Path):
     spec = find_specs(repository)["resnet"]
-    outputs = [grpcclient.InferRequestedOutput("logits")]
+    outputs = [grpcclient.InferRequestedOutput("scores")]
 
     def stats() -> tuple[int, int]:
         s = triton.get_inference_statistics("resnet").model_stats[0]
@@ -83,6 +75,6 @@ def test_sixteen_concurrent_requests_form_batches(triton, repository: Path):
         time.sleep(0.05)
     inferences, executions = after[0] - before[0], after[1] - before[1]
     print(f"16 concurrent requests: {inferences} inferences in {executions} executions")
-    assert all(r.as_numpy("logits").shape == (1, 1000) for r in results)
+    assert all(r.as_numpy("scores").shape == (1, 1000) for r in results)
     assert inferences == 16
     assert executions < inferences

@@ -85,6 +85,8 @@ def test_a_model_that_fails_to_load(small_repository: Path, tmp_path: Path, new_
     shutil.copytree(small_repository / "yolov5", repo / "detector")
     config = repo / "detector" / "config.pbtxt"
     config.write_text(config.read_text().replace('name: "yolov5"', 'name: "detector"'))
+    toml = repo / "detector" / "model.toml"  # the network alone: no pipeline steps of its own
+    toml.write_text('pipeline = "router"\n' + toml.read_text())
     (repo / "detector" / "1" / "model.py").write_text("raise ImportError('this model is broken on purpose')\n")
     stack = new_stack(repo)
 

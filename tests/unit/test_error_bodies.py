@@ -110,7 +110,7 @@ def get(path, url: str) -> tuple[int, dict]:
 
 def test_the_ping_server_answers_with_the_same_bodies(tmp_path):
     path = tmp_path / "ping.sock"
-    server = start_ping_server(path, "127.0.0.1:1", 1.0, 0.5, MODELS, router_up=lambda: False)
+    server = start_ping_server(path, "127.0.0.1:1", 1.0, 0.5, {m: (m,) for m in MODELS}, router_up=lambda: False)
     try:
         assert get(path, "/nope") == (404, errors.NotFound("this socket answers GET /ping only").body())
         assert get(path, "/ping") == (503, unhealthy(MODELS))

@@ -13,27 +13,10 @@ from app.core.spec import find_specs
 from scripts import prepare_models
 from scripts.model_prep import triton_config
 from scripts.model_prep.onnx_export import graph_tensors
+from tests.unit.conftest import TARGETS, build_repository
 
 SOURCE = prepare_models.DEFAULT_SOURCE
 MODELS = sorted(find_specs(SOURCE))
-TARGETS = ("python", "onnxruntime", "tensorrt")
-
-
-def _build(repository: Path, target: str, *extra: str) -> None:
-    argv = ["--target", target, "--weights", "random", "--repository", str(repository), *extra]
-    if target == "tensorrt":
-        argv.append("--config-only")
-    assert prepare_models.main(argv) == 0
-
-
-@pytest.fixture(scope="session")
-def repositories(tmp_path_factory) -> dict[str, Path]:
-    """One repository per target, built once (ONNX exports come from the build/onnx cache)."""
-    built = {}
-    for target in TARGETS:
-        built[target] = tmp_path_factory.mktemp(f"repository-{target}")
-        _build(built[target], target)
-    return built
 
 
 def _config(repository: Path, model: str) -> mc.ModelConfig:
@@ -117,7 +100,7 @@ def test_data_files_hold_the_real_vocabulary_and_labels(repositories):
 
 
 def test_tuning_options_reach_the_config(tmp_path):
-    _build(
+    build_repository(
         tmp_path, "python", "--models", "resnet", "yolov5", "--config-only",
         "--max-batch-size", "4", "--max-batch-size", "resnet=16", "--max-queue-delay-us", "500",
         "--instance-count", "yolov5=3", "--ort-threads", "1",

@@ -68,9 +68,25 @@ def test_broken_symlink_is_refused(repo, tmp_path, capsys):
     assert "resnet/extra.txt is a broken symlink" in capsys.readouterr().err
 
 
-def test_the_built_test_repository_is_valid(repository):
+def test_the_built_test_repository_is_valid(repository, tmp_path):
     files = package_models.validate(repository)
-    assert {f.parts[0] for f in files} == {"resnet", "yolov5", "bert_base"}
+    # the image models' Triton pipelines travel with them, without a model.toml of their own
+    assert {f.parts[0] for f in files} == {"resnet", "yolov5", "bert_base", "resnet_preprocess", "resnet_pipeline",
+                                           "yolov5_preprocess", "yolov5_postprocess", "yolov5_pipeline"}
+    output = tmp_path / "model.tar.gz"
+    package_models.write_tarball(repository, files, output, log=lambda line: None)
+    members = package_models.check_tarball(output)
+    assert "resnet_pipeline/1" in members  # an ensemble's empty version folder, which Triton needs
+    assert "yolov5_preprocess/1/model.py" in members
+
+
+def test_a_step_without_its_model_is_refused(repo):
+    step = repo / "orphan_preprocess"
+    (step / "1").mkdir(parents=True)
+    (step / "1" / "model.py").write_text("")
+    (step / "config.pbtxt").write_text('name: "orphan_preprocess"\nbackend: "python"\n')
+    with pytest.raises(package_models.InvalidRepository, match="orphan_preprocess: no model.toml"):
+        package_models.validate(repo)
 
 
 def test_upload_to_s3(repo, tmp_path, monkeypatch, capsys):

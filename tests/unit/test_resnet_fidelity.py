@@ -1,6 +1,6 @@
 """Issue check 1: the image-classification client's preprocessing against torchvision's ImageNet eval
 transform on real photos, and the model's top-5 on both tensors (the built ResNet50 ONNX, random
-weights, run with ONNX Runtime). Both paths: the exact one (``fast_path = false``) and the fast one
+weights, run with ONNX Runtime; its graph ends in softmax + ranking). Both paths: the exact one (``fast_path = false``) and the fast one
 resnet is served with (``fast_path = true``: JPEG draft-mode decode, only the crop resized)."""
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ import pytest
 from PIL import Image
 from torchvision import transforms
 
+from app.core.pipeline import ROUTER
 from app.core.settings import Settings
 from app.core.spec import load_spec
-from clients.classification import ImageClassificationClient, softmax
+from clients.classification import ImageClassificationClient
 from scripts.devtools import built_test_repository
 from tests.references import OnnxTriton, real_photos
 
@@ -50,7 +51,9 @@ def client(request) -> ImageClassificationClient:
     spec = load_spec(repository / "resnet")
     assert spec.preprocess.get("fast_path") is True  # resnet is served on the fast path
     fast = request.param == "fast"
-    spec = dataclasses.replace(spec, preprocess={**spec.preprocess, "fast_path": fast})
+    # the router's pipeline (this file checks its preprocessing; tests/integration/test_pipeline_fidelity.py
+    # checks Triton's)
+    spec = dataclasses.replace(spec, preprocess={**spec.preprocess, "fast_path": fast}, pipeline=ROUTER)
     return ImageClassificationClient(spec, OnnxTriton(repository), Settings())
 
 
@@ -77,8 +80,9 @@ def test_preprocessing_and_top5_equal_torchvision(client, name):
         assert max_diff <= TOLERANCE
 
     session = client.triton.session(client.name)
-    (logits,) = session.run(None, {client.spec.inputs[0].name: np.stack([ours, theirs])})
-    top5 = [np.argsort(-softmax(row), kind="stable")[:5].tolist() for row in logits]
+    # the graph ranks: probabilities (softmax) and class indices, best first
+    scores, classes = session.run(None, {client.spec.inputs[0].name: np.stack([ours, theirs])})
+    top5 = [row[:5].tolist() for row in classes]
     result, _ = client.inference({"img": base64.b64encode(data).decode(), "topk": 5})
     served = [c["index"] for c in result]
     path = "fast" if client.fast_path else "exact"
@@ -87,4 +91,4 @@ def test_preprocessing_and_top5_equal_torchvision(client, name):
           f"top-5 ours {top5[0]} torchvision {top5[1]} served {served} "
           f"scores {[round(c['score'], 6) for c in result]}")
     assert top5[0] == top5[1] == served
-    np.testing.assert_allclose([c["score"] for c in result], softmax(logits[0])[top5[0]], rtol=0, atol=1e-6)
+    np.testing.assert_allclose([c["score"] for c in result], scores[0][:5], rtol=0, atol=1e-6)

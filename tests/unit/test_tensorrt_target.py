@@ -36,4 +36,4 @@ def test_engine_is_built_and_loads(tmp_path):
     engine = load_engine(tmp_path / "resnet" / "1" / "model.plan")
     assert engine is not None
     names = {engine.get_tensor_name(i) for i in range(engine.num_io_tensors)}
-    assert names == {"input", "logits"}
+    assert names == {"input", "scores", "classes"}  # softmax and ranking are in the graph

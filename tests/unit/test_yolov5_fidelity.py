@@ -21,7 +21,8 @@ from PIL import Image
 from app.core.settings import Settings
 from app.core.spec import load_spec
 from clients import images
-from clients.detection import DetectionClient, Letterboxed
+from clients.detection import DetectionClient
+from clients.vision import Displayed
 from scripts.devtools import built_test_repository
 from tests import yolov5_reference
 from tests.references import OnnxTriton, real_photos
@@ -139,6 +140,6 @@ def test_planted_output_equals_yolov5(client, seed, conf, iou, max_det, shape):
     output = planted_output(seed)
     theirs = reference_detections(output, shape, conf, iou, max_det)
     options = {"conf_threshold": conf, "iou_threshold": iou, "max_detections": max_det}
-    result = client.postprocess({"output": output}, Letterboxed(width=shape[1], height=shape[0]), options)
+    result = client.postprocess({"output": output}, Displayed(width=shape[1], height=shape[0]), options)
     assert len(set(theirs[:, 5].tolist())) >= 3, "several classes"
     assert_same_detections(result, theirs, f"planted seed {seed} conf {conf} iou {iou} image {shape}")

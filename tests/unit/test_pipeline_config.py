@@ -1,0 +1,112 @@
+"""The image pipelines' repositories for every target (tensorrt with ``--config-only``, no GPU):
+every ``config.pbtxt`` parses as Triton's ModelConfig, and each ensemble's wiring holds step to
+step: every tensor a step takes is an ensemble input or an earlier step's output of the same
+dtype and dims, every required input is fed, and the ensemble's outputs are produced as declared."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from tritonclient.grpc import model_config_pb2 as mc
+
+from app.core.pipeline import ensemble_model, postprocess_model, preprocess_model
+from scripts.model_prep import triton_config
+from tests.unit.conftest import TARGETS
+
+IMAGE_MODELS = ("resnet", "yolov5")
+
+
+def _tensor(t) -> tuple[str, tuple[int, ...]]:
+    return mc.DataType.Name(t.data_type).removeprefix("TYPE_"), tuple(t.dims)
+
+
+def _agrees(produced: tuple[str, tuple[int, ...]], taken: tuple[str, tuple[int, ...]]) -> bool:
+    """Same dtype and rank; a dim the taker leaves open (-1) takes any size, else the sizes match."""
+    (dtype, dims), (want_dtype, want_dims) = produced, taken
+    return dtype == want_dtype and len(dims) == len(want_dims) and all(
+        want in (-1, got) for got, want in zip(dims, want_dims))
+
+
+def wiring_problems(repository: Path, ensemble: str) -> list[str]:
+    config = triton_config.read_config(repository / ensemble / "config.pbtxt")
+    if config.platform != "ensemble":
+        return [f"{ensemble}: platform {config.platform!r}, not an ensemble"]
+    problems = []
+    tensors = {t.name: _tensor(t) for t in config.input}
+    for number, step in enumerate(config.ensemble_scheduling.step):
+        where = f"{ensemble} step {number} ({step.model_name})"
+        path = repository / step.model_name / "config.pbtxt"
+        if not path.is_file():
+            problems.append(f"{where}: no such model in the repository")
+            continue
+        model = triton_config.read_config(path)
+        if model.max_batch_size < config.max_batch_size:
+            problems.append(f"{where}: max_batch_size {model.max_batch_size} < the ensemble's {config.max_batch_size}")
+        inputs, outputs = {t.name: t for t in model.input}, {t.name: _tensor(t) for t in model.output}
+        for name, source in step.input_map.items():
+            if name not in inputs:
+                problems.append(f"{where}: takes {name!r}, which is not one of its inputs {sorted(inputs)}")
+            elif source not in tensors:
+                problems.append(f"{where}: {name} <- {source!r}, which no earlier step or input gives")
+            elif not _agrees(tensors[source], _tensor(inputs[name])):
+                problems.append(f"{where}: {name} {_tensor(inputs[name])} <- {source} {tensors[source]}")
+        for name, tensor in inputs.items():
+            if name not in step.input_map and not tensor.optional:
+                problems.append(f"{where}: its input {name!r} is not fed")
+        for name, target in step.output_map.items():
+            if name not in outputs:
+                problems.append(f"{where}: gives {name!r}, which is not one of its outputs {sorted(outputs)}")
+            else:
+                tensors[target] = outputs[name]
+    for output in config.output:
+        if output.name not in tensors:
+            problems.append(f"{ensemble}: output {output.name!r} is produced by no step")
+        elif not _agrees(tensors[output.name], _tensor(output)):
+            problems.append(f"{ensemble}: output {output.name} {_tensor(output)} <- {tensors[output.name]}")
+    return problems
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_config_parses_as_model_config(repositories, target):
+    folders = sorted(p.parent for p in repositories[target].glob("*/config.pbtxt"))
+    names = {folder.name for folder in folders}
+    for model in IMAGE_MODELS:
+        expected = {model, preprocess_model(model), ensemble_model(model)}
+        assert expected <= names, (target, sorted(names))
+    assert (postprocess_model("yolov5") in names) and (postprocess_model("resnet") not in names)
+    for folder in folders:
+        config = triton_config.read_config(folder / "config.pbtxt")
+        assert config.name == folder.name
+        assert (folder / "1").is_dir()  # an ensemble's version folder too: Triton needs it
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("model", IMAGE_MODELS)
+def test_the_ensemble_wiring_agrees_step_to_step(repositories, target, model):
+    repository = repositories[target]
+    assert wiring_problems(repository, ensemble_model(model)) == []
+    preprocess = triton_config.read_config(repository / preprocess_model(model) / "config.pbtxt")
+    if target == "tensorrt":  # decoding and resizing on the GPU: DALI, its pipeline file beside it
+        assert preprocess.backend == "dali"
+        assert (repository / preprocess_model(model) / "1" / "dali.py").is_file()
+        assert not (repository / preprocess_model(model) / "1" / "model.py").exists()
+    else:
+        assert preprocess.backend == "python"
+        assert (repository / preprocess_model(model) / "1" / "model.py").is_file()
+
+
+def test_a_broken_wiring_is_found(repositories, tmp_path):
+    """The check above can fail: the network's input made another size, a step's input renamed."""
+    repository = tmp_path / "repository"
+    shutil.copytree(repositories["python"], repository)
+    network = repository / "yolov5" / "config.pbtxt"
+    network.write_text(network.read_text().replace("dims: 640", "dims: 320"))
+    problems = wiring_problems(repository, ensemble_model("yolov5"))
+    assert any("images" in problem and "320" in problem for problem in problems), problems
+    post = repository / postprocess_model("yolov5") / "config.pbtxt"
+    post.write_text(post.read_text().replace('name: "image_size"', 'name: "image_shape"'))
+    problems = wiring_problems(repository, ensemble_model("yolov5"))
+    assert any("'image_size', which is not one of its inputs" in problem for problem in problems), problems
+    assert any("'image_shape' is not fed" in problem for problem in problems), problems

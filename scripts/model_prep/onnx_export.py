@@ -51,7 +51,7 @@ def graph_tensors(path: Path) -> tuple[list[TensorSpec], list[TensorSpec]]:
 
     def convert(value) -> TensorSpec:
         tensor_type = value.type.tensor_type
-        dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor_type.shape.dim)
+        dims = tuple(-1 if _symbolic(d) else d.dim_value for d in tensor_type.shape.dim)
         dtype = numpy_to_triton.get(np.dtype(tensor_dtype_to_np_dtype(tensor_type.elem_type)), "UNKNOWN")
         return TensorSpec(name=value.name, dtype=dtype, dims=dims)
 
@@ -60,15 +60,45 @@ def graph_tensors(path: Path) -> tuple[list[TensorSpec], list[TensorSpec]]:
     return inputs, [convert(v) for v in graph.output]
 
 
-def graph_mismatches(path: Path, spec: ModelSpec) -> list[str]:
-    """Differences between the graph's tensors and the spec's ([batch, *dims], batch dynamic)."""
+def _symbolic(dim) -> bool:
+    """An ONNX dimension without a known size: a name (``dim_param``), nothing, or a negative value."""
+    return not dim.HasField("dim_value") or dim.dim_value < 0
+
+
+def graph_mismatches(path: Path, spec: ModelSpec, exact: bool = False) -> list[str]:
+    """Differences between the graph's tensors and the spec's ([batch, *dims], batch dynamic).
+
+    Names (in order), dtypes and ranks must agree and the batch axis must be dynamic. With
+    ``exact`` (the project's own exports, whose dims are declared) every dim must equal the spec's;
+    otherwise (a user's file) a symbolic dim matches any spec dim, and the real shapes are checked
+    by running the graph (``check_file``).
+    """
     inputs, outputs = graph_tensors(path)
     problems = []
     for kind, got, want in (("input", inputs, spec.inputs), ("output", outputs, spec.outputs)):
         expected = [TensorSpec(t.name, t.dtype, (-1, *t.dims)) for t in want]
-        if got != expected:
+        if [t.name for t in got] != [t.name for t in expected]:
             problems.append(f"{kind}s: graph has {_show(got)}, model.toml says {_show(expected)}")
+            continue
+        for graph, toml in zip(got, expected):
+            problem = _tensor_mismatch(graph, toml, exact)
+            if problem:
+                problems.append(f"{kind} {graph.name}: {problem} (graph has {_show([graph])}, "
+                                f"model.toml says {_show([toml])})")
     return problems
+
+
+def _tensor_mismatch(graph: TensorSpec, toml: TensorSpec, exact: bool) -> str | None:
+    if graph.dtype != toml.dtype:
+        return "dtype differs"
+    if len(graph.dims) != len(toml.dims):
+        return f"rank differs: graph {len(graph.dims)} dims, model.toml {len(toml.dims)} (batch axis included)"
+    if graph.dims[0] != -1:
+        return f"the batch axis (dim 0) is fixed at {graph.dims[0]}; it must be dynamic"
+    differ = [i for i, (g, t) in enumerate(zip(graph.dims, toml.dims)) if g != t and (exact or g != -1)]
+    if differ:
+        return "dims differ at " + ", ".join(f"dim {i}" for i in differ)
+    return None
 
 
 def _show(tensors: list[TensorSpec]) -> str:
@@ -100,12 +130,15 @@ def export(module, spec: ModelSpec, sample: dict[str, np.ndarray], path: Path) -
     declare_output_shapes(path, spec)
 
 
-def declare_output_shapes(path: Path, spec: ModelSpec) -> None:
-    """Write the spec's dims into outputs whose dims the exporter left symbolic.
+def declare_output_shapes(path: Path, spec: ModelSpec, destination: Path | None = None) -> None:
+    """Write the spec's dims into outputs whose dims the graph leaves symbolic.
 
-    Reshapes computed from traced shapes (YOLOv5's Detect) leave every output dim symbolic; the
-    spec's dims are declared instead, with the batch dim named ``batch``. ``check`` then verifies
-    that ONNX Runtime's outputs really have these shapes.
+    Reshapes computed from traced shapes (YOLOv5's Detect) leave every output dim symbolic, and so
+    do many users' exports (``[-1, -1, -1]``, or names such as ``anchors``); the spec's dims are
+    declared instead, with the batch dim named ``batch``, so that the file agrees with config.pbtxt
+    (Triton's onnxruntime backend compares an output's dims with the config exactly: a model dim -1
+    does not match a config dim 85). ``check``/``check_file`` verify that ONNX Runtime's outputs
+    really have these shapes. Writes ``destination`` (default: ``path`` itself).
     """
     import onnx
 
@@ -117,10 +150,16 @@ def declare_output_shapes(path: Path, spec: ModelSpec) -> None:
         dims[0].Clear()
         dims[0].dim_param = "batch"
         for dim, size in zip(list(dims)[1:], tensor.dims):
-            if not dim.HasField("dim_value"):
+            if _symbolic(dim):
                 dim.Clear()
                 dim.dim_value = size
-    onnx.save(model, str(path))
+    onnx.save(model, str(destination or path))
+
+
+def _outputs_symbolic(path: Path) -> bool:
+    """Whether an output of the graph has a symbolic dim besides its batch axis."""
+    _, outputs = graph_tensors(path)
+    return any(-1 in t.dims[1:] for t in outputs)
 
 
 def run_onnxruntime(path: Path, spec: ModelSpec, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -135,7 +174,7 @@ def check(path: Path, spec: ModelSpec, recipe, module, seed: int) -> tuple[dict[
     import onnx
 
     onnx.checker.check_model(str(path))
-    problems = graph_mismatches(path, spec)
+    problems = graph_mismatches(path, spec, exact=True)
     if problems:
         raise ExportError(f"[{spec.name}] the ONNX graph does not match model.toml: " + "; ".join(problems))
     inputs = recipe.sample_inputs(spec, CHECK_BATCH, np.random.default_rng(seed))
@@ -167,9 +206,16 @@ def sample_inputs(spec: ModelSpec, batch: int, rng: np.random.Generator) -> dict
     return arrays
 
 
-def check_file(path: Path, spec: ModelSpec, seed: int) -> ExportResult:
+def check_file(path: Path, spec: ModelSpec, seed: int, cache_dir: Path | None = None) -> ExportResult:
     """A user's ONNX file: onnx.checker, the graph's tensors against the spec, and ONNX Runtime at
-    batch CHECK_BATCH giving the spec's output shapes (no framework model to compare with)."""
+    batch CHECK_BATCH giving the spec's output shapes (no framework model to compare with).
+
+    The graph's declared tensors must agree in names, dtypes and ranks, with a dynamic batch axis;
+    a symbolic dim (``-1``, a name) matches the spec's, since the run at batch CHECK_BATCH is what
+    checks the real shapes. A file whose outputs have symbolic dims is served as a copy with the
+    spec's dims declared (``declare_output_shapes``): ``<cache_dir>/onnx/<model>/declared-<sha>/``
+    (``cache_dir`` defaults to build/). The result's path is the file to serve.
+    """
     import onnx
 
     try:
@@ -191,7 +237,21 @@ def check_file(path: Path, spec: ModelSpec, seed: int) -> ExportResult:
         if array.shape != (CHECK_BATCH, *tensor.dims) or array.dtype != tensor.numpy_dtype:
             raise ExportError(f"[{spec.name}] ONNX Runtime gives {tensor.name} {array.dtype} {list(array.shape)}, "
                               f"model.toml says {tensor.dtype} {[CHECK_BATCH, *tensor.dims]}")
-    return ExportResult(path, sha256_of(path), {}, {}, cached=False)
+    sha256 = sha256_of(path)
+    if not _outputs_symbolic(path):
+        return ExportResult(path, sha256, {}, {}, cached=False)
+    folder = Path(cache_dir or _default_cache_dir()) / "onnx" / spec.name / f"declared-{sha256[:16]}"
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = folder / "partial.onnx"
+    declare_output_shapes(path, spec, partial)
+    served = partial.replace(folder / ONNX_FILE)
+    return ExportResult(served, sha256_of(served), {}, {}, cached=False)
+
+
+def _default_cache_dir() -> Path:
+    from scripts.model_prep.options import BUILD_DIR
+
+    return BUILD_DIR
 
 
 def cached(folder: Path, spec: ModelSpec) -> ExportResult | None:
@@ -200,7 +260,7 @@ def cached(folder: Path, spec: ModelSpec) -> ExportResult | None:
     if not (path.is_file() and report_path.is_file()):
         return None
     report = json.loads(report_path.read_text())
-    if report.get("opset") != OPSET or graph_mismatches(path, spec):
+    if report.get("opset") != OPSET or graph_mismatches(path, spec, exact=True):
         return None
     return ExportResult(path, report["onnx_sha256"], report["max_abs_diff"], report["tolerance"], cached=True)
 

@@ -242,9 +242,9 @@ def test_prepare_models_takes_the_users_onnx(tmp_path, target, capsys):
 
 @pytest.mark.parametrize("change, message", [
     (lambda f: (f / "model.toml").write_text((f / "model.toml").read_text().replace("dims = [10]", "dims = [20]")),
-     r"does not match model.toml: outputs: graph has scores FP32 \[-1, 10\], model.toml says scores FP32 \[-1, 20\]"),
+     r"does not match model.toml: output scores: dims differ at dim 1 \(graph has scores FP32 \[-1, 10\], model.toml says scores FP32 \[-1, 20\]"),
     (lambda f: (f / "model.toml").write_text((f / "model.toml").read_text().replace('dtype = "FP32"', 'dtype = "FP16"', 1)),
-     r"inputs: graph has pixels FP32"),
+     r"input pixels: dtype differs \(graph has pixels FP32"),
     (lambda f: (f / "model.onnx").unlink(), r"model.onnx does not exist"),
     (lambda f: (f / "model.onnx").write_bytes(b"not onnx"), r"fails onnx.checker|cannot"),
     (lambda f: (f / "labels.txt").unlink(), r"labels.txt \(named in model.toml\) does not exist"),

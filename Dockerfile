@@ -36,6 +36,11 @@ COPY app/ app/
 COPY clients/ clients/
 COPY models/ models/
 
+# The image pipelines' python-backend steps (model.py in <model>_preprocess, <model>_postprocess)
+# run the router's own clients: Triton's python stub takes the first python3 on PATH, the venv's,
+# and this .pth puts /opt/program (app/, clients/) on that interpreter's path.
+RUN echo /opt/program > "$(/opt/venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/opt-program.pth"
+
 # The base image's non-root user, triton-server (uid and gid 1000; numeric, so the host need not
 # resolve the name). NGINX listens on 8080 (SAGEMAKER_BIND_TO_PORT), above
 # 1024, and `serve` keeps its runtime files in a fresh directory under /tmp; /opt/ml/model (the

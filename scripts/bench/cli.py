@@ -25,6 +25,7 @@ from scripts.bench.constants import (
     MODELS,
     NOBATCH_SUFFIX,
     PERF_CONCURRENCY,
+    TRITON_SIDE,
 )
 from scripts.bench.load import GrpcCaller, HttpCaller, run_load
 from scripts.bench.payloads import grpc_request, peer_requests, preprocessed_tensors, product_requests
@@ -35,6 +36,7 @@ from scripts.bench.peers import (
     write_bench_repositories,
 )
 from scripts.bench.perf import perf_analyzer_check
+from scripts.bench.placement import CpuMeter, placement_sides, wire_bytes
 from scripts.bench.report import Cell, format_figures, format_results, plot, schedule, target_figures
 
 
@@ -105,18 +107,43 @@ class Progress:
 
 
 def bench_model(model: str, callers: Mapping[str, Callable[[], None]], concurrencies: Sequence[int], args,
-                cells: dict, progress: Progress) -> None:
-    """Warm every side, then the interleaved steps of this model."""
+                cells: dict, progress: Progress, meter: Callable[[], dict[str, float]] | None = None) -> None:
+    """Warm every side, then the interleaved steps of this model; ``meter``, when given, reads the
+    CPU seconds of the stack's processes by role before and after each step."""
     for side, call in callers.items():
         if args.warmup_seconds > 0:
             run_load(call, max(concurrencies), args.warmup_seconds)
     for step in schedule([model], {model: list(callers)}, concurrencies, args.rounds):
+        before = meter() if meter else {}
         load = run_load(callers[step.side], step.concurrency, args.step_seconds)
+        after = meter() if meter else {}
+        cpu = {role: after[role] - before[role] for role in after}
         cell = cells.setdefault(model, {}).setdefault(step.side, {}).setdefault(str(step.concurrency), Cell())
         one = Cell()
         for target in (cell, one):
-            target.add(load.latencies_s, load.errors, load.window_s, load.work, load.first_error)
+            target.add(load.latencies_s, load.errors, load.window_s, load.work, load.first_error, cpu)
         progress.step(f"{model} {step.side} c={step.concurrency} round {step.round + 1}", one.summary())
+
+
+def bench_placements(stack, specs: Mapping[str, Any], placements: Mapping[str, Sequence[tuple[str, str]]],
+                     concurrencies: Sequence[int], image: bytes, args, cells: dict, progress: Progress,
+                     wire: dict) -> None:
+    """Both placements of each image model's processing on the benchmark's own stack
+    (``scripts.bench.placement``), with the CPU of its processes and the bytes to and from Triton."""
+    from app.core.pipeline import ROUTER, TRITON
+
+    meter = CpuMeter(stack)
+    grpc_url = f"127.0.0.1:{stack.triton_ports[1]}"
+    for model, sides in placements.items():
+        spec = specs[model]
+        callers = {side: HttpCaller(product_requests(name, spec.family, "127.0.0.1", stack.port, image,
+                                                     args.text)["A-raw"], args.timeout) for side, name in sides}
+        bench_model(model, callers, concurrencies, args, cells, progress, meter)
+        item = args.text if spec.family == "fill_mask" else image
+        for side, _ in sides:
+            sent, received = wire_bytes(spec, item, grpc_url, TRITON if side == TRITON_SIDE else ROUTER)
+            wire.setdefault(model, {})[side] = {"to_triton": sent, "from_triton": received,
+                                                "input": len(item if isinstance(item, bytes) else item.encode())}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -152,16 +179,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     sides_per_model = 2 + 1 + (0 if args.no_peer else 2)
     steps = len(models) * len(concurrencies) * args.rounds * sides_per_model
     steps += 0 if args.no_peer or "resnet" not in models else len(concurrencies) * args.rounds
-    steps += 0 if args.no_identity else len(concurrencies) * args.rounds * 3
+    placements = placement_sides(specs)
+    steps += 0 if args.no_identity else len(concurrencies) * args.rounds * (
+        3 + sum(len(sides) for sides in placements.values()))
     progress = Progress(steps)
     print(f"benchmark: {', '.join(models)} at concurrency {concurrencies}, {args.rounds} rounds of "
           f"{args.step_seconds:g} s steps ({steps} steps); product at {args.url}, Triton gRPC at {args.triton_grpc}, "
           f"repository {repository}", flush=True)
 
-    stack_repo, nobatch_repo = write_bench_repositories(out, repository, models)
+    stack_repo, nobatch_repo = write_bench_repositories(out, repository, specs)
     cells: dict[str, dict[str, dict[str, Cell]]] = {}
     notes: list[str] = []
     extras: dict[str, float | None] = {}
+    wire: dict[str, dict[str, dict[str, int]]] = {}
     perf: dict[str, Any] = {}
     log_path = out / "processes.log"
     log_path.write_bytes(b"")
@@ -226,6 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 errors = send_mixed(mixed, args.rss_requests, concurrency=4)
                 if errors:
                     notes.append(f"{errors} of the {args.rss_requests} mixed requests failed")
+            bench_placements(stack, specs, placements, concurrencies, image, args, cells, progress, wire)
             workers = stack.router_workers()
             sizes = [s for s in (rss_mb(pid) for pid in workers) if s is not None]
             extras["worker_rss_mb"] = max(sizes) if sizes else None
@@ -237,7 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     results = {model: {side: {c: cell.summary() for c, cell in by_c.items()} for side, by_c in sides.items()}
                for model, sides in cells.items()}
-    figures = target_figures(results, extras)
+    figures = target_figures(results, extras, wire)
     checks = perf
     report = {
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -246,6 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "results": results,
         "perf_analyzer_check": checks,
         "extras": extras,
+        "bytes_per_request": wire,
         "figures": [{**asdict(f), "passed": f.passed, "mark": f.mark} for f in figures],
         "notes": notes,
     }

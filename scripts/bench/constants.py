@@ -16,3 +16,4 @@ BINARY_JSON = "application/vnd.sagemaker-triton.binary+json;json-header-size="
 CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
 START_TIMEOUT_S = 300.0
 PERF_CONCURRENCY = 8
+TRITON_SIDE, ROUTER_SIDE = "P-triton", "P-router"  # the two placements of an image pipeline (placement.py)

@@ -6,9 +6,12 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+from app.core.spec import ModelSpec
 
 from scripts.bench.constants import IDENTITY, NOBATCH_SUFFIX, START_TIMEOUT_S
+from scripts.bench.placement import link_models, write_router_copies
 from scripts.devtools import (
     Stack,
     Triton,
@@ -135,9 +138,11 @@ class TritonPythonModel:
 '''
 
 
-def write_bench_repositories(out: Path, repository: Path, models: Sequence[str]) -> tuple[Path, Path]:
-    """``out/stack-repository``: the identity model and links to the served models (the
-    benchmark's own stack); ``out/nobatch-repository``: resnet without dynamic batching."""
+def write_bench_repositories(out: Path, repository: Path, specs: Mapping[str, ModelSpec]) -> tuple[Path, Path]:
+    """``out/stack-repository``: the identity model, links to the served models and their Triton
+    pipelines, and each image model's copy on the router's pipeline (the benchmark's own stack,
+    ``scripts.bench.placement``); ``out/nobatch-repository``: resnet without dynamic batching."""
+    models = list(specs)
     stack_repo = out / "stack-repository"
     if stack_repo.exists():
         shutil.rmtree(stack_repo)
@@ -147,8 +152,8 @@ def write_bench_repositories(out: Path, repository: Path, models: Sequence[str])
     (identity / "config.pbtxt").write_text(IDENTITY_CONFIG)
     (identity / "vocab.txt").write_text("\n".join(IDENTITY_VOCAB) + "\n")
     (identity / "1" / "model.py").write_text(IDENTITY_MODEL)
-    for model in models:
-        (stack_repo / model).symlink_to((repository / model).resolve(), target_is_directory=True)
+    link_models(stack_repo, repository, models)
+    write_router_copies(stack_repo, repository, specs)
 
     nobatch_repo = out / "nobatch-repository"
     if nobatch_repo.exists():

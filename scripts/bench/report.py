@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from scripts.bench.constants import IDENTITY, MODELS
+from scripts.bench.constants import IDENTITY, MODELS, ROUTER_SIDE, TRITON_SIDE
 from scripts.devtools import percentile
 
 
@@ -21,9 +21,12 @@ class Cell:
     seconds: float = 0.0  # the measured windows, added up
     work: float = 0.0  # requests done within those windows
     first_error: str = ""
+    cpu_s: dict[str, float] = field(default_factory=dict)  # CPU seconds by process role (placement sides)
 
     def add(self, latencies_s: Sequence[float], errors: int, seconds: float, work: float,
-            first_error: str = "") -> None:
+            first_error: str = "", cpu_s: Mapping[str, float] | None = None) -> None:
+        for role, spent in (cpu_s or {}).items():
+            self.cpu_s[role] = self.cpu_s.get(role, 0.0) + spent
         self.latencies_s.extend(latencies_s)
         self.ok += len(latencies_s)
         self.errors += errors
@@ -42,6 +45,9 @@ class Cell:
             "errors": self.errors,
             "seconds": self.seconds,
             "first_error": self.first_error,
+            # CPU per request of each of the stack's processes: router (gunicorn workers), triton, nginx
+            **{f"{role}_cpu_ms": 1000.0 * spent / (self.ok + self.errors)
+               for role, spent in self.cpu_s.items() if self.ok + self.errors},
         }
 
 
@@ -97,11 +103,13 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def target_figures(results: Mapping, extras: Mapping[str, float | None] | None = None) -> list[Figure]:
-    """The issue's targets table from ``results[model][side][str(concurrency)]`` summaries.
+def target_figures(results: Mapping, extras: Mapping[str, float | None] | None = None,
+                   wire: Mapping[str, Mapping[str, Mapping[str, int]]] | None = None) -> list[Figure]:
+    """The targets table from ``results[model][side][str(concurrency)]`` summaries.
 
-    ``extras``: ``start_to_ping_s`` and ``worker_rss_mb`` when measured."""
-    extras = extras or {}
+    ``extras``: ``start_to_ping_s`` and ``worker_rss_mb`` when measured; ``wire``: bytes to and
+    from Triton per request, ``wire[model][side]`` (``scripts.bench.placement``)."""
+    extras, wire = extras or {}, wire or {}
     figures = []
     for model in MODELS:
         for a_side in ("A-raw", "A-json"):
@@ -127,10 +135,30 @@ def target_figures(results: Mapping, extras: Mapping[str, float | None] | None =
         "raw body / base64 JSON throughput, c=8, resnet",
         _ratio(_get(results, "resnet", "A-raw", 8, "throughput"), _get(results, "resnet", "A-json", 8, "throughput")),
         ">= 1.0"))
+    figures.extend(placement_figures(results, wire))
     figures.append(Figure("serve start to /ping 200 (the benchmarked models + identity)", extras.get("start_to_ping_s"),
                           "<= 20 s", " s"))
     figures.append(Figure("resident memory of one router worker after the mixed requests", extras.get("worker_rss_mb"),
                           "<= 300 MB", " MB"))
+    return figures
+
+
+def placement_figures(results: Mapping, wire: Mapping[str, Mapping[str, Mapping[str, int]]]) -> list[Figure]:
+    """The image pipelines in Triton against the router's (the benchmark's own stack, c=8)."""
+    figures = []
+    fixed = _get(results, "bert_base", ROUTER_SIDE, 8, "router_cpu_ms")
+    for model in ("resnet", "yolov5"):
+        cpu = _get(results, model, TRITON_SIDE, 8, "router_cpu_ms")
+        figures.append(Figure(f"router CPU per request, {model} {TRITON_SIDE} - bert_base {ROUTER_SIDE}, c=8",
+                              cpu - fixed if cpu is not None and fixed is not None else None, "<= 1.0 ms", " ms"))
+        sent = wire.get(model, {}).get(TRITON_SIDE, {})
+        figures.append(Figure(f"bytes to Triton per request - the JPEG's size, {model} {TRITON_SIDE}",
+                              sent["to_triton"] - sent["input"] if sent else None, "<= 4096 B", " B"))
+        figures.append(Figure(f"bytes from Triton per request, {model} {TRITON_SIDE}",
+                              sent.get("from_triton"), "<= 16384 B", " B"))
+        figures.append(Figure(f"{TRITON_SIDE} / {ROUTER_SIDE} throughput, c=8, {model}",
+                              _ratio(_get(results, model, TRITON_SIDE, 8, "throughput"),
+                                     _get(results, model, ROUTER_SIDE, 8, "throughput")), ">= 1.0"))
     return figures
 
 

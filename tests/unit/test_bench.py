@@ -135,3 +135,44 @@ def test_model_only_tensors_are_the_clients_own(tmp_path):
             assert tensors[tensor.name].shape == (1, *tensor.dims)
             assert tensors[tensor.name].dtype == tensor.numpy_dtype
             np.testing.assert_array_equal(tensors[tensor.name][0], arrays[tensor.name].astype(tensor.numpy_dtype))
+
+
+def test_placement_figures_compare_the_two_pipelines_and_the_wire():
+    results = {
+        "resnet": {"P-triton": {"8": {**_summary(30.0), "router_cpu_ms": 3.2}},
+                   "P-router": {"8": {**_summary(25.0), "router_cpu_ms": 7.0}}},
+        "yolov5": {"P-triton": {"8": {**_summary(10.0), "router_cpu_ms": 4.0}}},
+        "bert_base": {"P-router": {"8": {**_summary(80.0), "router_cpu_ms": 2.5}}},
+    }
+    wire = {"resnet": {"P-triton": {"to_triton": 48_500, "from_triton": 8_100, "input": 48_000}}}
+    figures = {f.name: f for f in target_figures(results, {}, wire)}
+    cpu = figures["router CPU per request, resnet P-triton - bert_base P-router, c=8"]
+    assert cpu.value == pytest.approx(0.7) and cpu.passed is True
+    assert figures["router CPU per request, yolov5 P-triton - bert_base P-router, c=8"].passed is False
+    assert figures["bytes to Triton per request - the JPEG's size, resnet P-triton"].value == 500
+    assert figures["bytes from Triton per request, resnet P-triton"].passed is True
+    assert figures["bytes from Triton per request, yolov5 P-triton"].passed is None  # not measured
+    assert figures["P-triton / P-router throughput, c=8, resnet"].value == pytest.approx(1.2)
+
+
+def test_cell_cpu_is_per_request_done():
+    cell = Cell()
+    cell.add([0.1] * 9, 1, 1.0, 10.0, "", {"router": 0.05, "triton": 0.5})
+    cell.add([0.1] * 10, 0, 1.0, 10.0, "", {"router": 0.05, "triton": 0.5})
+    summary = cell.summary()
+    assert summary["router_cpu_ms"] == pytest.approx(5.0) and summary["triton_cpu_ms"] == pytest.approx(50.0)
+
+
+def test_the_bench_stack_serves_both_placements(tmp_path):
+    from app.core.spec import find_specs
+    from scripts.bench.peers import write_bench_repositories
+
+    repository = built_test_repository()
+    specs = find_specs(repository)
+    stack_repo, _ = write_bench_repositories(tmp_path, repository, specs)
+    served = find_specs(stack_repo)
+    assert served["resnet"].pipeline == "triton" and served["resnet_router"].pipeline == "router"
+    assert served["yolov5_router"].pipeline == "router" and "bert_base_router" not in served
+    assert triton_config.read_config(stack_repo / "resnet_router" / "config.pbtxt").name == "resnet_router"
+    for step in ("resnet_preprocess", "resnet_pipeline", "yolov5_postprocess"):
+        assert (stack_repo / step / "config.pbtxt").is_file()

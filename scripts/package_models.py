@@ -5,7 +5,7 @@ SageMaker extracts the tarball into /opt/ml/model, where `serve` finds the repos
 model folders sit at the archive's top level. Before anything is written the repository is
 checked: every model folder has its config.pbtxt and model.toml (an image pipeline's steps take
 their model's), and a numbered version folder holding the artifact its config names (model.plan,
-model.onnx, model.py or dali.py; an ensemble's stays empty). The archive holds
+model.onnx, model.py or dali.py; an ensemble needs none, only the folder). The archive holds
 regular files and folders only: symlinks (which fail SageMaker's extraction) and hard links (which
 `make models` uses) are stored as the files they point at; caches are left out; every file is
 readable by the image's non-root user.
@@ -96,7 +96,7 @@ def validate(repository: Path) -> list[Path]:
             except triton_config.ParseError as error:
                 problems.append(f"{name}: config.pbtxt is not a Triton model configuration: {error}")
         for version in versions:
-            if ensemble:  # an ensemble's version folder is empty, and Triton needs it there
+            if ensemble:  # an ensemble has no artifact; Triton needs its folder, even empty
                 files.append(version.relative_to(repository))
             elif artifact is not None:
                 path = version / artifact

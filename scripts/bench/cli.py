@@ -63,6 +63,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--rss-requests", type=int, default=1000,
                    help="mixed requests sent to the benchmark's own stack before reading a router worker's memory")
     p.add_argument("--no-perf-analyzer", action="store_true", help="skip the perf_analyzer cross-check of B")
+    p.add_argument("--placements-only", action="store_true",
+                   help="only P-triton and P-router (both placements of the image pipelines) on the benchmark's own "
+                        "stack: no stack on --url needed")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results.json, plots and logs go here")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: concurrency 1 and 8, one round of 1 s steps, short warm-up")
@@ -146,6 +149,21 @@ def bench_placements(stack, specs: Mapping[str, Any], placements: Mapping[str, S
                                                 "input": len(item if isinstance(item, bytes) else item.encode())}
 
 
+def _stack_ready(url: str, host: str, port: int) -> bool:
+    """Is the stack up? A clear message beats a table of errors."""
+    try:
+        conn = http.client.HTTPConnection(host, port, timeout=5)
+        conn.request("GET", "/ping")
+        status = conn.getresponse().status
+    except OSError as error:
+        print(f"no stack answers on {url} ({error}): start it with `make run`, or pass --url", file=sys.stderr)
+        return False
+    if status != 200:
+        print(f"{url}/ping answers {status}: the stack is not ready", file=sys.stderr)
+        return False
+    return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     from app.core.spec import load_spec
@@ -164,24 +182,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     a_host, a_port = _host_port(args.url)
     specs = {m: load_spec(repository / m) for m in models}
 
-    # Is the stack up? A clear message beats a table of errors.
-    try:
-        conn = http.client.HTTPConnection(a_host, a_port, timeout=5)
-        conn.request("GET", "/ping")
-        status = conn.getresponse().status
-    except OSError as error:
-        print(f"no stack answers on {args.url} ({error}): start it with `make run`, or pass --url", file=sys.stderr)
+    if not args.placements_only and not _stack_ready(args.url, a_host, a_port):
         return 2
-    if status != 200:
-        print(f"{args.url}/ping answers {status}: the stack is not ready", file=sys.stderr)
-        return 2
+    against = [] if args.placements_only else models  # the models whose A, B, C sides run
+    own_stack = args.placements_only or not args.no_identity
 
     sides_per_model = 2 + 1 + (0 if args.no_peer else 2)
-    steps = len(models) * len(concurrencies) * args.rounds * sides_per_model
-    steps += 0 if args.no_peer or "resnet" not in models else len(concurrencies) * args.rounds
+    steps = len(against) * len(concurrencies) * args.rounds * sides_per_model
+    steps += 0 if args.no_peer or "resnet" not in against else len(concurrencies) * args.rounds
     placements = placement_sides(specs)
-    steps += 0 if args.no_identity else len(concurrencies) * args.rounds * (
-        3 + sum(len(sides) for sides in placements.values()))
+    steps += 0 if not own_stack else len(concurrencies) * args.rounds * (
+        (0 if args.placements_only else 3) + sum(len(sides) for sides in placements.values()))
     progress = Progress(steps)
     print(f"benchmark: {', '.join(models)} at concurrency {concurrencies}, {args.rounds} rounds of "
           f"{args.step_seconds:g} s steps ({steps} steps); product at {args.url}, Triton gRPC at {args.triton_grpc}, "
@@ -196,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log_path = out / "processes.log"
     log_path.write_bytes(b"")
 
-    for model in models:
+    for model in against:
         spec = specs[model]
         outputs = [t.name for t in spec.outputs]
         tensors = preprocessed_tensors(spec, args.image, args.text)
@@ -231,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if peer is not None:
                 peer.stop()
 
-    if not args.no_identity:
+    if own_stack:
         print("starting the benchmark's own stack (identity model + the served models) ...", flush=True)
         stack = start_own_stack(stack_repo, out)
         extras["start_to_ping_s"] = stack.start_to_ping_s
@@ -245,10 +256,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                            grpc_request(IDENTITY, tensors, [t.name for t in spec.outputs]), args.timeout)
             callers["B"] = b
             try:
-                bench_model(IDENTITY, callers, concurrencies, args, cells, progress)
+                if not args.placements_only:
+                    bench_model(IDENTITY, callers, concurrencies, args, cells, progress)
             finally:
                 b.close()
-            if args.rss_requests > 0:
+            if args.rss_requests > 0 and not args.placements_only:
                 mixed = [HttpCaller(r, args.timeout) for m in models for r in
                          product_requests(m, specs[m].family, "127.0.0.1", stack.port, image, args.text).values()]
                 print(f"{args.rss_requests} mixed requests ({', '.join(models)}; JSON and raw body) for the "

@@ -38,6 +38,9 @@ from scripts.model_prep.triton_config import Tuning, data_type
 DETECTION_FAMILY = "detection"
 VERSION = "1"
 STEP_FILE, DALI_FILE = "model.py", "dali.py"
+# An ensemble has no model file, but Triton needs its version folder: a file in it keeps the folder
+# through copies that drop empty ones (S3 holds no empty folders; aws s3 sync, many copy helpers).
+ENSEMBLE_NOTE = "ENSEMBLE.txt"
 STEP_SOURCE = Path(__file__).with_name("triton_image_steps.py")
 
 IMAGE_TENSORS = (TensorSpec(IMAGE, "UINT8", (-1,)), TensorSpec(IMAGE_LENGTH, "INT64", (1,)))
@@ -150,7 +153,9 @@ def write_pipeline(spec: ModelSpec, repository: Path, target: str, tuning: Tunin
         (repository / name / "config.pbtxt").write_text(triton_config.to_text(config))
         written.append(name)
     name = ensemble_model(spec.name)
-    (repository / name / VERSION).mkdir(parents=True, exist_ok=True)  # an ensemble's version folder is empty
+    (repository / name / VERSION).mkdir(parents=True, exist_ok=True)
+    (repository / name / VERSION / ENSEMBLE_NOTE).write_text(
+        f"{name} is an ensemble (config.pbtxt): it has no model file, and Triton needs this version folder.\n")
     (repository / name / "config.pbtxt").write_text(triton_config.to_text(ensemble_config(spec, tuning)))
     return [*written, name]
 

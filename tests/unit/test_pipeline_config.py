@@ -80,6 +80,8 @@ def test_every_config_parses_as_model_config(repositories, target):
         config = triton_config.read_config(folder / "config.pbtxt")
         assert config.name == folder.name
         assert (folder / "1").is_dir()  # an ensemble's version folder too: Triton needs it
+        if config.platform == "ensemble":  # kept by a file, through copies that drop empty folders
+            assert [p.name for p in (folder / "1").iterdir()] == ["ENSEMBLE.txt"]
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -81,7 +81,7 @@ def test_ping_503_while_triton_loads(small_repository: Path, tmp_path: Path, new
 def test_a_model_that_fails_to_load(small_repository: Path, tmp_path: Path, new_stack):
     # Triton stays up; /ping says which model is not ready; the others keep serving.
     repo = tmp_path / "broken"
-    shutil.copytree(small_repository / "yolov5", repo / "yolov5")
+    shutil.copytree(small_repository, repo)  # yolov5 with its Triton pipeline
     shutil.copytree(small_repository / "yolov5", repo / "detector")
     config = repo / "detector" / "config.pbtxt"
     config.write_text(config.read_text().replace('name: "yolov5"', 'name: "detector"'))

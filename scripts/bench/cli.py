@@ -268,13 +268,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 errors = send_mixed(mixed, args.rss_requests, concurrency=4)
                 if errors:
                     notes.append(f"{errors} of the {args.rss_requests} mixed requests failed")
+            if not args.placements_only:  # before the router-pipeline copies' large tensors pass through
+                workers = stack.router_workers()
+                sizes = [s for s in (rss_mb(pid) for pid in workers) if s is not None]
+                extras["worker_rss_mb"] = max(sizes) if sizes else None
+                notes.append(f"router worker RSS on the benchmark's own stack after the identity steps and "
+                             f"{args.rss_requests} mixed requests: {', '.join(f'{s:.0f} MB' for s in sizes)} "
+                             f"(workers {workers}); the largest is the figure")
             bench_placements(stack, specs, placements, concurrencies, image, args, cells, progress, wire)
-            workers = stack.router_workers()
-            sizes = [s for s in (rss_mb(pid) for pid in workers) if s is not None]
-            extras["worker_rss_mb"] = max(sizes) if sizes else None
-            notes.append(f"router worker RSS on the benchmark's own stack after the identity steps and "
-                         f"{args.rss_requests} mixed requests: {', '.join(f'{s:.0f} MB' for s in sizes)} "
-                         f"(workers {workers}); the largest is the figure")
         finally:
             stack.stop()
 

@@ -82,6 +82,9 @@ $(SAMPLES)/dog.jpg:
 clean:
 	rm -rf $(VENV) build models/*/config.pbtxt models/*/[0-9]* models/*/source.json \
 		models/resnet/labels.txt models/bert_base/vocab.txt
+	@# the image models' Triton pipelines (folders without a model.toml of their own)
+	for d in models/*_preprocess models/*_postprocess models/*_pipeline; do \
+		[ -d "$$d" ] && [ ! -f "$$d/model.toml" ] && rm -rf "$$d"; done; true
 
 # Against a running stack (`make run` in another shell): BENCH_ARGS="--quick" for a smoke run,
 # `.venv/bin/python -m scripts.bench --help` for the options. Results and plots go to build/bench/.

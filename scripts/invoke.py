@@ -8,6 +8,11 @@ for any caller. Without pairs: resnet and yolov5 get --image, bert_base gets --t
     scripts/invoke.py --endpoint-name multi-model resnet=dog.jpg yolov5=dog.jpg bert_base=sentence.txt
     scripts/invoke.py --endpoint-url http://localhost:8080 --image build/samples/dog.jpg
     scripts/invoke.py --endpoint-url http://localhost:8080 --option conf_threshold=0.5 yolov5=dog.jpg
+    scripts/invoke.py --endpoint-url http://localhost:8080 --draw out.png yolov5=dog.jpg
+
+--draw PATH writes each image model's answer drawn on its image (scripts/drawing.py): a detector's
+boxes with labels and scores, a classifier's top-k; with several image calls, one file each,
+named PATH with the model's name added (out-resnet.png, out-yolov5.png).
 
 With --endpoint-url (the local stack) dummy credentials are used. A model's error is printed as the
 container's JSON error, and the exit status is then 1.
@@ -69,8 +74,8 @@ def format_result(result: Any, indent: str = "  ") -> list[str]:
 
 
 def invoke(client, endpoint_name: str, model: str, body: bytes, ctype: str,
-           options: Sequence[str] = ()) -> tuple[bool, list[str]]:
-    """(ok, lines to print)."""
+           options: Sequence[str] = ()) -> tuple[bool, list[str], Any]:
+    """(ok, lines to print, the model's result or None)."""
     from botocore.exceptions import ClientError
 
     attributes = ",".join([f"modelname={model}", *options])
@@ -80,15 +85,15 @@ def invoke(client, endpoint_name: str, model: str, body: bytes, ctype: str,
         response = client.invoke_endpoint(EndpointName=endpoint_name, ContentType=ctype, Accept="application/json",
                                           Body=body, CustomAttributes=attributes)
     except ClientError as e:
-        return False, error_lines(model, e)
+        return False, error_lines(model, e), None
     raw = response["Body"].read()
     try:
         answer = json.loads(raw)
     except ValueError:
-        return True, [f"{model}:", f"  {raw[:500].decode(errors='replace')}"]
+        return True, [f"{model}:", f"  {raw[:500].decode(errors='replace')}"], None
     if isinstance(answer, dict) and "result" in answer:
-        return True, [f"{model} (version {answer.get('version')}):", *format_result(answer["result"])]
-    return True, [f"{model}:", *format_result(answer)]
+        return True, [f"{model} (version {answer.get('version')}):", *format_result(answer["result"])], answer["result"]
+    return True, [f"{model}:", *format_result(answer)], answer
 
 
 def _keep_error_body(response_dict, customized_response_dict, **_) -> None:
@@ -135,6 +140,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                                                              f"{', '.join(TEXT_MODELS)} (default: {DEFAULT_TEXT!r})")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="a model option sent in the custom attributes, e.g. topk=3 (repeatable)")
+    parser.add_argument("--draw", type=Path, metavar="PATH.png",
+                        help="write each image model's answer drawn on its image (boxes, labels, scores; top-k)")
     return parser.parse_args(argv)
 
 
@@ -155,11 +162,26 @@ def main(argv: Sequence[str] | None = None, client=None) -> int:
         calls += [(m, args.text.encode(), CONTENT_TYPES[".txt"]) for m in TEXT_MODELS]
     client = client or make_client(args.region, args.endpoint_url)
     failed = 0
+    images = [model for model, _, ctype in calls if ctype.startswith("image/")]
     for model, body, ctype in calls:
-        ok, lines = invoke(client, args.endpoint_name, model, body, ctype, args.option)
+        ok, lines, result = invoke(client, args.endpoint_name, model, body, ctype, args.option)
         print("\n".join(lines), flush=True)
         failed += not ok
+        if ok and args.draw is not None and ctype.startswith("image/"):
+            path = args.draw if len(images) == 1 else args.draw.with_name(f"{args.draw.stem}-{model}{args.draw.suffix}")
+            failed += not drawn(body, result, path, model)
     return 1 if failed else 0
+
+
+def drawn(body: bytes, result: Any, path: Path, model: str) -> bool:
+    from scripts.drawing import NotDrawable, draw_answer, save
+
+    try:
+        print(f"  drawn: {save(draw_answer(body, result), path)}", flush=True)
+    except NotDrawable as error:
+        print(f"invoke: {model}: nothing drawn: {error}", file=sys.stderr)
+        return False
+    return True
 
 
 if __name__ == "__main__":

@@ -1,0 +1,96 @@
+"""invoke --draw: a detector's boxes drawn where the answer puts them, a classifier's top-k written;
+read back from the PNG file, pixel by pixel."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import boto3
+import numpy as np
+import pytest
+from botocore.response import StreamingBody
+from botocore.stub import Stubber
+from PIL import Image
+
+from scripts import invoke
+from scripts.drawing import PALETTE, NotDrawable, draw_answer, line_width
+
+GREY = (128, 128, 128)
+
+
+def photo(width=400, height=300, orientation=None) -> bytes:
+    image = Image.new("RGB", (width, height), GREY)
+    buffer = io.BytesIO()
+    exif = Image.Exif()
+    if orientation:
+        exif[0x0112] = orientation
+    image.save(buffer, format="JPEG", quality=95, exif=exif.tobytes())
+    return buffer.getvalue()
+
+
+DETECTOR_ANSWER = {"width": 400, "height": 300, "detections": [
+    {"label": "dog", "class_id": 16, "score": 0.91, "box": [60.2, 120.4, 250.7, 280.0]},
+    {"label": "person", "class_id": 0, "score": 0.55, "box": [300.0, 40.0, 380.0, 200.0]},
+]}
+
+
+def runtime_answering(answer, body: bytes):
+    """A real sagemaker-runtime client whose invoke_endpoint is stubbed (botocore's Stubber: moto's
+    runtime takes text bodies only), asserting what invoke sends."""
+    client = boto3.client("sagemaker-runtime", region_name="us-east-1", aws_access_key_id="x",
+                          aws_secret_access_key="x")
+    stubber = Stubber(client)
+    payload = json.dumps({"modelname": "yolov5", "version": "1", "result": answer}).encode()
+    stubber.add_response("invoke_endpoint", {"Body": StreamingBody(io.BytesIO(payload), len(payload)),
+                                             "ContentType": "application/json"},
+                         {"EndpointName": "local", "ContentType": "image/jpeg", "Accept": "application/json",
+                          "Body": body, "CustomAttributes": "modelname=yolov5"})
+    stubber.activate()
+    return client
+
+
+def test_invoke_draw_writes_boxes_at_the_returned_coordinates(tmp_path):
+    image_path, out = tmp_path / "dog.jpg", tmp_path / "out.png"
+    image_path.write_bytes(photo())
+    runtime = runtime_answering(DETECTOR_ANSWER, image_path.read_bytes())
+    assert invoke.main(["--draw", str(out), f"yolov5={image_path}"], client=runtime) == 0
+    pixels = np.asarray(Image.open(out).convert("RGB")).astype(int)
+    assert pixels.shape == (300, 400, 3)
+    width = line_width(Image.open(out))
+    for found in DETECTOR_ANSWER["detections"]:
+        x1, y1, x2, y2 = (round(v) for v in found["box"])
+        colour = PALETTE[found["class_id"] % len(PALETTE)]
+        middle_y, middle_x = (y1 + y2) // 2, (x1 + x2) // 2
+        # the outline's outer edge is the box: coloured on it, the photo just outside and inside
+        for x, y in ((x1, middle_y), (x2, middle_y), (middle_x, y2)):
+            assert np.abs(pixels[y, x] - colour).max() <= 2, (found["label"], x, y, pixels[y, x])
+        for x, y in ((x1 - 1, middle_y), (x2 + 1, middle_y), (middle_x, min(y2 + 1, 299))):
+            if y < 300 and x < 400:
+                assert np.abs(pixels[y, x] - GREY).max() <= 3, (found["label"], x, y, pixels[y, x])
+        assert np.abs(pixels[middle_y, x1 + width] - GREY).max() <= 3  # the outline is `width` thick
+    # the label's box sits above the top edge, in the class's colour
+    x1, y1 = (round(v) for v in DETECTOR_ANSWER["detections"][0]["box"][:2])
+    assert np.abs(pixels[y1 - 3, x1 + 1] - PALETTE[16 % len(PALETTE)]).max() <= 2
+
+
+def test_boxes_land_on_the_image_as_displayed():
+    """An EXIF-rotated photo is drawn turned, as the model saw it (the answer's pixels)."""
+    drawn = draw_answer(photo(300, 400, orientation=6), {"detections": [
+        {"label": "x", "class_id": 3, "score": 0.5, "box": [10, 20, 390, 280]}]})
+    assert drawn.size == (400, 300)
+    assert np.abs(np.asarray(drawn)[150, 390].astype(int) - PALETTE[3]).max() <= 2
+
+
+def test_a_classifier_top_k_is_written_on_it(tmp_path):
+    classes = [{"label": "golden retriever", "index": 207, "score": 0.8}, {"label": "tennis ball", "index": 852,
+                                                                           "score": 0.1}]
+    drawn = np.asarray(draw_answer(photo(), classes)).astype(int)
+    corner = drawn[:40, :120]
+    assert (corner == 0).all(axis=2).mean() > 0.5 and (corner > 200).all(axis=2).any()  # dark box, white text
+    assert np.abs(drawn[250, 350] - GREY).max() <= 3  # the rest untouched
+
+
+def test_a_text_answer_is_not_drawn():
+    with pytest.raises(NotDrawable):
+        draw_answer(photo(), [[{"token": "paris", "score": 0.5}]])

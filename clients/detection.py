@@ -22,6 +22,11 @@ from clients.base import Option
 from clients.vision import Displayed, ImageClient, read_labels
 
 
+# The request's options as the ensemble's one-element tensors, and what it answers (app.core.pipeline).
+OPTION_TENSORS = tuple(TensorSpec(name, dtype, (1,)) for name, dtype in DETECTION_OPTIONS.items())
+DETECTION_TENSORS = (TensorSpec(DETECTIONS, "FP32", (-1, 6)), TensorSpec(NUM_DETECTIONS, "INT32", (1,)))
+
+
 def detect(output: np.ndarray, size: int, displayed: tuple[int, int], options: Mapping[str, Any]) -> np.ndarray:
     """One image's raw [N, 5 + classes] output -> [K, 6] rows ``x1, y1, x2, y2, score, class``,
     best first, boxes in the pixels of the image as displayed (``(height, width)``): YOLOv5's
@@ -78,16 +83,16 @@ class DetectionClient(ImageClient):
     # --- the Triton pipeline: NMS and box scaling run in Triton --------------------------------
 
     def pipeline_inputs(self) -> tuple[TensorSpec, ...]:
-        return super().pipeline_inputs() + tuple(TensorSpec(name, dtype, (1,)) for name, dtype in DETECTION_OPTIONS.items())
+        return super().pipeline_inputs() + OPTION_TENSORS
 
     def pipeline_outputs(self) -> tuple[TensorSpec, ...]:
-        return (TensorSpec(DETECTIONS, "FP32", (-1, 6)), TensorSpec(NUM_DETECTIONS, "INT32", (1,)))
+        return DETECTION_TENSORS
 
     def pipeline_preprocess(self, item: Any, where: str, options: Mapping[str, Any]
                             ) -> tuple[dict[str, np.ndarray], Displayed]:
         arrays, context = super().pipeline_preprocess(item, where, options)
-        for name, dtype in DETECTION_OPTIONS.items():
-            arrays[name] = np.array([options[name]], dtype=TensorSpec(name, dtype, (1,)).numpy_dtype)
+        for tensor in OPTION_TENSORS:  # built once, not per request
+            arrays[tensor.name] = np.array([options[tensor.name]], dtype=tensor.numpy_dtype)
         return arrays, context
 
     def pipeline_postprocess(self, outputs: Mapping[str, np.ndarray], context: Displayed, options: Mapping[str, Any]

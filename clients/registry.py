@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 from app.core.settings import Settings
-from app.core.spec import SpecError, find_specs
+from app.core.spec import ModelSpec, SpecError, find_specs
 from clients.base import ModelClient, Triton
 from clients.classification import ImageClassificationClient
 from clients.detection import DetectionClient
@@ -15,6 +15,19 @@ from clients.fill_mask import FillMaskClient
 FAMILIES: Mapping[str, type[ModelClient]] = {
     cls.family: cls for cls in (ImageClassificationClient, DetectionClient, FillMaskClient)
 }
+
+
+class _NoTriton:
+    """The Triton of a client that is only asked to pre- or post-process."""
+
+    def infer(self, *_: Any, **__: Any) -> Any:
+        raise RuntimeError("this client only pre- and post-processes: it does not call Triton")
+
+
+def offline_client(spec: ModelSpec, settings: Settings) -> ModelClient:
+    """The model's family client, without Triton: for the pipeline's python steps (which run inside
+    Triton) and the benchmark's tensors."""
+    return FAMILIES[spec.family](spec, _NoTriton(), settings)
 
 
 def build_registry(repository: str | Path, triton: Triton, settings: Settings) -> dict[str, ModelClient]:

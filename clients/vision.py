@@ -43,6 +43,10 @@ class Displayed:
     height: int
 
 
+# What an image model's Triton pipeline takes: the encoded image and its length (app.core.pipeline).
+IMAGE_TENSORS = (TensorSpec(IMAGE, "UINT8", (-1,)), TensorSpec(IMAGE_LENGTH, "INT64", (1,)))
+
+
 def read_labels(spec: ModelSpec, count: int | None, exact: bool = True) -> list[str]:
     """The spec's labels file, which must name exactly ``count`` classes (when given), or at least
     ``count`` when not ``exact`` (a graph that ranks gives the best ``count`` of all its classes)."""
@@ -130,7 +134,7 @@ class ImageClient(ModelClient[Any]):
         """The ensemble's inputs: the encoded image and its length (a batch pads the shorter ones, and
         a truncated image must not decode as if the padding were its data), and a family's options
         as one-element tensors."""
-        return TensorSpec(IMAGE, "UINT8", (-1,)), TensorSpec(IMAGE_LENGTH, "INT64", (1,))
+        return IMAGE_TENSORS
 
     def pipeline_outputs(self) -> tuple[TensorSpec, ...]:
         """The ensemble's outputs: the network's own unless the family post-processes in Triton."""

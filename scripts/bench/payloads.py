@@ -26,19 +26,12 @@ class HttpRequest:
     headers: Mapping[str, str]
 
 
-class _NoTriton:
-    """The client is only asked to preprocess: it never calls Triton."""
-
-    def infer(self, *_: Any, **__: Any) -> Any:
-        raise RuntimeError("the benchmark preprocesses with the client; it does not infer through it")
-
-
 def preprocessed_tensors(spec: ModelSpec, image: Path, text: str) -> dict[str, Any]:
     """The batch-1 tensors the router would send to Triton for this sample: the model's own client
     (its family in ``clients.registry``) preprocesses it, with the model's default options."""
-    from clients.registry import FAMILIES
+    from clients.registry import offline_client
 
-    client = FAMILIES[spec.family](spec, _NoTriton(), Settings())
+    client = offline_client(spec, Settings())
     item = text if client.input_field == "text" else image.read_bytes()
     arrays, _ = client.preprocess(item, "the sample", client.parse_options({}))
     return client._stack([arrays])

@@ -95,14 +95,10 @@ def wire_bytes(spec: ModelSpec, item: Any, grpc_url: str, route: str = TRITON) -
     from tritonclient.grpc import service_pb2, service_pb2_grpc
 
     import grpc
-    from clients.registry import FAMILIES
+    from clients.registry import offline_client
     from scripts.bench.payloads import grpc_request
 
-    class _Unused:
-        def infer(self, *_: Any, **__: Any) -> Any:
-            raise RuntimeError("only the route's tensors are built")
-
-    client = FAMILIES[spec.family](spec, _Unused(), Settings())
+    client = offline_client(spec, Settings())
     chosen = client.routes[route]
     options = client.parse_options({})
     arrays, _ = chosen.prepare(item, "the sample", options)

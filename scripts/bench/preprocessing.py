@@ -36,7 +36,6 @@ from app.core.pipeline import ROUTER
 from app.core.settings import MODEL_REPOSITORY, PROJECT_ROOT, Settings
 from app.core.spec import ModelSpec, load_spec
 from scripts.bench.load import run_load
-from scripts.bench.payloads import _NoTriton
 
 SAMPLES = PROJECT_ROOT / "build" / "samples"
 IMAGE_FAMILIES = ("image_classification", "detection")
@@ -64,11 +63,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def router_client(spec: ModelSpec, fast_path: bool | None = None):
     """The model's client as the router builds it (on the router pipeline); ``fast_path`` overrides
     a classifier's setting."""
-    from clients.registry import FAMILIES
+    from clients.registry import offline_client
 
     if fast_path is not None:
         spec = dataclasses.replace(spec, preprocess={**spec.preprocess, "fast_path": fast_path})
-    return FAMILIES[spec.family](dataclasses.replace(spec, pipeline=ROUTER), _NoTriton(), Settings())
+    return offline_client(dataclasses.replace(spec, pipeline=ROUTER), Settings())
 
 
 def levels(client, tensor: np.ndarray) -> np.ndarray:

@@ -18,12 +18,7 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as mc
 
 from app.core.pipeline import (
-    DETECTION_OPTIONS,
-    DETECTIONS,
-    IMAGE,
-    IMAGE_LENGTH,
     IMAGE_SIZE,
-    NUM_DETECTIONS,
     POSTPROCESS,
     PREPROCESS,
     SOURCE_PARAMETER,
@@ -33,6 +28,8 @@ from app.core.pipeline import (
     preprocess_model,
 )
 from app.core.spec import ModelSpec, TensorSpec
+from clients.detection import DETECTION_TENSORS, OPTION_TENSORS  # what the router sends and reads: one definition
+from clients.vision import IMAGE_TENSORS
 from scripts.model_prep.triton_config import Tuning, data_type
 
 DETECTION_FAMILY = "detection"
@@ -43,10 +40,7 @@ STEP_FILE, DALI_FILE = "model.py", "dali.py"
 ENSEMBLE_NOTE = "ENSEMBLE.txt"
 STEP_SOURCE = Path(__file__).with_name("triton_image_steps.py")
 
-IMAGE_TENSORS = (TensorSpec(IMAGE, "UINT8", (-1,)), TensorSpec(IMAGE_LENGTH, "INT64", (1,)))
 SIZE_TENSOR = TensorSpec(IMAGE_SIZE, "INT64", (2,))
-DETECTION_TENSORS = (TensorSpec(DETECTIONS, "FP32", (-1, 6)), TensorSpec(NUM_DETECTIONS, "INT32", (1,)))
-OPTION_TENSORS = tuple(TensorSpec(name, dtype, (1,)) for name, dtype in DETECTION_OPTIONS.items())
 
 # Python steps run one request at a time per instance: two instances let decoding overlap
 # with the network's work (more on a machine with more cores: [instances] steps in model.toml).

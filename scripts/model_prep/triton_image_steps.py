@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -40,7 +40,7 @@ from app.core.pipeline import (
 from app.core.settings import Settings
 from app.core.spec import load_spec
 from clients.detection import detect
-from clients.registry import FAMILIES
+from clients.registry import offline_client
 
 try:
     import triton_python_backend_utils as pb_utils
@@ -48,17 +48,10 @@ except ImportError:  # outside Triton (unit tests call the functions below)
     pb_utils = None
 
 
-class _NoTriton:
-    """A step's client never calls Triton itself."""
-
-    def infer(self, *args: Any, **kwargs: Any):
-        raise RuntimeError("a pipeline step does not call Triton")
-
-
 def load_client(network_folder: Path):
     """The router's client of the network's family, built from its model.toml."""
     spec = load_spec(network_folder)
-    return FAMILIES[spec.family](spec, _NoTriton(), Settings.from_env())
+    return offline_client(spec, Settings.from_env())
 
 
 def preprocess_batch(client, encoded: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -29,9 +29,9 @@ from typing import Any, ClassVar, Generic, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from app.core.errors import InvalidInput, InvalidItem
+from app.core.errors import ApiError, InferenceTimeout, InvalidInput, InvalidItem
 from app.core.pipeline import ROUTER, TRITON, triton_models
-from app.core.settings import Settings
+from app.core.settings import SERVER_TIMEOUT, Settings
 from app.core.spec import ModelSpec, SpecError, TensorSpec
 
 Context = TypeVar("Context")
@@ -267,6 +267,62 @@ class ModelClient(ABC, Generic[Context]):
             ):
                 raise RuntimeError(f"{self.name}: output {tensor.name!r} has shape {shape}, expected {expected}")
 
+    def plan(self, payload: Mapping[str, Any], version: str | None = None, *, label: str | None = None) -> Work:
+        """A payload checked (options, items) but not yet computed; ``run`` computes it.
+
+        ``label`` is how error messages name the input (``payload.<field>`` unless given: a raw
+        body is "the body")."""
+        options = self.parse_options(payload)
+        items, single = self._items(payload, label or f"payload.{self.input_field}")
+        return Work(options, items, single, self.route(version), version)
+
+    def run(self, works: Sequence[Work], timings: dict[str, float] | None = None,
+            deadline: float | None = None) -> list[tuple[Any, str]]:
+        """Each work's result (a list for a list input) and the version that served it.
+
+        Items of works that take the same route and version go to Triton together, in calls of
+        ``max_batch_size``: several payloads (lines of a JSON Lines body) cost the calls one payload
+        of all their items would. An error that one work's item caused is raised as ``WorkFailed``
+        naming that work; one that no item caused (Triton unavailable, a timeout) as it is.
+        ``deadline`` (``time.monotonic()``) is checked before each Triton call. ``timings``, when
+        given, gets the seconds spent in ``preprocess``, ``triton`` and ``postprocess``.
+        """
+        results: list[list[Any]] = [[] for _ in works]
+        served = [work.version or "" for work in works]
+        groups: dict[tuple[str, str | None], list[tuple[int, Any, str]]] = {}
+        for index, work in enumerate(works):
+            groups.setdefault((work.route.model, work.version), []).extend((index, *item) for item in work.items)
+        batch = max(1, self.spec.max_batch_size)
+        for (_, version), items in groups.items():
+            route = works[items[0][0]].route
+            output_names = tuple(t.name for t in route.outputs)
+            for start in range(0, len(items), batch):
+                chunk = items[start : start + batch]
+                with _timed(timings, "preprocess"):
+                    prepared = [_blamed(index, route.prepare, item, where, works[index].options)
+                                for index, item, where in chunk]
+                    inputs = self._stack([arrays for arrays, _ in prepared], route.inputs)
+                if deadline is not None and time.monotonic() > deadline:
+                    raise InferenceTimeout(
+                        f"the request ran past its deadline of {self.settings.server_timeout_s:g} s "
+                        f"({SERVER_TIMEOUT}) before all its items reached Triton"
+                    )
+                with _timed(timings, "triton"):
+                    try:
+                        outputs, answered = self.triton.infer(route.model, inputs, output_names, version)
+                    except InvalidItem as error:  # a pipeline step refused one item: name it as the caller does
+                        index, _, where = chunk[error.index]
+                        refused = InvalidInput(error.message.replace(InvalidItem.WHERE, where))
+                        raise WorkFailed(index, refused) from None
+                self._check_outputs(outputs, len(prepared), route.outputs)
+                with _timed(timings, "postprocess"):
+                    for i, ((index, _, _), (_, context)) in enumerate(zip(chunk, prepared)):
+                        results[index].append(
+                            _blamed(index, route.finish, self._unstack(outputs, i), context, works[index].options))
+                        served[index] = answered
+        return [(found[0] if work.single else found, version)
+                for work, found, version in zip(works, results, served)]
+
     def inference(
         self,
         payload: Mapping[str, Any],
@@ -275,31 +331,38 @@ class ModelClient(ABC, Generic[Context]):
         label: str | None = None,
         timings: dict[str, float] | None = None,
     ) -> tuple[Any, str]:
-        """The result for a payload (a list of results for a list input) and the version that served it.
+        """The result for a payload (a list of results for a list input) and the version that served it."""
+        work = self.plan(payload, version, label=label)
+        try:
+            return self.run([work], timings)[0]
+        except WorkFailed as failed:
+            raise failed.error from None
 
-        A list is sent to Triton in chunks of ``max_batch_size``, one call per chunk. ``label`` is how
-        error messages name the input (``payload.<field>`` unless given: a raw body is "the body").
-        ``timings``, when given, gets the seconds spent in ``preprocess``, ``triton`` and ``postprocess``.
-        """
-        options = self.parse_options(payload)
-        items, single = self._items(payload, label or f"payload.{self.input_field}")
-        route = self.route(version)
-        output_names = tuple(t.name for t in route.outputs)
-        batch = max(1, self.spec.max_batch_size)
-        results: list[Any] = []
-        served = version or ""
-        for start in range(0, len(items), batch):
-            chunk = items[start : start + batch]
-            with _timed(timings, "preprocess"):
-                prepared = [route.prepare(item, where, options) for item, where in chunk]
-                inputs = self._stack([arrays for arrays, _ in prepared], route.inputs)
-            with _timed(timings, "triton"):
-                try:
-                    outputs, served = self.triton.infer(route.model, inputs, output_names, version)
-                except InvalidItem as error:  # a pipeline step refused one item: name it as the caller does
-                    raise InvalidInput(error.message.replace(InvalidItem.WHERE, chunk[error.index][1])) from None
-            self._check_outputs(outputs, len(prepared), route.outputs)
-            with _timed(timings, "postprocess"):
-                for i, (_, context) in enumerate(prepared):
-                    results.append(route.finish(self._unstack(outputs, i), context, options))
-        return (results[0] if single else results), served
+
+@dataclass(frozen=True)
+class Work:
+    """One payload of a model, checked: its options, its items (each with how errors name it),
+    whether it was one item or a list, the route it takes and the version it names."""
+
+    options: dict[str, Any]
+    items: list[tuple[Any, str]]
+    single: bool
+    route: Route
+    version: str | None
+
+
+class WorkFailed(Exception):
+    """``ModelClient.run``: the error that the work at ``index`` caused (its item was refused)."""
+
+    def __init__(self, index: int, error: ApiError) -> None:
+        super().__init__(error.message)
+        self.index = index
+        self.error = error
+
+
+def _blamed(index: int, step: Any, *args: Any) -> Any:
+    """``step(*args)`` for an item of the work at ``index``: a refusal names that work."""
+    try:
+        return step(*args)
+    except ApiError as error:
+        raise WorkFailed(index, error) from None

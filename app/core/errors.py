@@ -3,7 +3,7 @@
 Every failure a caller can act on is one of these, and every ``{"error": {"code", "message"}}``
 body the endpoint answers comes from ``ApiError.body``: the router's handlers
 (``app/router/handlers.py``), ``serve``'s ping server, and the answers NGINX gives on its own
-(``NGINX_ERRORS``, written into ``nginx.conf`` by ``app/serve/nginx.py``). Anything else is a bug
+(``nginx_errors``, written into ``nginx.conf`` by ``app/serve/nginx.py``). Anything else is a bug
 and answers an opaque 500 (``InternalError``) with an id that points at the logged traceback.
 """
 
@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any
 
-from app.core.settings import MAX_BODY_BYTES
+from app.core.settings import BODY_LIMIT, MIB
 
 
 class ApiError(Exception):
@@ -82,6 +82,20 @@ class InvalidItem(InvalidInput):
         return cls(int(found.group(1)), found.group(2).strip()) if found else None
 
 
+class LineError(ApiError):
+    """A JSON Lines request refused because of one line: that line's error, with its number (from
+    1) in the message and in the body's ``line``; the status and code are the line's own."""
+
+    def __init__(self, line: int, error: ApiError) -> None:
+        super().__init__(f"line {line}: {error.message}")
+        self.status, self.code, self.line = error.status, error.code, line
+
+    def body(self) -> dict[str, Any]:
+        body = super().body()
+        body["error"]["line"] = self.line
+        return body
+
+
 class NotFound(ApiError):
     status, code = 404, "not_found"
 
@@ -96,6 +110,18 @@ class MethodNotAllowed(ApiError):
 
 class PayloadTooLarge(ApiError):
     status, code = 413, "payload_too_large"
+
+
+def payload_too_large(limit_bytes: int) -> PayloadTooLarge:
+    """The 413 for a body over the configured limit: the router's and NGINX's alike."""
+    return PayloadTooLarge(
+        f"request body is over {limit_bytes / MIB:.4g} MiB ({limit_bytes} bytes), the limit {BODY_LIMIT} sets "
+        "(SageMaker allows 6 MiB on a real-time endpoint, 1 GB on an asynchronous one)"
+    )
+
+
+class NotAcceptable(ApiError):
+    status, code = 406, "not_acceptable"
 
 
 class UnsupportedMediaType(ApiError):
@@ -128,14 +154,12 @@ HTTP_STATUS_ERRORS: dict[int, type[ApiError]] = {
     415: UnsupportedMediaType,
 }
 
-# What NGINX answers by itself, without the router: the nginx.conf field each fills
-# (``{{<name>_BODY}}``), and the error whose body it is.
-NGINX_ERRORS: dict[str, ApiError] = {
-    "PING_METHOD_NOT_ALLOWED": MethodNotAllowed("/ping takes GET only"),
-    "NOT_FOUND": NotFound("no such path; the endpoint serves POST /invocations and GET /ping"),
-    "PAYLOAD_TOO_LARGE": PayloadTooLarge(
-        f"request body is over {MAX_BODY_BYTES // (1024 * 1024)} MiB ({MAX_BODY_BYTES} bytes), "
-        "the SageMaker real-time limit"
-    ),
-    "ROUTER_UNAVAILABLE": RouterUnavailable("the router is not running yet or is restarting; try again shortly"),
-}
+def nginx_errors(max_body_bytes: int) -> dict[str, ApiError]:
+    """What NGINX answers by itself, without the router: the nginx.conf field each fills
+    (``{{<name>_BODY}}``), and the error whose body it is."""
+    return {
+        "PING_METHOD_NOT_ALLOWED": MethodNotAllowed("/ping takes GET only"),
+        "NOT_FOUND": NotFound("no such path; the endpoint serves POST /invocations and GET /ping"),
+        "PAYLOAD_TOO_LARGE": payload_too_large(max_body_bytes),
+        "ROUTER_UNAVAILABLE": RouterUnavailable("the router is not running yet or is restarting; try again shortly"),
+    }

@@ -16,6 +16,8 @@ SAFE_PORT_RANGE = "SAGEMAKER_SAFE_PORT_RANGE"
 WORKERS = "MODEL_SERVER_WORKERS"
 SERVER_TIMEOUT = "MODEL_SERVER_TIMEOUT"
 TRITON_TIMEOUT = "TRITON_TIMEOUT_S"
+BODY_LIMIT = "MAX_BODY_BYTES"
+CONCURRENT_TRANSFORMS = "MAX_CONCURRENT_TRANSFORMS"
 MAX_IMAGE_PIXELS = "MAX_IMAGE_PIXELS"
 LOG_LEVEL = "LOG_LEVEL"
 TRITON_BIND_ADDRESS = "TRITON_BIND_ADDRESS"
@@ -36,7 +38,14 @@ MALLOC_ARENA_MAX = "MALLOC_ARENA_MAX"
 # Development: the repository `make test-models` built, for the tests, the soak and the benchmark.
 TEST_MODEL_REPOSITORY = "TEST_MODEL_REPOSITORY"
 
-MAX_BODY_BYTES = 6 * 1024 * 1024  # SageMaker's real-time payload limit
+MIB = 1024 * 1024
+DEFAULT_MAX_BODY_BYTES = 6 * MIB  # SageMaker's real-time payload limit
+DEFAULT_SERVER_TIMEOUT_S = 60.0  # and its real-time deadline
+# What SageMaker allows an asynchronous endpoint: the most either setting may be raised to.
+ASYNC_MAX_BODY_BYTES = 1024 * MIB
+ASYNC_MAX_TIMEOUT_S = 3600.0
+# Batch Transform's bounds: MaxPayloadInMB <= 100, and MaxConcurrentTransforms * MaxPayloadInMB <= 100.
+TRANSFORM_MAX_PAYLOAD_MB = 100
 LOOPBACK = "127.0.0.1"
 TRITON_PORTS = (8000, 8001, 8002)  # HTTP, gRPC, metrics: Triton's own, when no safe port range is set
 
@@ -65,8 +74,9 @@ def triton_ports(env: Mapping[str, str]) -> tuple[int, int, int]:
     return low_port, low_port + 1, low_port + 2
 
 
-def _parse(name: str, raw: str, kind: Callable[[str], Any]) -> Any:
-    """A variable's text as its field's type; a number must be positive (an integer at least 1)."""
+def _parse(name: str, raw: str, kind: Callable[[str], Any], maximum: float | None = None) -> Any:
+    """A variable's text as its field's type; a number must be positive (an integer at least 1)
+    and at most ``maximum`` when the field has one."""
     if kind not in (int, float):
         return kind(raw)
     try:
@@ -77,6 +87,8 @@ def _parse(name: str, raw: str, kind: Callable[[str], Any]) -> Any:
         raise ValueError(f"{name}={value} is below its minimum 1")
     if not value > 0:
         raise ValueError(f"{name}={value} must be positive")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name}={value} is above its maximum {maximum:g}")
     return value
 
 
@@ -85,18 +97,32 @@ def default_workers() -> int:
     return os.cpu_count() or 1
 
 
+def default_concurrent_transforms() -> int:
+    """Two Batch Transform requests per router worker: while one waits on Triton, the other's
+    lines are read and prepared (each request is itself many lines, batched to Triton)."""
+    return 2 * default_workers()
+
+
 # The fields read from the environment: each one's variable and type (numbers must be positive).
 ENV_FIELDS: Mapping[str, tuple[str, Callable[[str], Any]]] = {
     "port": (BIND_TO_PORT, int),
     "workers": (WORKERS, int),
     "threads": (ROUTER_THREADS, int),
     "server_timeout_s": (SERVER_TIMEOUT, float),
+    "max_body_bytes": (BODY_LIMIT, int),
+    "max_concurrent_transforms": (CONCURRENT_TRANSFORMS, int),
     "triton_timeout_s": (TRITON_TIMEOUT, float),
     "max_image_pixels": (MAX_IMAGE_PIXELS, int),
     "log_level": (LOG_LEVEL, str.upper),
     "triton_grpc_url": (TRITON_GRPC_URL, str),
     "model_repository": (MODEL_REPOSITORY, Path),
     "router_bind": (ROUTER_BIND, str),
+}
+
+# Upper bounds of the fields that have one.
+ENV_MAXIMA: Mapping[str, float] = {
+    "server_timeout_s": ASYNC_MAX_TIMEOUT_S,
+    "max_body_bytes": ASYNC_MAX_BODY_BYTES,
 }
 
 
@@ -107,13 +133,14 @@ class Settings:
     port: int = 8080
     workers: int = field(default_factory=default_workers)
     threads: int = 16
-    server_timeout_s: float = 60.0
+    server_timeout_s: float = DEFAULT_SERVER_TIMEOUT_S
     triton_timeout_s: float = 30.0
     max_image_pixels: int = 40_000_000
     log_level: str = "INFO"
     triton_grpc_url: str = f"{LOOPBACK}:{TRITON_PORTS[1]}"
     model_repository: Path = field(default_factory=default_model_repository)
-    max_body_bytes: int = MAX_BODY_BYTES
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_concurrent_transforms: int = field(default_factory=default_concurrent_transforms)
     # /ping must answer within 2 s even when Triton hangs: each readiness call gets this deadline.
     ping_timeout_s: float = 0.5
     # A list input longer than this is refused; shorter lists are split at the model's max_batch_size.
@@ -129,6 +156,16 @@ class Settings:
         for name, (variable, kind) in ENV_FIELDS.items():
             raw = env.get(variable, "").strip()
             if raw:
-                given[name] = _parse(variable, raw, kind)
+                given[name] = _parse(variable, raw, kind, ENV_MAXIMA.get(name))
         return cls(**given)
+
+    def execution_parameters(self) -> dict[str, Any]:
+        """What ``GET /execution-parameters`` answers Batch Transform: the body limit in whole MB
+        (at most 100) and the concurrency, bounded so that their product stays within 100 MB."""
+        payload_mb = max(1, min(TRANSFORM_MAX_PAYLOAD_MB, self.max_body_bytes // MIB))
+        return {
+            "MaxConcurrentTransforms": max(1, min(self.max_concurrent_transforms, TRANSFORM_MAX_PAYLOAD_MB // payload_mb)),
+            "BatchStrategy": "MULTI_RECORD",
+            "MaxPayloadInMB": payload_mb,
+        }
 

@@ -2,12 +2,16 @@
 
 ``create_app(settings, registry, triton)`` is the application factory (tests hand it fakes); it
 only wires: parsing is ``app.router.requests`` (no Flask), the error bodies ``app.router.handlers``,
-metrics and logs ``app.router.observability``. Besides the contract's two paths it answers
-``GET /openapi.json`` (``app/router/openapi.json``, the contract as OpenAPI 3) and ``GET /metrics``.
+metrics and logs ``app.router.observability``, running the parsed calls ``app.router.batches``.
+Besides the contract's two paths it answers ``GET /execution-parameters`` (Batch Transform's
+question), ``GET /openapi.json`` (``app/router/openapi.json``, the contract as OpenAPI 3) and
+``GET /metrics``.
 """
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -16,8 +20,19 @@ from flask import Flask, Response, g, request
 from app.core.health import ping_answer
 from app.core.settings import Settings
 from app.router.handlers import json_response, register_error_handlers
+from app.router.batches import run_invocations
+from app.router.observability import MIXED_MODELS
 from app.router.observability import install as install_observability
-from app.router.requests import CUSTOM_ATTRIBUTES, JSON_TYPE, Request, find_client, parse_invocation
+from app.router.requests import (
+    CUSTOM_ATTRIBUTES,
+    JSON_TYPE,
+    Request,
+    answer_type,
+    find_client,
+    is_jsonlines,
+    parse_invocation,
+    parse_lines,
+)
 from clients.base import ModelClient
 from clients.registry import build_registry
 from clients.triton import TritonClient
@@ -59,16 +74,29 @@ def create_app(
     def openapi_description() -> Response:
         return Response(openapi, mimetype=JSON_TYPE)
 
+    @app.get("/execution-parameters")
+    def execution_parameters() -> Response:
+        return json_response(settings.execution_parameters())
+
     @app.post("/invocations")
     def invocations() -> Response:
+        deadline = time.monotonic() + settings.server_timeout_s
         incoming = Request(
             body=request.get_data(cache=False),
             mimetype=request.mimetype or JSON_TYPE,
             mimetype_params=request.mimetype_params,
             custom_attributes=request.headers.get(CUSTOM_ATTRIBUTES, ""),
+            accept=request.headers.get("Accept", ""),
         )
-        call = parse_invocation(incoming, lookup)
-        result, version = call.client.inference(call.payload, call.version, label=call.label, timings=g.timings)
-        return json_response({"modelname": call.client.name, "version": version, "result": result})
+        kind = answer_type(incoming)
+        lines = is_jsonlines(incoming)
+        calls = parse_lines(incoming, lookup) if lines else [parse_invocation(incoming, lookup)]
+        if len({call.client.name for call in calls}) > 1:
+            g.model = MIXED_MODELS
+        answers = run_invocations(calls, numbered=lines, timings=g.timings, deadline=deadline)
+        if kind == JSON_TYPE:
+            return json_response(answers if lines else answers[0])
+        text = "".join(json.dumps(a, ensure_ascii=False, allow_nan=False) + "\n" for a in answers)
+        return Response(text, mimetype=kind)
 
     return app

@@ -16,7 +16,7 @@ from typing import Any
 from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException
 
-from app.core.errors import HTTP_STATUS_ERRORS, ApiError, InternalError
+from app.core.errors import HTTP_STATUS_ERRORS, ApiError, InternalError, payload_too_large
 from app.core.settings import Settings
 from app.router.requests import JSON_TYPE
 
@@ -36,13 +36,14 @@ def register_error_handlers(app: Flask, settings: Settings) -> None:
     @app.errorhandler(HTTPException)
     def http_error(error: HTTPException) -> Response:
         status = error.code or 500
+        if status == 413:
+            return api_error(payload_too_large(settings.max_body_bytes))
         ours = HTTP_STATUS_ERRORS.get(status)
         if ours is None:
             return api_error(ApiError.for_status(status, error.name or "error", error.description or ""))
         messages = {
             404: f"no such path: {request.path}",
             405: f"{request.method} is not allowed on {request.path}",
-            413: f"the body is over the limit of {settings.max_body_bytes} bytes",
         }
         return api_error(ours(messages.get(status, error.description or ours.code)))
 

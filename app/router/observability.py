@@ -33,6 +33,7 @@ RESPONSE_ID_HEADER = "X-Request-Id"
 REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/+=-]{0,127}")
 STAGES = ("preprocess", "triton", "postprocess")
 NO_MODEL = "none"  # the model label of a request that named no served model
+MIXED_MODELS = "mixed"  # ... and of a JSON Lines request whose lines name several models
 # Seconds: from a tiny model's millisecond to the 30 s Triton deadline.
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 

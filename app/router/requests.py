@@ -1,9 +1,10 @@
 """What an ``/invocations`` request asks for, parsed without Flask: pure functions over the body,
 its media type and the custom-attributes header, which tests call directly.
 
-Two forms (CONTRACT.md): the JSON envelope ``{"modelname", "version"?, "payload"}``, and a raw body
+Three forms (CONTRACT.md): the JSON envelope ``{"modelname", "version"?, "payload"}``; a raw body
 (an image, or UTF-8 text) with the model, version and options in
-``X-Amzn-SageMaker-Custom-Attributes``.
+``X-Amzn-SageMaker-Custom-Attributes``; and JSON Lines (Batch Transform), one envelope per line.
+The ``Accept`` header picks the answer's form (``answer_type``).
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from app.core.errors import InvalidInput, InvalidJson, UnknownModel, UnsupportedMediaType
+from app.core.errors import ApiError, InvalidInput, InvalidJson, LineError, NotAcceptable, UnknownModel, UnsupportedMediaType
 from clients.base import ModelClient
 
 CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
 JSON_TYPE = "application/json"
+JSONLINES_TYPE = "application/jsonlines"
+JSONLINES_TYPES = frozenset({JSONLINES_TYPE, "application/x-jsonlines"})
+ANSWER_TYPES = (JSON_TYPE, *sorted(JSONLINES_TYPES))
 UTF8_NAMES = frozenset({"utf-8", "utf8"})
 VERSION_PATTERN = re.compile(r"[1-9][0-9]{0,18}")
 # JSON's \uXXXX escapes can spell a lone UTF-16 surrogate, a string no UTF-8 codec will take.
@@ -32,6 +36,7 @@ class Request:
     mimetype: str = JSON_TYPE
     mimetype_params: Mapping[str, str] = field(default_factory=dict)
     custom_attributes: str = ""
+    accept: str = ""
 
 
 @dataclass(frozen=True)
@@ -128,18 +133,82 @@ def parse_invocation(request: Request, lookup: Callable[[Any], ModelClient]) -> 
     """The envelope or the raw body -> an Invocation; ``lookup`` finds the model's client (or
     raises UnknownModel / InvalidInput)."""
     if request.mimetype == JSON_TYPE:
-        envelope = parse_json_object(request.body)
-        client = lookup(envelope.get("modelname"))
-        version = parse_version(envelope.get("version"), "version")
-        payload = envelope.get("payload")
-        if not isinstance(payload, dict):
-            raise InvalidInput("payload is missing" if payload is None else "payload must be a JSON object")
-        return Invocation(client, payload, version)
+        return parse_envelope(request.body, lookup)
     attributes = parse_custom_attributes(request.custom_attributes)
     client = lookup(attributes.get("modelname"))
     if request.mimetype not in client.content_types:
-        accepted = ", ".join(sorted({JSON_TYPE, *client.content_types}))
+        accepted = ", ".join(sorted({JSON_TYPE, *JSONLINES_TYPES, *client.content_types}))
         raise UnsupportedMediaType(f"model {client.name!r} does not take {request.mimetype}; it takes {accepted}")
     version = parse_version(attributes.get("version"), f"{CUSTOM_ATTRIBUTES} version")
     options = client.options_from_attributes(attributes, CUSTOM_ATTRIBUTES)
     return Invocation(client, {client.input_field: raw_item(request), **options}, version, "the body")
+
+
+def _media_ranges(header: str) -> list[str]:
+    """An Accept header's media ranges, best q value first (ties in their order; q=0 ones dropped)."""
+    ranges = []
+    for order, part in enumerate(header.split(",")):
+        kind, *params = (p.strip() for p in part.split(";"))
+        quality = 1.0
+        for param in params:
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0
+        if kind and quality > 0:
+            ranges.append((-quality, order, kind.lower()))
+    return [kind for _, _, kind in sorted(ranges)]
+
+
+def answer_type(request: Request) -> str:
+    """The media type to answer in: what ``Accept`` asks for among ``ANSWER_TYPES``; for no Accept,
+    ``*/*`` or ``application/*``, the body's own form (JSON Lines for JSON Lines, else JSON)."""
+    default = request.mimetype if request.mimetype in JSONLINES_TYPES else JSON_TYPE
+    if not request.accept.strip():
+        return default
+    for kind in _media_ranges(request.accept):
+        if kind in ("*/*", "application/*"):
+            return default
+        if kind in ANSWER_TYPES:
+            return kind
+    raise NotAcceptable(f"Accept: {request.accept} cannot be answered; answers are {', '.join(ANSWER_TYPES)}")
+
+
+def is_jsonlines(request: Request) -> bool:
+    return request.mimetype in JSONLINES_TYPES
+
+
+def parse_envelope(body: bytes, lookup: Callable[[Any], ModelClient]) -> Invocation:
+    """One JSON envelope (a whole body, or a line of JSON Lines) -> its Invocation."""
+    envelope = parse_json_object(body)
+    client = lookup(envelope.get("modelname"))
+    version = parse_version(envelope.get("version"), "version")
+    payload = envelope.get("payload")
+    if not isinstance(payload, dict):
+        raise InvalidInput("payload is missing" if payload is None else "payload must be a JSON object")
+    return Invocation(client, payload, version)
+
+
+def body_lines(body: bytes) -> list[bytes]:
+    """A JSON Lines body's lines ("\n" or "\r\n" ends each; the last one may go without)."""
+    if not body.strip():
+        raise InvalidInput("the body holds no lines; JSON Lines is one envelope per line")
+    lines = body.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    return [line[:-1] if line.endswith(b"\r") else line for line in lines]
+
+
+def parse_lines(request: Request, lookup: Callable[[Any], ModelClient]) -> list[Invocation]:
+    """Every line of a JSON Lines body as an Invocation; the first bad line is a ``LineError``."""
+    invocations = []
+    for number, line in enumerate(body_lines(request.body), start=1):
+        try:
+            if not line.strip():
+                raise InvalidInput("the line is empty; each line must be one JSON envelope")
+            invocations.append(parse_envelope(line, lookup))
+        except ApiError as error:
+            raise LineError(number, error) from None
+    return invocations

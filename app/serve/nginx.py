@@ -2,7 +2,7 @@
 
 The configuration is a template: ``serve`` fills in the port, the runtime paths and sockets, the
 timeouts, the body size limit, and the bodies of the answers NGINX gives by itself (those of
-``app.core.errors.NGINX_ERRORS``, and the unhealthy ``/ping``), so that every error body comes
+``app.core.errors.nginx_errors``, and the unhealthy ``/ping``), so that every error body comes
 from the error classes.
 """
 
@@ -13,9 +13,9 @@ import shutil
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from app.core.errors import NGINX_ERRORS
+from app.core.errors import nginx_errors
 from app.core.health import unhealthy
-from app.core.settings import MAX_BODY_BYTES, NGINX_BIN, PROJECT_ROOT
+from app.core.settings import DEFAULT_MAX_BODY_BYTES, NGINX_BIN, PROJECT_ROOT
 
 NGINX_CONF = PROJECT_ROOT / "nginx.conf"
 # Characters that would end, escape or be interpolated in NGINX's single-quoted `return` text.
@@ -29,7 +29,8 @@ def _return_text(text: str) -> str:
 
 
 def render_nginx_conf(template: str, *, port: int, runtime_dir: Path, router_socket: Path, ping_socket: Path,
-                      proxy_timeout_s: float, drain_timeout_s: int, models: Sequence[str]) -> str:
+                      proxy_timeout_s: float, drain_timeout_s: int, models: Sequence[str],
+                      max_body_bytes: int) -> str:
     values = {
         "PORT": str(port),
         "RUNTIME_DIR": str(runtime_dir),
@@ -37,9 +38,12 @@ def render_nginx_conf(template: str, *, port: int, runtime_dir: Path, router_soc
         "PING_SOCKET": str(ping_socket),
         "PROXY_TIMEOUT": str(int(proxy_timeout_s)),
         "DRAIN_TIMEOUT": str(drain_timeout_s),
-        "MAX_BODY_BYTES": str(MAX_BODY_BYTES),
+        "MAX_BODY_BYTES": str(max_body_bytes),
+        # Bodies up to the real-time limit stay in memory; larger ones (asynchronous endpoints)
+        # go to a file in the runtime folder rather than take a worker's memory.
+        "BODY_BUFFER_BYTES": str(min(max_body_bytes, DEFAULT_MAX_BODY_BYTES)),
         "PING_UNAVAILABLE_BODY": _return_text(json.dumps(unhealthy(models), ensure_ascii=False)),
-        **{f"{field}_BODY": _return_text(error.json()) for field, error in NGINX_ERRORS.items()},
+        **{f"{field}_BODY": _return_text(error.json()) for field, error in nginx_errors(max_body_bytes).items()},
     }
     for key, value in values.items():
         template = template.replace("{{" + key + "}}", value)

@@ -194,7 +194,7 @@ class Supervisor:
         conf.write_text(render_nginx_conf(
             NGINX_CONF.read_text(), port=settings.port, runtime_dir=runtime_dir, router_socket=socket_path,
             ping_socket=ping_socket, proxy_timeout_s=settings.server_timeout_s + 5,
-            drain_timeout_s=DRAIN_TIMEOUT_S - 1, models=sorted(served),
+            drain_timeout_s=DRAIN_TIMEOUT_S - 1, models=sorted(served), max_body_bytes=settings.max_body_bytes,
         ))
         nginx_argv = [nginx_binary, "-e", "stderr", "-p", str(runtime_dir), "-c", str(conf)]
         self.children.append(Child("nginx", nginx_argv, env))

@@ -6,6 +6,7 @@ import base64
 import io
 import socket
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -336,7 +337,15 @@ def test_payload_too_large(client, settings):
     body = b"x" * (settings.max_body_bytes + 1)
     response = client.post("/invocations", data=body, headers={"Content-Type": "application/json"})
     error = assert_error(response, 413, "payload_too_large")
-    assert error["message"] == f"the body is over the limit of {settings.max_body_bytes} bytes"
+    assert error["message"].startswith("request body is over 6 MiB (6291456 bytes), the limit MAX_BODY_BYTES sets")
+
+
+def test_the_body_limit_is_the_settings(settings, triton):
+    small = create_app(replace(settings, max_body_bytes=1000), triton=triton).test_client()
+    response = small.post("/invocations", data=b"x" * 1001, headers={"Content-Type": "application/json"})
+    assert "over 0.0009537 MiB (1000 bytes)" in assert_error(response, 413, "payload_too_large")["message"]
+    response = small.post("/invocations", data=b"x" * 1000, headers={"Content-Type": "application/json"})
+    assert_error(response, 400, "invalid_json")
 
 
 def test_unknown_path_and_wrong_method(client):

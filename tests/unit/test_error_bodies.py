@@ -10,7 +10,7 @@ import pytest
 
 from app.core import errors
 from app.core.health import unhealthy
-from app.core.settings import MAX_BODY_BYTES
+from app.core.settings import DEFAULT_MAX_BODY_BYTES
 from app.serve.nginx import NGINX_CONF, render_nginx_conf
 from app.serve.pingserver import start_ping_server
 
@@ -31,9 +31,10 @@ CLASSES = [
 MODELS = ("resnet", "bert_base")
 
 
-def rendered(models=MODELS) -> str:
+def rendered(models=MODELS, max_body_bytes=DEFAULT_MAX_BODY_BYTES) -> str:
     return render_nginx_conf(NGINX_CONF.read_text(), port=8080, runtime_dir="/run/x", router_socket="/run/x/r.sock",
-                             ping_socket="/run/x/p.sock", proxy_timeout_s=65, drain_timeout_s=24, models=models)
+                             ping_socket="/run/x/p.sock", proxy_timeout_s=65, drain_timeout_s=24, models=models,
+                             max_body_bytes=max_body_bytes)
 
 
 @pytest.mark.parametrize(("cls", "status", "code"), CLASSES, ids=[c[2] for c in CLASSES])
@@ -67,21 +68,31 @@ def test_the_http_statuses_map_onto_the_classes():
 def test_nginx_answers_with_the_classes_bodies():
     conf = rendered()
     answers = re.findall(r"return (\d{3}) '(\{.*\})';", conf)
-    expected = [(str(e.status), e.json()) for e in errors.NGINX_ERRORS.values()]
+    expected = [(str(e.status), e.json()) for e in errors.nginx_errors(DEFAULT_MAX_BODY_BYTES).values()]
     expected.append(("503", json.dumps(unhealthy(MODELS), ensure_ascii=False)))
     assert sorted(answers) == sorted(expected)
-    assert {e.code for e in errors.NGINX_ERRORS.values()} == {
+    assert {e.code for e in errors.nginx_errors(DEFAULT_MAX_BODY_BYTES).values()} == {
         "method_not_allowed", "not_found", "payload_too_large", "router_unavailable"
     }
     assert "{{" not in conf
 
 
 def test_nginx_limit_and_its_413_name_the_same_bytes():
-    assert MAX_BODY_BYTES == 6 * 1024 * 1024
-    assert errors.NGINX_ERRORS["PAYLOAD_TOO_LARGE"].message == (
-        "request body is over 6 MiB (6291456 bytes), the SageMaker real-time limit"
+    assert DEFAULT_MAX_BODY_BYTES == 6 * 1024 * 1024
+    assert errors.nginx_errors(DEFAULT_MAX_BODY_BYTES)["PAYLOAD_TOO_LARGE"].message.startswith(
+        "request body is over 6 MiB (6291456 bytes), the limit MAX_BODY_BYTES sets"
     )
-    assert f"client_max_body_size {MAX_BODY_BYTES};" in rendered()
+    conf = rendered()
+    assert "client_max_body_size 6291456;" in conf
+    assert "client_body_buffer_size 6291456;" in conf
+
+
+def test_a_raised_limit_reaches_nginx_and_its_413_but_not_the_memory_buffer():
+    conf = rendered(max_body_bytes=64 * 1024 * 1024)
+    assert "client_max_body_size 67108864;" in conf
+    assert "client_body_buffer_size 6291456;" in conf  # larger bodies are buffered in a file
+    answers = dict(re.findall(r"return (413) '(\{.*\})';", conf))
+    assert "over 64 MiB (67108864 bytes)" in json.loads(answers["413"])["error"]["message"]
 
 
 def test_the_ping_fallback_names_every_model_unknown():

@@ -193,3 +193,6 @@ class TritonClient:
 
     def server_ready(self) -> bool:
         return bool(self._readiness_call(self._grpc().is_server_ready))
+
+    def server_live(self) -> bool:
+        return bool(self._readiness_call(self._grpc().is_server_live))

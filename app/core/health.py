@@ -1,4 +1,9 @@
-"""The answer to SageMaker's ``GET /ping``: healthy only when Triton and every served model are ready.
+"""The answer to SageMaker's ``GET /ping``: healthy when Triton and every required model are ready.
+
+A model is required unless its ``model.toml`` says ``required = false``: an optional model that is
+not ready is listed with its state, and its requests answer 503 ``model_not_ready``, but the
+instance stays healthy (SageMaker does not replace it). With ``SAGEMAKER_TRITON_PING_MODE=live``
+(the stock SageMaker Triton image's variable) ``/ping`` is healthy while Triton is live at all.
 
 Used by the Flask router and by ``serve``'s own ping server, which answers ``/ping`` for NGINX so
 that a health check never queues behind long inferences in the router's threads.
@@ -7,9 +12,13 @@ that a health check never queues behind long inferences in the router's threads.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 from app.core.errors import ApiError
+from app.core.pipeline import triton_models
+from app.core.settings import LIVE_PING, READY_PING
+from app.core.spec import ModelSpec
 from app.core.states import READY, UNKNOWN
 from app.core.states import UNAVAILABLE as MISSING
 
@@ -22,6 +31,8 @@ class Readiness(Protocol):
     def model_states(self) -> dict[str, str]: ...
 
     def server_ready(self) -> bool: ...
+
+    def server_live(self) -> bool: ...
 
 
 def unhealthy(served: Iterable[str]) -> dict[str, Any]:
@@ -38,15 +49,37 @@ def model_state(states: Mapping[str, str], needs: Sequence[str]) -> str:
     return READY
 
 
-def ping_answer(triton: Readiness, served: Mapping[str, Sequence[str]]) -> tuple[int, dict[str, Any]]:
-    """(HTTP status, body). ``served``: each served model's name and the Triton models it needs.
-    At most two short calls, each under the client's ping deadline: the repository index, then
-    (only when every model is READY) the server's own readiness."""
+@dataclass(frozen=True)
+class HealthPolicy:
+    """What ``/ping`` checks: each served model with the Triton models it needs, which of them may
+    be down without the instance being unhealthy, and the ping mode (``ready`` or ``live``)."""
+
+    served: Mapping[str, Sequence[str]]
+    optional: frozenset[str] = field(default_factory=frozenset)
+    mode: str = READY_PING
+
+    @classmethod
+    def of(cls, specs: Mapping[str, ModelSpec], mode: str = READY_PING) -> "HealthPolicy":
+        return cls(
+            served={name: triton_models(name, spec.pipeline) for name, spec in sorted(specs.items())},
+            optional=frozenset(name for name, spec in specs.items() if not spec.required),
+            mode=mode,
+        )
+
+
+def ping_answer(triton: Readiness, policy: HealthPolicy) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, body listing every served model's state). At most two short calls, each under
+    the client's ping deadline: the repository index, then Triton's own readiness (``ready`` mode,
+    only when every required model is READY) or liveness (``live`` mode)."""
     try:
         states = triton.model_states()
-        models = {name: model_state(states, needs) for name, needs in sorted(served.items())}
-        healthy = all(state == READY for state in models.values()) and triton.server_ready()
+        models = {name: model_state(states, needs) for name, needs in sorted(policy.served.items())}
+        if policy.mode == LIVE_PING:
+            healthy = triton.server_live()
+        else:
+            required = (state for name, state in models.items() if name not in policy.optional)
+            healthy = all(state == READY for state in required) and triton.server_ready()
     except ApiError as error:
         log.warning("ping: %s", error.message)
-        return 503, unhealthy(served)
+        return 503, unhealthy(policy.served)
     return (200 if healthy else 503), {"status": HEALTHY if healthy else UNHEALTHY, "models": models}

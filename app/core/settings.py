@@ -17,6 +17,8 @@ WORKERS = "MODEL_SERVER_WORKERS"
 SERVER_TIMEOUT = "MODEL_SERVER_TIMEOUT"
 TRITON_TIMEOUT = "TRITON_TIMEOUT_S"
 BODY_LIMIT = "MAX_BODY_BYTES"
+# The stock SageMaker Triton image's: `ready` (default) or `live` (app.core.health).
+PING_MODE = "SAGEMAKER_TRITON_PING_MODE"
 CONCURRENT_TRANSFORMS = "MAX_CONCURRENT_TRANSFORMS"
 MAX_IMAGE_PIXELS = "MAX_IMAGE_PIXELS"
 LOG_LEVEL = "LOG_LEVEL"
@@ -74,6 +76,16 @@ def triton_ports(env: Mapping[str, str]) -> tuple[int, int, int]:
     return low_port, low_port + 1, low_port + 2
 
 
+READY_PING, LIVE_PING = "ready", "live"
+
+
+def ping_mode(raw: str) -> str:
+    mode = raw.strip().lower()
+    if mode not in (READY_PING, LIVE_PING):
+        raise ValueError(f"{PING_MODE}={raw!r}: expected {READY_PING!r} or {LIVE_PING!r}")
+    return mode
+
+
 def _parse(name: str, raw: str, kind: Callable[[str], Any], maximum: float | None = None) -> Any:
     """A variable's text as its field's type; a number must be positive (an integer at least 1)
     and at most ``maximum`` when the field has one."""
@@ -117,6 +129,7 @@ ENV_FIELDS: Mapping[str, tuple[str, Callable[[str], Any]]] = {
     "triton_grpc_url": (TRITON_GRPC_URL, str),
     "model_repository": (MODEL_REPOSITORY, Path),
     "router_bind": (ROUTER_BIND, str),
+    "ping_mode": (PING_MODE, ping_mode),
 }
 
 # Upper bounds of the fields that have one.
@@ -146,6 +159,7 @@ class Settings:
     # A list input longer than this is refused; shorter lists are split at the model's max_batch_size.
     max_batch_items: int = 64
     router_bind: str = "unix:/tmp/router.sock"
+    ping_mode: str = READY_PING
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":

@@ -62,6 +62,8 @@ class ModelSpec:
     preprocess: Mapping[str, Any] = field(default_factory=dict)
     postprocess: Mapping[str, Any] = field(default_factory=dict)
     pipeline: str = ROUTER  # where pre- and post-processing run: app.core.pipeline (TRITON or ROUTER)
+    # A required model that is not ready makes /ping unhealthy; an optional one only answers 503 (app.core.health).
+    required: bool = True
 
     def file(self, relative: str) -> Path:
         """A file named in the spec, relative to the model's folder."""
@@ -102,6 +104,9 @@ def load_spec(folder: str | Path) -> ModelSpec:
         pipeline = pipeline_of(raw, str(raw["family"]), str(path))
     except ValueError as error:
         raise SpecError(str(error)) from None
+    required = raw.get("required", True)
+    if not isinstance(required, bool):
+        raise SpecError(f"{path}: required must be true or false, not {required!r}")
     return ModelSpec(
         name=folder.name,
         family=str(raw["family"]),
@@ -117,6 +122,7 @@ def load_spec(folder: str | Path) -> ModelSpec:
         preprocess=dict(raw.get("preprocess", {})),
         postprocess=dict(raw.get("postprocess", {})),
         pipeline=pipeline,
+        required=required,
     )
 
 

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from flask import Flask, Response, g, request
 
-from app.core.health import ping_answer
+from app.core.health import HealthPolicy, ping_answer
 from app.core.settings import Settings
 from app.router.handlers import json_response, register_error_handlers
 from app.router.batches import run_invocations
@@ -49,7 +49,7 @@ def create_app(
     triton = triton if triton is not None else TritonClient.from_settings(settings)
     if registry is None:
         registry = build_registry(settings.model_repository, triton, settings)
-    served = {name: client.triton_models for name, client in registry.items()}
+    health = HealthPolicy.of({name: client.spec for name, client in registry.items()}, settings.ping_mode)
 
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
@@ -67,7 +67,7 @@ def create_app(
 
     @app.get("/ping")
     def ping() -> Response:
-        status, body = ping_answer(triton, served)
+        status, body = ping_answer(triton, health)
         return json_response(body, status)
 
     @app.get("/openapi.json")

@@ -13,17 +13,17 @@ import socketserver
 import threading
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable
 
 from app.core.errors import NotFound
-from app.core.health import Readiness, ping_answer, unhealthy
+from app.core.health import HealthPolicy, Readiness, ping_answer, unhealthy
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
-    def __init__(self, path: Path, triton: Readiness, served: Mapping[str, Sequence[str]], router_up: Callable[[], bool]):
-        self.triton, self.served, self.router_up = triton, dict(served), router_up
+    def __init__(self, path: Path, triton: Readiness, health: HealthPolicy, router_up: Callable[[], bool]):
+        self.triton, self.health, self.router_up = triton, health, router_up
         super().__init__(str(path), _Handler)
 
 
@@ -40,9 +40,9 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path != "/ping":
             status, body = 404, NotFound("this socket answers GET /ping only").body()
         elif not self.server.router_up():
-            status, body = 503, unhealthy(self.server.served)
+            status, body = 503, unhealthy(self.server.health.served)
         else:
-            status, body = ping_answer(self.server.triton, self.server.served)
+            status, body = ping_answer(self.server.triton, self.server.health)
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -59,12 +59,12 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def start_ping_server(path: Path, triton_url: str, timeout_s: float, ping_timeout_s: float,
-                      served: Mapping[str, Sequence[str]], router_up: Callable[[], bool]) -> _Server:
+                      health: HealthPolicy, router_up: Callable[[], bool]) -> _Server:
     """Serve /ping on ``path`` from a daemon thread. Call it after the children are started: the
     gRPC client it creates must not be inherited by a fork."""
     from clients.triton import TritonClient
 
-    server = _Server(path, TritonClient(triton_url, timeout_s, ping_timeout_s), served, router_up)
+    server = _Server(path, TritonClient(triton_url, timeout_s, ping_timeout_s), health, router_up)
     path.chmod(0o666)  # NGINX's workers run as another user; the runtime directory guards the socket
     threading.Thread(target=server.serve_forever, name="ping-server", daemon=True).start()
     return server

@@ -40,7 +40,7 @@ from app.core.settings import (
     is_model_repository,
     triton_ports,
 )
-from app.core.pipeline import triton_models
+from app.core.health import HealthPolicy
 from app.core.spec import find_specs
 from app.serve.engines import check_engines
 from app.serve.nginx import NGINX_CONF, find_nginx, render_nginx_conf
@@ -183,18 +183,18 @@ class Supervisor:
 
         # The models the router serves (those with a model.toml), each with the Triton models it
         # needs (its network, and its ensemble on the Triton pipeline): what every /ping answer lists.
-        served = {name: triton_models(name, spec.pipeline) for name, spec in find_specs(repository).items()}
+        health = HealthPolicy.of(find_specs(repository), settings.ping_mode)
         ping_socket = runtime_dir / "ping.sock"
         start_ping_server(
             ping_socket, router_env[TRITON_GRPC_URL], settings.triton_timeout_s, settings.ping_timeout_s,
-            served=served, router_up=lambda: router.alive() and socket_path.exists(),
+            health=health, router_up=lambda: router.alive() and socket_path.exists(),
         )
 
         conf = runtime_dir / "nginx.conf"
         conf.write_text(render_nginx_conf(
             NGINX_CONF.read_text(), port=settings.port, runtime_dir=runtime_dir, router_socket=socket_path,
             ping_socket=ping_socket, proxy_timeout_s=settings.server_timeout_s + 5,
-            drain_timeout_s=DRAIN_TIMEOUT_S - 1, models=sorted(served), max_body_bytes=settings.max_body_bytes,
+            drain_timeout_s=DRAIN_TIMEOUT_S - 1, models=sorted(health.served), max_body_bytes=settings.max_body_bytes,
         ))
         nginx_argv = [nginx_binary, "-e", "stderr", "-p", str(runtime_dir), "-c", str(conf)]
         self.children.append(Child("nginx", nginx_argv, env))

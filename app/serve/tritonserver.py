@@ -102,9 +102,11 @@ def triton_command(
         f"--grpc-port={grpc}",
         f"--metrics-address={bind_address}",
         f"--metrics-port={metrics}",
-        "--strict-readiness=true",
-        # A model that fails to load leaves Triton up: /ping then says 503 with that model's state
-        # and the other models keep serving, instead of the whole server exiting.
+        # Triton's readiness is its own, not its models': /ping checks each required model itself
+        # (app.core.health), so an optional model that failed to load does not make it unhealthy.
+        "--strict-readiness=false",
+        # A model that fails to load leaves Triton up: /ping lists that model's state and the
+        # other models keep serving, instead of the whole server exiting.
         "--exit-on-error=false",
         f"--exit-timeout-secs={exit_timeout_s}",
     ]

@@ -62,6 +62,7 @@ class FakeTriton:
         self.states = {model: "READY" for name, spec in self.specs.items()
                        for model in triton_models(name, spec.pipeline)}
         self.ready = True
+        self.live = True
         self.error: Exception | None = None  # raised by infer when set
         self.readiness_error: Exception | None = None  # raised by model_states when set
         self.version = "1"
@@ -145,6 +146,9 @@ class FakeTriton:
 
     def server_ready(self):
         return self.ready
+
+    def server_live(self):
+        return self.live
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ import socket
 import pytest
 
 from app.core import errors
-from app.core.health import unhealthy
+from app.core.health import HealthPolicy, unhealthy
 from app.core.settings import DEFAULT_MAX_BODY_BYTES
 from app.serve.nginx import NGINX_CONF, render_nginx_conf
 from app.serve.pingserver import start_ping_server
@@ -121,7 +121,8 @@ def get(path, url: str) -> tuple[int, dict]:
 
 def test_the_ping_server_answers_with_the_same_bodies(tmp_path):
     path = tmp_path / "ping.sock"
-    server = start_ping_server(path, "127.0.0.1:1", 1.0, 0.5, {m: (m,) for m in MODELS}, router_up=lambda: False)
+    health = HealthPolicy({m: (m,) for m in MODELS})
+    server = start_ping_server(path, "127.0.0.1:1", 1.0, 0.5, health, router_up=lambda: False)
     try:
         assert get(path, "/nope") == (404, errors.NotFound("this socket answers GET /ping only").body())
         assert get(path, "/ping") == (503, unhealthy(MODELS))

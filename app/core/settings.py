@@ -25,6 +25,9 @@ LOG_LEVEL = "LOG_LEVEL"
 TRITON_BIND_ADDRESS = "TRITON_BIND_ADDRESS"
 # Set by `serve` for the router processes; a developer may set them to use a Triton of their own.
 TRITON_GRPC_URL = "TRITON_GRPC_URL"
+TRITON_HTTP_URL = "TRITON_HTTP_URL"  # KServe v2 bodies are passed to Triton's HTTP endpoint
+# The stock SageMaker Triton image's: the model a KServe v2 body goes to when the request names none.
+DEFAULT_MODEL_NAME = "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"
 MODEL_REPOSITORY = "MODEL_REPOSITORY"
 ROUTER_THREADS = "MODEL_SERVER_THREADS"
 # Where gunicorn listens; `serve` sets a unix socket that only NGINX reaches.
@@ -127,6 +130,8 @@ ENV_FIELDS: Mapping[str, tuple[str, Callable[[str], Any]]] = {
     "max_image_pixels": (MAX_IMAGE_PIXELS, int),
     "log_level": (LOG_LEVEL, str.upper),
     "triton_grpc_url": (TRITON_GRPC_URL, str),
+    "triton_http_url": (TRITON_HTTP_URL, str),
+    "default_model_name": (DEFAULT_MODEL_NAME, str),
     "model_repository": (MODEL_REPOSITORY, Path),
     "router_bind": (ROUTER_BIND, str),
     "ping_mode": (PING_MODE, ping_mode),
@@ -151,6 +156,8 @@ class Settings:
     max_image_pixels: int = 40_000_000
     log_level: str = "INFO"
     triton_grpc_url: str = f"{LOOPBACK}:{TRITON_PORTS[1]}"
+    triton_http_url: str = f"{LOOPBACK}:{TRITON_PORTS[0]}"
+    default_model_name: str = ""
     model_repository: Path = field(default_factory=default_model_repository)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_concurrent_transforms: int = field(default_factory=default_concurrent_transforms)
@@ -165,8 +172,8 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
         """Each field of ``ENV_FIELDS`` from its variable when that is set and not blank, else its default."""
         env = os.environ if env is None else env
-        _, grpc_port, _ = triton_ports(env)  # a safe port range moves Triton's gRPC port
-        given: dict[str, Any] = {"triton_grpc_url": f"{LOOPBACK}:{grpc_port}"}
+        http_port, grpc_port, _ = triton_ports(env)  # a safe port range moves Triton's ports
+        given: dict[str, Any] = {"triton_grpc_url": f"{LOOPBACK}:{grpc_port}", "triton_http_url": f"{LOOPBACK}:{http_port}"}
         for name, (variable, kind) in ENV_FIELDS.items():
             raw = env.get(variable, "").strip()
             if raw:

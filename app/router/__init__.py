@@ -24,16 +24,23 @@ from app.router.batches import run_invocations
 from app.router.observability import MIXED_MODELS
 from app.router.observability import install as install_observability
 from app.router.requests import (
+    BINARY_JSON_TYPE,
     CUSTOM_ATTRIBUTES,
+    JSON_HEADER_SIZE,
     JSON_TYPE,
+    TARGET_MODEL,
     Request,
     answer_type,
     find_client,
     is_jsonlines,
+    is_v2,
     parse_invocation,
+    parse_json_object,
     parse_lines,
+    pass_through,
 )
 from clients.base import ModelClient
+from clients.kserve import TritonHttp
 from clients.registry import build_registry
 from clients.triton import TritonClient
 
@@ -47,6 +54,7 @@ def create_app(
     repository when not given); ``triton`` answers readiness (and inference, for a built registry)."""
     settings = settings or Settings.from_env()
     triton = triton if triton is not None else TritonClient.from_settings(settings)
+    kserve = TritonHttp.from_settings(settings)
     if registry is None:
         registry = build_registry(settings.model_repository, triton, settings)
     health = HealthPolicy.of({name: client.spec for name, client in registry.items()}, settings.ping_mode)
@@ -87,10 +95,14 @@ def create_app(
             mimetype_params=request.mimetype_params,
             custom_attributes=request.headers.get(CUSTOM_ATTRIBUTES, ""),
             accept=request.headers.get("Accept", ""),
+            target_model=request.headers.get(TARGET_MODEL, ""),
         )
+        document = parse_json_object(incoming.body) if incoming.mimetype == JSON_TYPE else None
+        if incoming.mimetype == BINARY_JSON_TYPE or (document is not None and is_v2(document)):
+            return passed_to_triton(incoming)
         kind = answer_type(incoming)
         lines = is_jsonlines(incoming)
-        calls = parse_lines(incoming, lookup) if lines else [parse_invocation(incoming, lookup)]
+        calls = parse_lines(incoming, lookup) if lines else [parse_invocation(incoming, lookup, document)]
         if len({call.client.name for call in calls}) > 1:
             g.model = MIXED_MODELS
         answers = run_invocations(calls, numbered=lines, timings=g.timings, deadline=deadline)
@@ -98,5 +110,16 @@ def create_app(
             return json_response(answers if lines else answers[0])
         text = "".join(json.dumps(a, ensure_ascii=False, allow_nan=False) + "\n" for a in answers)
         return Response(text, mimetype=kind)
+
+    def passed_to_triton(incoming: Request) -> Response:
+        """A KServe v2 body, answered as AWS's SageMaker Triton image answers it: Triton's own answer."""
+        call = pass_through(incoming, settings.default_model_name)
+        g.model = call.model
+        began = time.perf_counter()
+        answer = kserve.infer(call.model, call.body, call.json_size)
+        g.timings["triton"] = time.perf_counter() - began
+        if answer.json_size is None:
+            return Response(answer.body, mimetype=JSON_TYPE)
+        return Response(answer.body, content_type=f"{BINARY_JSON_TYPE};{JSON_HEADER_SIZE}={answer.json_size}")
 
     return app

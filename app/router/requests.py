@@ -1,10 +1,11 @@
 """What an ``/invocations`` request asks for, parsed without Flask: pure functions over the body,
 its media type and the custom-attributes header, which tests call directly.
 
-Three forms (CONTRACT.md): the JSON envelope ``{"modelname", "version"?, "payload"}``; a raw body
+Our forms (CONTRACT.md): the JSON envelope ``{"modelname", "version"?, "payload"}``; a raw body
 (an image, or UTF-8 text) with the model, version and options in
 ``X-Amzn-SageMaker-Custom-Attributes``; and JSON Lines (Batch Transform), one envelope per line.
-The ``Accept`` header picks the answer's form (``answer_type``).
+The ``Accept`` header picks the answer's form (``answer_type``). Besides them, a KServe v2 body (v2
+JSON without ``modelname``, or SageMaker's binary+json) is passed to Triton as it is (``pass_through``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from app.core.errors import ApiError, InvalidInput, InvalidJson, LineError, NotA
 from clients.base import ModelClient
 
 CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
+TARGET_MODEL = "X-Amzn-SageMaker-Target-Model"
+BINARY_JSON_TYPE = "application/vnd.sagemaker-triton.binary+json"
+JSON_HEADER_SIZE = "json-header-size"
 JSON_TYPE = "application/json"
 JSONLINES_TYPE = "application/jsonlines"
 JSONLINES_TYPES = frozenset({JSONLINES_TYPE, "application/x-jsonlines"})
@@ -37,6 +41,7 @@ class Request:
     mimetype_params: Mapping[str, str] = field(default_factory=dict)
     custom_attributes: str = ""
     accept: str = ""
+    target_model: str = ""
 
 
 @dataclass(frozen=True)
@@ -129,11 +134,12 @@ def find_client(registry: Mapping[str, ModelClient], name: Any) -> ModelClient:
     return client
 
 
-def parse_invocation(request: Request, lookup: Callable[[Any], ModelClient]) -> Invocation:
+def parse_invocation(request: Request, lookup: Callable[[Any], ModelClient],
+                     document: Mapping[str, Any] | None = None) -> Invocation:
     """The envelope or the raw body -> an Invocation; ``lookup`` finds the model's client (or
-    raises UnknownModel / InvalidInput)."""
+    raises UnknownModel / InvalidInput). ``document``: a JSON body already parsed."""
     if request.mimetype == JSON_TYPE:
-        return parse_envelope(request.body, lookup)
+        return parse_envelope(parse_json_object(request.body) if document is None else document, lookup)
     attributes = parse_custom_attributes(request.custom_attributes)
     client = lookup(attributes.get("modelname"))
     if request.mimetype not in client.content_types:
@@ -180,9 +186,8 @@ def is_jsonlines(request: Request) -> bool:
     return request.mimetype in JSONLINES_TYPES
 
 
-def parse_envelope(body: bytes, lookup: Callable[[Any], ModelClient]) -> Invocation:
-    """One JSON envelope (a whole body, or a line of JSON Lines) -> its Invocation."""
-    envelope = parse_json_object(body)
+def parse_envelope(envelope: Mapping[str, Any], lookup: Callable[[Any], ModelClient]) -> Invocation:
+    """One JSON envelope (a whole body, or a line of JSON Lines), parsed -> its Invocation."""
     client = lookup(envelope.get("modelname"))
     version = parse_version(envelope.get("version"), "version")
     payload = envelope.get("payload")
@@ -208,7 +213,43 @@ def parse_lines(request: Request, lookup: Callable[[Any], ModelClient]) -> list[
         try:
             if not line.strip():
                 raise InvalidInput("the line is empty; each line must be one JSON envelope")
-            invocations.append(parse_envelope(line, lookup))
+            invocations.append(parse_envelope(parse_json_object(line), lookup))
         except ApiError as error:
             raise LineError(number, error) from None
     return invocations
+
+
+@dataclass(frozen=True)
+class PassThrough:
+    """A KServe v2 request for Triton: the model it names, the body as it came, and the size of
+    the body's JSON header when binary tensors follow it."""
+
+    model: str
+    body: bytes
+    json_size: int | None = None
+
+
+def is_v2(document: Mapping[str, Any]) -> bool:
+    """A v2 inference request, recognised by its shape: an ``inputs`` list and no ``modelname``."""
+    return isinstance(document.get("inputs"), list) and "modelname" not in document
+
+
+def pass_through(request: Request, default_model: str) -> PassThrough:
+    """A v2 body's target: ``X-Amzn-SageMaker-Target-Model`` (a multi-model endpoint's
+    ``<name>.tar.gz`` names ``<name>``), the custom attribute ``modelname``, or the default model."""
+    model = request.target_model.strip().removesuffix(".tar.gz")
+    model = model or parse_custom_attributes(request.custom_attributes).get("modelname", "") or default_model
+    if not model:
+        raise InvalidInput(
+            f"a KServe v2 body names no model: send {TARGET_MODEL}, the custom attribute modelname=..., "
+            "or start the endpoint with SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"
+        )
+    if request.mimetype != BINARY_JSON_TYPE:
+        return PassThrough(model, request.body)
+    raw = request.mimetype_params.get(JSON_HEADER_SIZE, "")
+    if not raw.isdigit() or int(raw) > len(request.body):
+        raise InvalidInput(
+            f"{BINARY_JSON_TYPE} needs ;{JSON_HEADER_SIZE}=N, the size of the JSON header at the start of the "
+            f"body (at most the body's {len(request.body)} bytes), got {raw or 'none'}"
+        )
+    return PassThrough(model, request.body, int(raw))

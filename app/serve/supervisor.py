@@ -36,6 +36,7 @@ from app.core.settings import (
     ROUTER_BIND,
     TRITON_BIND_ADDRESS,
     TRITON_GRPC_URL,
+    TRITON_HTTP_URL,
     Settings,
     is_model_repository,
     triton_ports,
@@ -45,7 +46,7 @@ from app.core.spec import find_specs
 from app.serve.engines import check_engines
 from app.serve.nginx import NGINX_CONF, find_nginx, render_nginx_conf
 from app.serve.pingserver import start_ping_server
-from app.serve.tritonserver import TritonNotFound, find_triton, triton_command
+from app.serve.tritonserver import TritonNotFound, find_triton, stock_flags, triton_command
 
 log = logging.getLogger("serve")
 
@@ -158,7 +159,8 @@ class Supervisor:
             install = find_triton(env)
             backend_dir = install.prepare(runtime_dir)
             bind_address = env.get(TRITON_BIND_ADDRESS, "").strip() or "127.0.0.1"
-            triton_argv = triton_command(install, repository, (http, grpc, metrics), bind_address, backend_dir)
+            triton_argv = triton_command(install, repository, (http, grpc, metrics), bind_address, backend_dir,
+                                         extra_args=stock_flags(env))
             self.children.append(Child("triton", triton_argv, {**env, **install.env, **malloc_env(env)}))
 
         socket_path = runtime_dir / "router.sock"
@@ -168,6 +170,7 @@ class Supervisor:
             **env,
             ROUTER_BIND: f"unix:{socket_path}",
             TRITON_GRPC_URL: external_triton or f"127.0.0.1:{grpc}",
+            TRITON_HTTP_URL: env.get(TRITON_HTTP_URL, "").strip() or f"127.0.0.1:{http}",
             MODEL_REPOSITORY: str(repository),
             # prometheus_client's multiprocess mode: every worker writes its counters here, and
             # /metrics adds them up, whichever worker answers.

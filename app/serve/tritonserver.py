@@ -7,8 +7,10 @@ The wheel's server needs a little set-up, which `prepare` does in a runtime dire
 
 from __future__ import annotations
 
+import glob
 import importlib.util
 import os
+import shlex
 import shutil
 import sys
 import sysconfig
@@ -21,6 +23,31 @@ from app.core.settings import TRITON_SERVER_BIN
 
 class TritonNotFound(RuntimeError):
     pass
+
+
+# AWS's SageMaker Triton image's variables that become tritonserver flags here, as its `serve`
+# script turns them (README "For users of AWS's SageMaker Triton image" lists every variable).
+STOCK_FLAGS: Mapping[str, str] = {
+    "SAGEMAKER_TRITON_LOG_VERBOSE": "--log-verbose={}",
+    "SAGEMAKER_TRITON_LOG_INFO": "--log-info={}",
+    "SAGEMAKER_TRITON_LOG_WARNING": "--log-warning={}",
+    "SAGEMAKER_TRITON_LOG_ERROR": "--log-error={}",
+    "SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE": "--backend-config=python,shm-default-byte-size={}",
+    "SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE": "--backend-config=python,shm-growth-byte-size={}",
+    "SAGEMAKER_TRITON_BUFFER_MANAGER_THREAD_COUNT": "--buffer-manager-thread-count={}",
+}
+MODEL_LOAD_GPU_LIMIT = "SAGEMAKER_TRITON_MODEL_LOAD_GPU_LIMIT"  # a fraction, for every GPU
+ADDITIONAL_ARGS = "SAGEMAKER_TRITON_ADDITIONAL_ARGS"  # further tritonserver flags, as a shell would split them
+
+
+def stock_flags(env: Mapping[str, str], gpus: int | None = None) -> list[str]:
+    """The tritonserver flags the stock image's variables set in ``env`` ask for."""
+    flags = [template.format(env[name].strip()) for name, template in STOCK_FLAGS.items() if env.get(name, "").strip()]
+    limit = env.get(MODEL_LOAD_GPU_LIMIT, "").strip()
+    if limit:
+        count = len(glob.glob("/dev/nvidia[0-9]*")) if gpus is None else gpus
+        flags += [f"--model-load-gpu-limit={gpu}:{limit}" for gpu in range(count)]
+    return flags + shlex.split(env.get(ADDITIONAL_ARGS, ""))
 
 
 @dataclass(frozen=True)

@@ -112,12 +112,6 @@ def default_workers() -> int:
     return os.cpu_count() or 1
 
 
-def default_concurrent_transforms() -> int:
-    """Two Batch Transform requests per router worker: while one waits on Triton, the other's
-    lines are read and prepared (each request is itself many lines, batched to Triton)."""
-    return 2 * default_workers()
-
-
 # The fields read from the environment: each one's variable and type (numbers must be positive).
 ENV_FIELDS: Mapping[str, tuple[str, Callable[[str], Any]]] = {
     "port": (BIND_TO_PORT, int),
@@ -160,7 +154,9 @@ class Settings:
     default_model_name: str = ""
     model_repository: Path = field(default_factory=default_model_repository)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    max_concurrent_transforms: int = field(default_factory=default_concurrent_transforms)
+    # 0: two Batch Transform requests per router worker; while one waits on Triton, the other's
+    # lines are read and prepared (each request is itself many lines, batched to Triton).
+    max_concurrent_transforms: int = 0
     # /ping must answer within 2 s even when Triton hangs: each readiness call gets this deadline.
     ping_timeout_s: float = 0.5
     # A list input longer than this is refused; shorter lists are split at the model's max_batch_size.
@@ -185,7 +181,8 @@ class Settings:
         (at most 100) and the concurrency, bounded so that their product stays within 100 MB."""
         payload_mb = max(1, min(TRANSFORM_MAX_PAYLOAD_MB, self.max_body_bytes // MIB))
         return {
-            "MaxConcurrentTransforms": max(1, min(self.max_concurrent_transforms, TRANSFORM_MAX_PAYLOAD_MB // payload_mb)),
+            "MaxConcurrentTransforms": max(1, min(self.max_concurrent_transforms or 2 * self.workers,
+                                                  TRANSFORM_MAX_PAYLOAD_MB // payload_mb)),
             "BatchStrategy": "MULTI_RECORD",
             "MaxPayloadInMB": payload_mb,
         }

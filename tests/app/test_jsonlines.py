@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from app.core.settings import Settings
 from app.router import create_app
 from tests.app.test_router import assert_error, b64, image_bytes
 
@@ -167,3 +168,9 @@ def test_a_request_past_its_deadline_is_504_before_triton_is_called(settings, tr
     late = create_app(replace(settings, server_timeout_s=1e-9), triton=triton).test_client()
     assert_error(post_lines(late, mixed_lines()), 504, "inference_timeout", "MODEL_SERVER_TIMEOUT")
     assert triton.calls == []
+
+
+def test_the_default_concurrency_is_two_requests_per_router_worker():
+    assert Settings.from_env({"MODEL_SERVER_WORKERS": "3"}).execution_parameters()["MaxConcurrentTransforms"] == 6
+    assert Settings.from_env({"MODEL_SERVER_WORKERS": "3", "MAX_CONCURRENT_TRANSFORMS": "5"}
+                             ).execution_parameters()["MaxConcurrentTransforms"] == 5

@@ -14,6 +14,15 @@ for any caller. Without pairs: resnet and yolov5 get --image, bert_base gets --t
 boxes with labels and scores, a classifier's top-k; with several image calls, one file each,
 named PATH with the model's name added (out-resnet.png, out-yolov5.png).
 
+--async s3://BUCKET/PREFIX/ calls an asynchronous endpoint (scripts/deploy.py --async): each body is
+uploaded under that prefix, queued with InvokeEndpointAsync, and the answer SageMaker writes to S3 is
+waited for (progress on stderr) and printed as a real-time answer is; a failure object is printed, and
+the exit status is then 1.
+
+    scripts/invoke.py --endpoint-name mm-async --async s3://BUCKET/inputs/ yolov5=dog.jpg --draw out.png
+    scripts/invoke.py --endpoint-name mm-async --async s3://BUCKET/inputs/ --invocation-timeout 1800 \
+        --wait-timeout 3600 bert_base=sentence.txt
+
 With --endpoint-url (the local stack) dummy credentials are used. A model's error is printed as the
 container's JSON error, and the exit status is then 1.
 """
@@ -24,7 +33,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
+
+from scripts import invoke_async
+from scripts.sagemaker_resources import int_range, s3_uri
 
 CONTENT_TYPES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png",
                  ".txt": "text/plain; charset=utf-8"}
@@ -73,12 +85,16 @@ def format_result(result: Any, indent: str = "  ") -> list[str]:
     return [indent + line for line in json.dumps(result, indent=2).splitlines()]
 
 
+def custom_attributes(model: str, options: Sequence[str] = ()) -> str:
+    return ",".join([f"modelname={model}", *options])
+
+
 def invoke(client, endpoint_name: str, model: str, body: bytes, ctype: str,
            options: Sequence[str] = ()) -> tuple[bool, list[str], Any]:
     """(ok, lines to print, the model's result or None)."""
     from botocore.exceptions import ClientError
 
-    attributes = ",".join([f"modelname={model}", *options])
+    attributes = custom_attributes(model, options)
     client.meta.events.register(f"before-parse.{client.meta.service_model.service_id.hyphenize()}.InvokeEndpoint",
                                 _keep_error_body, unique_id="invoke-keep-error-body")
     try:
@@ -86,7 +102,11 @@ def invoke(client, endpoint_name: str, model: str, body: bytes, ctype: str,
                                           Body=body, CustomAttributes=attributes)
     except ClientError as e:
         return False, error_lines(model, e), None
-    raw = response["Body"].read()
+    return answer_lines(model, response["Body"].read())
+
+
+def answer_lines(model: str, raw: bytes) -> tuple[bool, list[str], Any]:
+    """A successful answer's (True, lines to print, the model's result or None)."""
     try:
         answer = json.loads(raw)
     except ValueError:
@@ -110,13 +130,40 @@ def error_lines(model: str, error) -> list[str]:
     if body is None:
         raw = response.get(RAW_ERROR_BODY)
         body = raw.decode(errors="replace") if raw else response.get("Error", {}).get("Message", "")
+    code = response.get("Error", {}).get("Code", "")
+    label = f"status {status}" + (f" ({code})" if code and code != str(status) else "")
+    return failure_lines(f"{model}: failed with {label}", body)
+
+
+def failure_lines(heading: str, body: Any) -> list[str]:
+    """The heading, then the body indented: pretty JSON when it is JSON."""
     try:
         body = json.dumps(json.loads(body), indent=2)
     except (TypeError, ValueError):
         pass
-    code = response.get("Error", {}).get("Code", "")
-    label = f"status {status}" + (f" ({code})" if code and code != str(status) else "")
-    return [f"{model}: failed with {label}", *("  " + line for line in str(body).splitlines())]
+    return [heading, *("  " + line for line in str(body).splitlines())]
+
+
+def invoke_queued(runtime, s3, args: argparse.Namespace, model: str, body: bytes,
+                  ctype: str) -> tuple[bool, list[str], Any]:
+    """The asynchronous call (--async): upload, InvokeEndpointAsync, wait for the answer in S3."""
+    from botocore.exceptions import ClientError
+
+    suffix = next((ext for ext, known in CONTENT_TYPES.items() if known == ctype), ".bin")
+    location = invoke_async.input_location(args.async_prefix, model, suffix)
+    try:
+        queued = invoke_async.submit(runtime, s3, args.endpoint_name, location, body, ctype,
+                                     custom_attributes(model, args.option), args.invocation_timeout)
+        outcome = invoke_async.wait_for_answer(s3, queued["OutputLocation"], queued.get("FailureLocation"), label=model,
+                                               timeout_s=args.wait_timeout, poll_s=args.poll_seconds)
+    except ClientError as e:
+        return False, error_lines(model, e), None
+    except invoke_async.NoAnswer as e:
+        return False, [f"{model}: {e}"], None
+    if not outcome.ok:
+        failure = outcome.body.decode(errors="replace")
+        return False, failure_lines(f"{model}: failed ({outcome.location})", failure), None
+    return answer_lines(model, outcome.body)
 
 
 def _pairs(items: Sequence[str]) -> list[tuple[str, Path]]:
@@ -142,10 +189,35 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="a model option sent in the custom attributes, e.g. topk=3 (repeatable)")
     parser.add_argument("--draw", type=Path, metavar="PATH.png",
                         help="write each image model's answer drawn on its image (boxes, labels, scores; top-k)")
-    return parser.parse_args(argv)
+    parser.add_argument("--async", dest="async_prefix", type=s3_uri, metavar="s3://BUCKET/PREFIX/",
+                        help="call an asynchronous endpoint: upload each body under this prefix, wait for the answer")
+    parser.add_argument("--invocation-timeout", type=int_range(1, invoke_async.MAX_INVOCATION_TIMEOUT_S),
+                        default=invoke_async.DEFAULT_INVOCATION_TIMEOUT_S,
+                        help="with --async: InvocationTimeoutSeconds, how long the endpoint may work on one request, "
+                             f"1..{invoke_async.MAX_INVOCATION_TIMEOUT_S} "
+                             f"(default: {invoke_async.DEFAULT_INVOCATION_TIMEOUT_S})")
+    parser.add_argument("--wait-timeout", type=float, default=invoke_async.DEFAULT_WAIT_TIMEOUT_S,
+                        help="with --async: seconds to wait for each answer, queueing included "
+                             f"(default: {invoke_async.DEFAULT_WAIT_TIMEOUT_S:g})")
+    parser.add_argument("--poll-seconds", type=float, default=invoke_async.DEFAULT_POLL_S,
+                        help="with --async: how often S3 is checked for the answer "
+                             f"(default: {invoke_async.DEFAULT_POLL_S:g})")
+    args = parser.parse_args(argv)
+    if args.async_prefix and args.endpoint_url:
+        parser.error("--async needs a SageMaker asynchronous endpoint: the local stack (--endpoint-url) has no queue")
+    return args
 
 
-def main(argv: Sequence[str] | None = None, client=None) -> int:
+def caller(args: argparse.Namespace, client, s3) -> Callable[[str, bytes, str], tuple[bool, list[str], Any]]:
+    """How each (model, body, content type) is sent: real-time, or queued with --async."""
+    def call(model: str, body: bytes, ctype: str) -> tuple[bool, list[str], Any]:
+        if args.async_prefix:
+            return invoke_queued(client, s3, args, model, body, ctype)
+        return invoke(client, args.endpoint_name, model, body, ctype, args.option)
+    return call
+
+
+def main(argv: Sequence[str] | None = None, client=None, s3=None) -> int:
     args = parse_args(argv)
     calls: list[tuple[str, bytes, str]] = []
     if args.calls:
@@ -161,10 +233,13 @@ def main(argv: Sequence[str] | None = None, client=None) -> int:
         calls += [(m, args.image.read_bytes(), content_type(args.image)) for m in IMAGE_MODELS]
         calls += [(m, args.text.encode(), CONTENT_TYPES[".txt"]) for m in TEXT_MODELS]
     client = client or make_client(args.region, args.endpoint_url)
+    if args.async_prefix:
+        s3 = s3 or invoke_async.make_s3_client(args.region)
+    call = caller(args, client, s3)
     failed = 0
     images = [model for model, _, ctype in calls if ctype.startswith("image/")]
     for model, body, ctype in calls:
-        ok, lines, result = invoke(client, args.endpoint_name, model, body, ctype, args.option)
+        ok, lines, result = call(model, body, ctype)
         print("\n".join(lines), flush=True)
         failed += not ok
         if ok and args.draw is not None and ctype.startswith("image/"):

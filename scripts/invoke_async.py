@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable
 
-from scripts.sagemaker_resources import folder
+from scripts.sagemaker_resources import folder, split_s3
 
 DEFAULT_INVOCATION_TIMEOUT_S = 900  # SageMaker's own default for InvocationTimeoutSeconds
 MAX_INVOCATION_TIMEOUT_S = 3600
@@ -34,14 +34,6 @@ def make_s3_client(region: str | None):
     import boto3
 
     return boto3.client("s3", region_name=region)
-
-
-def split_s3(uri: str) -> tuple[str, str]:
-    """s3://bucket/key -> (bucket, key)."""
-    bucket, _, key = uri.removeprefix("s3://").partition("/")
-    if not uri.startswith("s3://") or not bucket:
-        raise ValueError(f"{uri!r} is not an s3://BUCKET/KEY URL")
-    return bucket, key
 
 
 def input_location(prefix: str, model: str, suffix: str) -> str:

@@ -18,7 +18,6 @@ readable by the image's non-root user.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import tarfile
 import time
@@ -27,6 +26,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from app.core.settings import PROJECT_ROOT
 from scripts.model_prep import triton_config
+from scripts.sagemaker_resources import split_s3
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -170,10 +170,7 @@ def check_tarball(output: Path) -> list[str]:
 
 
 def parse_s3_url(url: str, filename: str) -> tuple[str, str]:
-    match = re.fullmatch(r"s3://([^/]+)/?(.*)", url)
-    if not match:
-        raise ValueError(f"{url!r} is not an s3://bucket/key URL")
-    bucket, key = match.groups()
+    bucket, key = split_s3(url, "s3://bucket/key")
     if not key or key.endswith("/"):
         key += filename
     return bucket, key

@@ -154,11 +154,20 @@ def int_range(low: int, high: int):
     return parse
 
 
+def split_s3(uri: str, form: str = "s3://BUCKET/KEY") -> tuple[str, str]:
+    """s3://bucket/key -> (bucket, key); anything else is a ValueError naming ``form``."""
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    if not uri.startswith("s3://") or not bucket:
+        raise ValueError(f"{uri!r} is not an {form} URL")
+    return bucket, key
+
+
 def s3_uri(text: str) -> str:
     """An argparse type: an s3://bucket/prefix URL."""
-    bucket = text.removeprefix("s3://").split("/", 1)[0] if text.startswith("s3://") else ""
-    if not bucket:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an s3://BUCKET/PREFIX URL")
+    try:
+        split_s3(text, "s3://BUCKET/PREFIX")
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
     return text
 
 

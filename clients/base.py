@@ -123,7 +123,7 @@ def stack(arrays: Sequence[np.ndarray], dtype: np.dtype) -> np.ndarray:
 
 
 @contextmanager
-def _timed(timings: dict[str, float] | None, stage: str) -> Iterator[None]:
+def timed(timings: dict[str, float] | None, stage: str) -> Iterator[None]:
     """Adds the seconds spent in the block to ``timings[stage]`` (the router's metrics and log)."""
     began = time.perf_counter()
     try:
@@ -298,7 +298,7 @@ class ModelClient(ABC, Generic[Context]):
             output_names = tuple(t.name for t in route.outputs)
             for start in range(0, len(items), batch):
                 chunk = items[start : start + batch]
-                with _timed(timings, "preprocess"):
+                with timed(timings, "preprocess"):
                     prepared = [_blamed(index, route.prepare, item, where, works[index].options)
                                 for index, item, where in chunk]
                     inputs = self._stack([arrays for arrays, _ in prepared], route.inputs)
@@ -307,7 +307,7 @@ class ModelClient(ABC, Generic[Context]):
                         f"the request ran past its deadline of {self.settings.server_timeout_s:g} s "
                         f"({SERVER_TIMEOUT}) before all its items reached Triton"
                     )
-                with _timed(timings, "triton"):
+                with timed(timings, "triton"):
                     try:
                         outputs, answered = self.triton.infer(route.model, inputs, output_names, version)
                     except InvalidItem as error:  # a pipeline step refused one item: name it as the caller does
@@ -315,7 +315,7 @@ class ModelClient(ABC, Generic[Context]):
                         refused = InvalidInput(error.message.replace(InvalidItem.WHERE, where))
                         raise WorkFailed(index, refused) from None
                 self._check_outputs(outputs, len(prepared), route.outputs)
-                with _timed(timings, "postprocess"):
+                with timed(timings, "postprocess"):
                     for i, ((index, _, _), (_, context)) in enumerate(zip(chunk, prepared)):
                         results[index].append(
                             _blamed(index, route.finish, self._unstack(outputs, i), context, works[index].options))

@@ -39,8 +39,10 @@ CHANNEL_ARGS: tuple[tuple[str, int], ...] = (
 HARD_STOP_GRACE_S = 0.5
 READINESS_THREADS = 4
 
-# Fragments of Triton's messages for a model that exists in the repository but cannot serve.
-_NOT_READY_HINTS = ("unknown model", "not ready", "not at ready state", "no available versions")
+# Fragments of Triton's messages for a model that exists in the repository but cannot serve (over
+# gRPC such a model is also an "unknown model"; over HTTP that phrase starts "is not found" too).
+NOT_SERVING_HINTS = ("not ready", "not at ready state", "no available versions")
+_NOT_READY_HINTS = ("unknown model", *NOT_SERVING_HINTS)
 
 
 def _status_and_message(error: InferenceServerException | grpc.RpcError) -> tuple[str, str]:

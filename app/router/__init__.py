@@ -39,7 +39,7 @@ from app.router.requests import (
     parse_lines,
     pass_through,
 )
-from clients.base import ModelClient
+from clients.base import ModelClient, timed
 from clients.kserve import TritonHttp
 from clients.registry import build_registry
 from clients.triton import TritonClient
@@ -115,9 +115,8 @@ def create_app(
         """A KServe v2 body, answered as AWS's SageMaker Triton image answers it: Triton's own answer."""
         call = pass_through(incoming, settings.default_model_name)
         g.model = call.model
-        began = time.perf_counter()
-        answer = kserve.infer(call.model, call.body, call.json_size)
-        g.timings["triton"] = time.perf_counter() - began
+        with timed(g.timings, "triton"):
+            answer = kserve.infer(call.model, call.body, call.json_size)
         if answer.json_size is None:
             return Response(answer.body, mimetype=JSON_TYPE)
         return Response(answer.body, content_type=f"{BINARY_JSON_TYPE};{JSON_HEADER_SIZE}={answer.json_size}")

@@ -9,6 +9,7 @@ import pytest
 import requests
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.utils import np_to_triton_dtype
 
 from app.core.spec import load_spec
 
@@ -31,13 +32,19 @@ def model_tensors(repository, name: str) -> tuple[dict[str, np.ndarray], list[st
     return inputs, [t.name for t in spec.outputs]
 
 
-def v2_request(inputs: dict[str, np.ndarray], outputs: list[str], binary: bool) -> tuple[bytes, int | None]:
-    """What a stock-image user sends: the body tritonclient.http builds, and its JSON header size."""
+def infer_inputs(module, inputs: dict[str, np.ndarray], **data_options) -> list:
+    """``module``'s (tritonclient.http or .grpc) InferInput for each array, with its data."""
     tensors = []
     for name, array in inputs.items():
-        tensor = httpclient.InferInput(name, list(array.shape), {np.float32: "FP32", np.int64: "INT64"}[array.dtype.type])
-        tensor.set_data_from_numpy(array, binary_data=binary)
+        tensor = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+        tensor.set_data_from_numpy(array, **data_options)
         tensors.append(tensor)
+    return tensors
+
+
+def v2_request(inputs: dict[str, np.ndarray], outputs: list[str], binary: bool) -> tuple[bytes, int | None]:
+    """What a stock-image user sends: the body tritonclient.http builds, and its JSON header size."""
+    tensors = infer_inputs(httpclient, inputs, binary_data=binary)
     wanted = [httpclient.InferRequestedOutput(name, binary_data=binary) for name in outputs]
     body, json_size = httpclient.InferenceServerClient.generate_request_body(tensors, outputs=wanted)
     return body, json_size
@@ -57,12 +64,8 @@ def read_answer(response: requests.Response) -> httpclient.InferResult:
 
 def direct(stack, model: str, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
     client = grpcclient.InferenceServerClient(f"127.0.0.1:{stack.triton_ports[1]}")
-    tensors = []
-    for name, array in inputs.items():
-        tensor = grpcclient.InferInput(name, list(array.shape), {np.float32: "FP32", np.int64: "INT64"}[array.dtype.type])
-        tensor.set_data_from_numpy(array)
-        tensors.append(tensor)
-    result = client.infer(model, tensors, outputs=[grpcclient.InferRequestedOutput(n) for n in outputs])
+    wanted = [grpcclient.InferRequestedOutput(name) for name in outputs]
+    result = client.infer(model, infer_inputs(grpcclient, inputs), outputs=wanted)
     return {name: result.as_numpy(name) for name in outputs}
 
 

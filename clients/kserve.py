@@ -18,11 +18,12 @@ from urllib.parse import quote
 
 from app.core.errors import ApiError, InferenceTimeout, InvalidInput, ModelNotReady, TritonUnavailable, UnknownModel
 from app.core.settings import Settings
+from clients.triton import NOT_SERVING_HINTS
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
-# Fragments of Triton's messages for a model it has never heard of, and for one it cannot serve now.
+# Fragments of Triton's messages for a model it has never heard of ("Request for unknown model:
+# 'x' is not found"); one that failed to load or is unloaded says "... has no available versions".
 _UNKNOWN_HINTS = ("unknown model", "not found")
-_NOT_READY_HINTS = ("not ready", "no available versions", "unavailable")
 
 
 @dataclass(frozen=True)
@@ -36,12 +37,10 @@ class Answer:
 def refusal(status: int, message: str, model: str) -> ApiError:
     """The router's error for Triton's non-200 answer to a v2 request."""
     lowered = message.lower()
-    if any(hint in lowered for hint in _NOT_READY_HINTS) and "unknown" not in lowered:
+    if status == 503 or any(hint in lowered for hint in NOT_SERVING_HINTS):
         return ModelNotReady(f"model {model!r} is not ready in Triton: {message}")
     if status == 404 or any(hint in lowered for hint in _UNKNOWN_HINTS):
         return UnknownModel(f"Triton serves no model {model!r}: {message}")
-    if status == 503:
-        return ModelNotReady(f"model {model!r} is not ready in Triton: {message}")
     if 400 <= status < 500:
         return InvalidInput(f"Triton refused the request for {model!r}: {message}")
     return TritonUnavailable(f"Triton failed the request for {model!r} ({status}): {message}")

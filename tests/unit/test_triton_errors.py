@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from app.core.errors import InferenceTimeout, InvalidInput, ModelNotReady, TritonUnavailable
+from app.core.errors import InferenceTimeout, InvalidInput, ModelNotReady, TritonUnavailable, UnknownModel
 from clients import triton as triton_module
+from clients.kserve import refusal
 from clients.triton import CHANNEL_ARGS, HARD_STOP_GRACE_S, TritonClient, translate_error
 from scripts.devtools import free_ports
 
@@ -203,3 +204,11 @@ def test_a_connection_that_times_out_is_a_timeout_not_a_missing_triton():
     refused = server_error("UNAVAILABLE", "failed to connect to all addresses; last error: UNKNOWN: "
                            "ipv4:127.0.0.1:8001: Failed to connect to remote host: Connection refused")
     assert isinstance(translate_error(refused, "yolov5"), TritonUnavailable)
+
+
+def test_kserve_refusals_become_the_routers_errors():
+    failed = refusal(404, "Request for unknown model: 'detector' has no available versions", "detector")
+    assert isinstance(failed, ModelNotReady) and "detector" in failed.message
+    assert isinstance(refusal(404, "Request for unknown model: 'nope' is not found", "nope"), UnknownModel)
+    shape = refusal(400, "unexpected shape for input 'input' for model 'resnet'", "resnet")
+    assert isinstance(shape, InvalidInput) and "unexpected shape" in shape.message

@@ -7,7 +7,10 @@
 # speaks Triton's stable gRPC API, so a newer server than the local 2.51 is fine.
 FROM nvcr.io/nvidia/tritonserver:25.02-py3
 
-LABEL com.amazonaws.sagemaker.capabilities.accept-bind-to-port=true
+# SageMaker's port variable is honoured; the container API for multi-model endpoints is served
+# (SAGEMAKER_MULTI_MODEL=true: POST/GET/DELETE /models, POST /models/<name>/invoke).
+LABEL com.amazonaws.sagemaker.capabilities.accept-bind-to-port=true \
+      com.amazonaws.sagemaker.capabilities.multi-models=true
 
 ENV DEBIAN_FRONTEND=noninteractive \
     PYTHONDONTWRITEBYTECODE=1 \

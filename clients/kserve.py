@@ -1,5 +1,6 @@
-"""KServe v2 requests passed to Triton's HTTP endpoint untouched, for clients of AWS's SageMaker
-Triton image (its ``/invocations`` takes exactly these bodies).
+"""Triton's HTTP endpoint: KServe v2 requests passed to it untouched, for clients of AWS's SageMaker
+Triton image (its ``/invocations`` takes exactly these bodies), and the repository calls that load
+and unload models in multi-model mode (``app.router.multimodel``).
 
 A v2 JSON body goes to ``POST /v2/models/<model>/infer`` as it came; a
 ``application/vnd.sagemaker-triton.binary+json;json-header-size=N`` body goes with Triton's own
@@ -16,11 +17,27 @@ import socket
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from app.core.errors import ApiError, InferenceTimeout, InvalidInput, ModelNotReady, TritonUnavailable, UnknownModel
+from app.core.errors import (
+    ApiError,
+    InferenceTimeout,
+    InsufficientMemory,
+    InvalidInput,
+    ModelNotReady,
+    TritonUnavailable,
+    UnknownModel,
+)
 from app.core.settings import Settings
 from clients.triton import NOT_SERVING_HINTS
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
+JSON_HEADERS = {"Content-Type": "application/json"}
+# Fragments of the messages backends give when a model does not fit in memory (the stock
+# SageMaker Triton image answers a load that fails with one of them 507, as here).
+OUT_OF_MEMORY_HINTS = (
+    "CUDA out of memory", "CUDA_OUT_OF_MEMORY", "Out of memory", "Out Of Memory", "out of memory", "MemoryError",
+    "OutOfMemory", "bad_alloc", "Failed to allocate memory", "failed to allocate memory", "CNMEM_STATUS_OUT_OF_MEMORY",
+    "CUBLAS_STATUS_ALLOC_FAILED", "No space left on device",
+)
 # Fragments of Triton's messages for a model it has never heard of ("Request for unknown model:
 # 'x' is not found"); one that failed to load or is unloaded says "... has no available versions".
 _UNKNOWN_HINTS = ("unknown model", "not found")
@@ -32,6 +49,14 @@ class Answer:
 
     body: bytes
     json_size: int | None
+
+
+def error_message(data: bytes) -> str:
+    """Triton's ``{"error": ...}`` answer's message (its raw text when it is not that)."""
+    try:
+        return str(json.loads(data).get("error", "")) or data.decode("utf-8", "replace")
+    except (ValueError, AttributeError):
+        return data.decode("utf-8", "replace")
 
 
 def refusal(status: int, message: str, model: str) -> ApiError:
@@ -57,26 +82,56 @@ class TritonHttp:
     def from_settings(cls, settings: Settings) -> "TritonHttp":
         return cls(settings.triton_http_url, settings.triton_timeout_s)
 
-    def infer(self, model: str, body: bytes, json_size: int | None = None) -> Answer:
-        headers = {"Content-Type": "application/json" if json_size is None else "application/octet-stream"}
-        if json_size is not None:
-            headers[HEADER_LENGTH] = str(json_size)
-        connection = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
+    def _post(self, path: str, body: bytes, headers: dict[str, str], timeout_s: float, what: str) -> tuple[int, bytes, str | None]:
+        """(status, body, the answer's JSON header size if any) of one POST to Triton."""
+        connection = http.client.HTTPConnection(self.host, self.port, timeout=timeout_s)
         try:
-            connection.request("POST", f"/v2/models/{quote(model, safe='')}/infer", body, headers)
+            connection.request("POST", path, body, headers)
             response = connection.getresponse()
-            data = response.read()
+            return response.status, response.read(), response.getheader(HEADER_LENGTH)
         except (TimeoutError, socket.timeout):
-            raise InferenceTimeout(f"model {model!r} did not answer within {self.timeout_s:g} s") from None
+            raise InferenceTimeout(f"{what} did not answer within {timeout_s:g} s") from None
         except OSError as error:
             raise TritonUnavailable(f"Triton cannot be reached at {self.host}:{self.port}: {error}") from None
         finally:
             connection.close()
-        if response.status == 200:
-            size = response.getheader(HEADER_LENGTH)
+
+    def infer(self, model: str, body: bytes, json_size: int | None = None) -> Answer:
+        headers = {"Content-Type": "application/json" if json_size is None else "application/octet-stream"}
+        if json_size is not None:
+            headers[HEADER_LENGTH] = str(json_size)
+        status, data, size = self._post(f"/v2/models/{quote(model, safe='')}/infer", body, headers,
+                                        self.timeout_s, f"model {model!r}")
+        if status == 200:
             return Answer(data, int(size) if size else None)
-        try:
-            message = str(json.loads(data).get("error", "")) or data.decode("utf-8", "replace")
-        except (ValueError, AttributeError):
-            message = data.decode("utf-8", "replace")
-        raise refusal(response.status, message, model)
+        raise refusal(status, error_message(data), model)
+
+    def load(self, model: str, timeout_s: float) -> None:
+        """Load ``model`` from the repository (explicit model control); a failure for want of
+        memory is a 507, any other a 400 with Triton's message."""
+        status, data, _ = self._post(f"/v2/repository/models/{quote(model, safe='')}/load", b"{}", JSON_HEADERS,
+                                     timeout_s, f"loading {model!r}")
+        if status != 200:
+            message = error_message(data)
+            if any(hint in message for hint in OUT_OF_MEMORY_HINTS):
+                raise InsufficientMemory(f"Triton could not load {model!r} for want of memory: {message}")
+            raise InvalidInput(f"Triton could not load {model!r}: {message}")
+
+    def unload(self, model: str) -> None:
+        """Unload ``model`` and the models only it used (an ensemble's steps)."""
+        body = json.dumps({"parameters": {"unload_dependents": True}}).encode()
+        status, data, _ = self._post(f"/v2/repository/models/{quote(model, safe='')}/unload", body, JSON_HEADERS,
+                                     self.timeout_s, f"unloading {model!r}")
+        if status != 200:
+            raise TritonUnavailable(f"Triton could not unload {model!r}: {error_message(data)}")
+
+    def states(self) -> dict[str, str]:
+        """Every model of the repository index with its state (READY, UNAVAILABLE, UNLOADING, ...)."""
+        status, data, _ = self._post("/v2/repository/index", b"{}", JSON_HEADERS, self.timeout_s, "Triton")
+        if status != 200:
+            raise TritonUnavailable(f"Triton's repository index failed ({status}): {error_message(data)}")
+        states: dict[str, str] = {}
+        for entry in json.loads(data):
+            if states.get(entry["name"]) != "READY":
+                states[entry["name"]] = entry.get("state") or "UNAVAILABLE"
+        return states

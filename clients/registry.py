@@ -30,12 +30,14 @@ def offline_client(spec: ModelSpec, settings: Settings) -> ModelClient:
     return FAMILIES[spec.family](spec, _NoTriton(), settings)
 
 
+def make_client(spec: ModelSpec, triton: Triton, settings: Settings) -> ModelClient:
+    """The client of the model's family; an unknown family is a SpecError naming the file."""
+    family = FAMILIES.get(spec.family)
+    if family is None:
+        raise SpecError(f"{spec.folder}: family {spec.family!r} is not one of {sorted(FAMILIES)}")
+    return family(spec, triton, settings)
+
+
 def build_registry(repository: str | Path, triton: Triton, settings: Settings) -> dict[str, ModelClient]:
     """One client per model folder with a model.toml; an unknown family stops the start-up."""
-    registry: dict[str, ModelClient] = {}
-    for name, spec in find_specs(repository).items():
-        family = FAMILIES.get(spec.family)
-        if family is None:
-            raise SpecError(f"{spec.folder}: family {spec.family!r} is not one of {sorted(FAMILIES)}")
-        registry[name] = family(spec, triton, settings)
-    return registry
+    return {name: make_client(spec, triton, settings) for name, spec in find_specs(repository).items()}

@@ -120,6 +120,18 @@ def payload_too_large(limit_bytes: int) -> PayloadTooLarge:
     )
 
 
+class ModelAlreadyLoaded(ApiError):
+    """Multi-model mode: ``POST /models`` for a name that is loaded (or being loaded)."""
+
+    status, code = 409, "model_already_loaded"
+
+
+class InsufficientMemory(ApiError):
+    """Multi-model mode: a load the instance has not the memory for; SageMaker then unloads others."""
+
+    status, code = 507, "insufficient_memory"
+
+
 class NotAcceptable(ApiError):
     status, code = 406, "not_acceptable"
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from app.core.errors import ApiError
+from app.core.multimodel import ModelStore
 from app.core.pipeline import triton_models
-from app.core.settings import LIVE_PING, READY_PING
+from app.core.settings import LIVE_PING, READY_PING, Settings
 from app.core.spec import ModelSpec
 from app.core.states import READY, UNKNOWN
 from app.core.states import UNAVAILABLE as MISSING
@@ -65,6 +66,22 @@ class HealthPolicy:
             optional=frozenset(name for name, spec in specs.items() if not spec.required),
             mode=mode,
         )
+
+
+def health_policy(settings: Settings, specs: Mapping[str, ModelSpec]) -> Callable[[], HealthPolicy]:
+    """What each ``/ping`` checks: the served models' policy, fixed at start; in multi-model mode,
+    the models loaded at the moment, each with every Triton model it loaded, none of them required
+    (a model that fails is SageMaker's to unload, not a reason to replace the instance)."""
+    if not settings.multi_model:
+        policy = HealthPolicy.of(specs, settings.ping)
+        return lambda: policy
+    store = ModelStore(settings.multi_model_dir)
+
+    def loaded() -> HealthPolicy:
+        served = {record.model_name: tuple(record.folders) for record in store.loaded()}
+        return HealthPolicy(served=served, optional=frozenset(served), mode=settings.ping)
+
+    return loaded
 
 
 def ping_answer(triton: Readiness, policy: HealthPolicy) -> tuple[int, dict[str, Any]]:

@@ -29,6 +29,12 @@ TRITON_HTTP_URL = "TRITON_HTTP_URL"  # KServe v2 bodies are passed to Triton's H
 # The stock SageMaker Triton image's: the model a KServe v2 body goes to when the request names none.
 DEFAULT_MODEL_NAME = "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"
 MODEL_REPOSITORY = "MODEL_REPOSITORY"
+# SageMaker sets it on a multi-model endpoint: models are loaded and unloaded through /models.
+MULTI_MODEL = "SAGEMAKER_MULTI_MODEL"
+# Multi-model mode: where loaded models are linked for Triton and recorded for the router's workers.
+MULTI_MODEL_DIR = "MULTI_MODEL_DIR"
+# Multi-model mode: the most bytes the loaded models' files may add up to (a load past it is a 507).
+MODEL_MEMORY_LIMIT = "MODEL_MEMORY_LIMIT_BYTES"
 ROUTER_THREADS = "MODEL_SERVER_THREADS"
 # Where gunicorn listens; `serve` sets a unix socket that only NGINX reaches.
 ROUTER_BIND = "GUNICORN_BIND"
@@ -82,6 +88,14 @@ def triton_ports(env: Mapping[str, str]) -> tuple[int, int, int]:
 READY_PING, LIVE_PING = "ready", "live"
 
 
+def flag(raw: str) -> bool:
+    """``true`` or ``false`` (any case), as SageMaker writes its switches."""
+    value = raw.strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError(f"expected true or false, got {raw!r}")
+    return value == "true"
+
+
 def ping_mode(raw: str) -> str:
     mode = raw.strip().lower()
     if mode not in (READY_PING, LIVE_PING):
@@ -93,7 +107,11 @@ def _parse(name: str, raw: str, kind: Callable[[str], Any], maximum: float | Non
     """A variable's text as its field's type; a number must be positive (an integer at least 1)
     and at most ``maximum`` when the field has one."""
     if kind not in (int, float):
-        return kind(raw)
+        try:
+            return kind(raw)
+        except ValueError as error:
+            message = str(error)
+            raise ValueError(message if message.startswith(name) else f"{name}: {message}") from None
     try:
         value = kind(raw)
     except ValueError:
@@ -129,6 +147,9 @@ ENV_FIELDS: Mapping[str, tuple[str, Callable[[str], Any]]] = {
     "model_repository": (MODEL_REPOSITORY, Path),
     "router_bind": (ROUTER_BIND, str),
     "ping_mode": (PING_MODE, ping_mode),
+    "multi_model": (MULTI_MODEL, flag),
+    "multi_model_dir": (MULTI_MODEL_DIR, Path),
+    "model_memory_limit_bytes": (MODEL_MEMORY_LIMIT, int),
 }
 
 # Upper bounds of the fields that have one.
@@ -162,7 +183,11 @@ class Settings:
     # A list input longer than this is refused; shorter lists are split at the model's max_batch_size.
     max_batch_items: int = 64
     router_bind: str = "unix:/tmp/router.sock"
-    ping_mode: str = READY_PING
+    # Empty: the stock image's default, ``ready`` for one set of models, ``live`` in multi-model mode.
+    ping_mode: str = ""
+    multi_model: bool = False
+    multi_model_dir: Path = Path("/tmp/multi-model")
+    model_memory_limit_bytes: int = 0  # 0: only the memory the machine has available bounds a load
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
@@ -175,6 +200,11 @@ class Settings:
             if raw:
                 given[name] = _parse(variable, raw, kind, ENV_MAXIMA.get(name))
         return cls(**given)
+
+    @property
+    def ping(self) -> str:
+        """The ping mode in force: the one set, else ``live`` in multi-model mode and ``ready`` otherwise."""
+        return self.ping_mode or (LIVE_PING if self.multi_model else READY_PING)
 
     def execution_parameters(self) -> dict[str, Any]:
         """What ``GET /execution-parameters`` answers Batch Transform: the body limit in whole MB

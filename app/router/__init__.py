@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from flask import Flask, Response, g, request
 
-from app.core.health import HealthPolicy, ping_answer
+from app.core.health import health_policy, ping_answer
 from app.core.settings import Settings
 from app.router.handlers import json_response, register_error_handlers
+from app.router.multimodel import register as register_multi_model
 from app.router.batches import run_invocations
 from app.router.observability import MIXED_MODELS
 from app.router.observability import install as install_observability
@@ -55,9 +57,9 @@ def create_app(
     settings = settings or Settings.from_env()
     triton = triton if triton is not None else TritonClient.from_settings(settings)
     kserve = TritonHttp.from_settings(settings)
-    if registry is None:
-        registry = build_registry(settings.model_repository, triton, settings)
-    health = HealthPolicy.of({name: client.spec for name, client in registry.items()}, settings.ping_mode)
+    if registry is None:  # in multi-model mode, SageMaker's loads register the models (app.router.multimodel)
+        registry = {} if settings.multi_model else build_registry(settings.model_repository, triton, settings)
+    health = health_policy(settings, {name: client.spec for name, client in registry.items()})
 
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
@@ -75,7 +77,7 @@ def create_app(
 
     @app.get("/ping")
     def ping() -> Response:
-        status, body = ping_answer(triton, health)
+        status, body = ping_answer(triton, health())
         return json_response(body, status)
 
     @app.get("/openapi.json")
@@ -86,10 +88,8 @@ def create_app(
     def execution_parameters() -> Response:
         return json_response(settings.execution_parameters())
 
-    @app.post("/invocations")
-    def invocations() -> Response:
-        deadline = time.monotonic() + settings.server_timeout_s
-        incoming = Request(
+    def incoming() -> Request:
+        return Request(
             body=request.get_data(cache=False),
             mimetype=request.mimetype or JSON_TYPE,
             mimetype_params=request.mimetype_params,
@@ -97,12 +97,18 @@ def create_app(
             accept=request.headers.get("Accept", ""),
             target_model=request.headers.get(TARGET_MODEL, ""),
         )
-        document = parse_json_object(incoming.body) if incoming.mimetype == JSON_TYPE else None
-        if incoming.mimetype == BINARY_JSON_TYPE or (document is not None and is_v2(document)):
-            return passed_to_triton(incoming)
-        kind = answer_type(incoming)
-        lines = is_jsonlines(incoming)
-        calls = parse_lines(incoming, lookup) if lines else [parse_invocation(incoming, lookup, document)]
+
+    def answer(lookup: Callable[[Any], ModelClient], v2_model: str = "") -> Response:
+        """The answer to an invocation: ``lookup`` finds the client a parsed request names; a KServe
+        v2 body goes to ``v2_model`` when given, else to the model the request names."""
+        deadline = time.monotonic() + settings.server_timeout_s
+        asked = incoming()
+        document = parse_json_object(asked.body) if asked.mimetype == JSON_TYPE else None
+        if asked.mimetype == BINARY_JSON_TYPE or (document is not None and is_v2(document)):
+            return passed_to_triton(replace(asked, target_model=v2_model) if v2_model else asked)
+        kind = answer_type(asked)
+        lines = is_jsonlines(asked)
+        calls = parse_lines(asked, lookup) if lines else [parse_invocation(asked, lookup, document)]
         if len({call.client.name for call in calls}) > 1:
             g.model = MIXED_MODELS
         answers = run_invocations(calls, numbered=lines, timings=g.timings, deadline=deadline)
@@ -111,14 +117,19 @@ def create_app(
         text = "".join(json.dumps(a, ensure_ascii=False, allow_nan=False) + "\n" for a in answers)
         return Response(text, mimetype=kind)
 
-    def passed_to_triton(incoming: Request) -> Response:
+    @app.post("/invocations")
+    def invocations() -> Response:
+        return answer(lookup)
+
+    def passed_to_triton(asked: Request) -> Response:
         """A KServe v2 body, answered as AWS's SageMaker Triton image answers it: Triton's own answer."""
-        call = pass_through(incoming, settings.default_model_name)
-        g.model = call.model
+        call = pass_through(asked, settings.default_model_name)
+        g.model = g.model or call.model
         with timed(g.timings, "triton"):
             answer = kserve.infer(call.model, call.body, call.json_size)
         if answer.json_size is None:
             return Response(answer.body, mimetype=JSON_TYPE)
         return Response(answer.body, content_type=f"{BINARY_JSON_TYPE};{JSON_HEADER_SIZE}={answer.json_size}")
 
+    register_multi_model(app, settings, triton, kserve, answer)
     return app

@@ -26,6 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from app.core.settings import PROMETHEUS_MULTIPROC_DIR
+from app.router.requests import TARGET_MODEL
 
 REQUEST_ID_HEADERS = ("X-Amzn-SageMaker-Inference-Id", "X-Request-Id")
 RESPONSE_ID_HEADER = "X-Request-Id"
@@ -38,6 +39,8 @@ MIXED_MODELS = "mixed"  # ... and of a JSON Lines request whose lines name sever
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 access_log = logging.getLogger("app.access")
+# The routes that run a model: counted in flight, measured by stage.
+INVOCATION_ENDPOINTS = frozenset({"invocations", "invoke_model"})
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,7 @@ def install(app: Flask, metrics: Metrics | None = None) -> Metrics:
         g.timings = {}
         g.model = None
         g.error_code = None
-        g.invocation = request.endpoint == "invocations"
+        g.invocation = request.endpoint in INVOCATION_ENDPOINTS
         if g.invocation:
             metrics.in_flight.inc()
 
@@ -139,6 +142,8 @@ def install(app: Flask, metrics: Metrics | None = None) -> Metrics:
         }
         if g.error_code:
             fields["error"] = g.error_code
+        if request.headers.get(TARGET_MODEL):  # a multi-model endpoint's TargetModel, for the logs
+            fields["target_model"] = request.headers[TARGET_MODEL]
         access_log.info("%s %s %s", request.method, request.path, response.status_code, extra={"fields": fields})
         return response
 

@@ -22,7 +22,7 @@ from app.core.health import HealthPolicy, Readiness, ping_answer, unhealthy
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
-    def __init__(self, path: Path, triton: Readiness, health: HealthPolicy, router_up: Callable[[], bool]):
+    def __init__(self, path: Path, triton: Readiness, health: Callable[[], HealthPolicy], router_up: Callable[[], bool]):
         self.triton, self.health, self.router_up = triton, health, router_up
         super().__init__(str(path), _Handler)
 
@@ -40,9 +40,9 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path != "/ping":
             status, body = 404, NotFound("this socket answers GET /ping only").body()
         elif not self.server.router_up():
-            status, body = 503, unhealthy(self.server.health.served)
+            status, body = 503, unhealthy(self.server.health().served)
         else:
-            status, body = ping_answer(self.server.triton, self.server.health)
+            status, body = ping_answer(self.server.triton, self.server.health())
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -59,7 +59,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def start_ping_server(path: Path, triton_url: str, timeout_s: float, ping_timeout_s: float,
-                      health: HealthPolicy, router_up: Callable[[], bool]) -> _Server:
+                      health: Callable[[], HealthPolicy], router_up: Callable[[], bool]) -> _Server:
     """Serve /ping on ``path`` from a daemon thread. Call it after the children are started: the
     gRPC client it creates must not be inherited by a fork."""
     from clients.triton import TritonClient

@@ -41,7 +41,8 @@ from app.core.settings import (
     is_model_repository,
     triton_ports,
 )
-from app.core.health import HealthPolicy
+from app.core.health import health_policy
+from app.core.multimodel import ModelStore
 from app.core.spec import find_specs
 from app.serve.engines import check_engines
 from app.serve.nginx import NGINX_CONF, find_nginx, render_nginx_conf
@@ -146,10 +147,15 @@ class Supervisor:
 
     def start(self, runtime_dir: Path) -> None:
         settings, env = self.settings, self.env
-        repository = settings.model_repository
-        if not is_model_repository(repository):
+        repository, control = settings.model_repository, []
+        if settings.multi_model:
+            # SageMaker loads the models through /models: Triton starts on an empty repository and
+            # loads and unloads what the router links there (app.core.multimodel).
+            repository, control = ModelStore(settings.multi_model_dir).create().repository, ["--model-control-mode=explicit"]
+        elif not is_model_repository(repository):
             raise FileNotFoundError(f"{repository} holds no Triton model repository: run `make models` first")
-        check_engines(repository)  # a TensorRT plan built for another GPU type: a clear refusal
+        else:
+            check_engines(repository)  # a TensorRT plan built for another GPU type: a clear refusal
         nginx_binary = find_nginx(env)  # before anything starts: a missing NGINX fails fast
         http, grpc, metrics = triton_ports(env)
         external_triton = env.get(TRITON_GRPC_URL, "").strip()
@@ -160,7 +166,7 @@ class Supervisor:
             backend_dir = install.prepare(runtime_dir)
             bind_address = env.get(TRITON_BIND_ADDRESS, "").strip() or "127.0.0.1"
             triton_argv = triton_command(install, repository, (http, grpc, metrics), bind_address, backend_dir,
-                                         extra_args=stock_flags(env))
+                                         extra_args=[*control, *stock_flags(env)])
             self.children.append(Child("triton", triton_argv, {**env, **install.env, **malloc_env(env)}))
 
         socket_path = runtime_dir / "router.sock"
@@ -186,7 +192,7 @@ class Supervisor:
 
         # The models the router serves (those with a model.toml), each with the Triton models it
         # needs (its network, and its ensemble on the Triton pipeline): what every /ping answer lists.
-        health = HealthPolicy.of(find_specs(repository), settings.ping_mode)
+        health = health_policy(settings, {} if settings.multi_model else find_specs(repository))
         ping_socket = runtime_dir / "ping.sock"
         start_ping_server(
             ping_socket, router_env[TRITON_GRPC_URL], settings.triton_timeout_s, settings.ping_timeout_s,
@@ -197,7 +203,7 @@ class Supervisor:
         conf.write_text(render_nginx_conf(
             NGINX_CONF.read_text(), port=settings.port, runtime_dir=runtime_dir, router_socket=socket_path,
             ping_socket=ping_socket, proxy_timeout_s=settings.server_timeout_s + 5,
-            drain_timeout_s=DRAIN_TIMEOUT_S - 1, models=sorted(health.served), max_body_bytes=settings.max_body_bytes,
+            drain_timeout_s=DRAIN_TIMEOUT_S - 1, models=sorted(health().served), max_body_bytes=settings.max_body_bytes,
         ))
         nginx_argv = [nginx_binary, "-e", "stderr", "-p", str(runtime_dir), "-c", str(conf)]
         self.children.append(Child("nginx", nginx_argv, env))

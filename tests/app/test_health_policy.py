@@ -56,8 +56,13 @@ def test_live_mode_is_healthy_while_triton_lives(settings, triton):
 
 
 def test_the_ping_mode_setting():
-    assert Settings.from_env({"SAGEMAKER_TRITON_PING_MODE": "LIVE"}).ping_mode == "live"
-    assert Settings.from_env({}).ping_mode == "ready"
+    assert Settings.from_env({"SAGEMAKER_TRITON_PING_MODE": "LIVE"}).ping == "live"
+    assert Settings.from_env({}).ping == "ready"
+    # As in the stock image: live by default on a multi-model endpoint, unless set otherwise.
+    assert Settings.from_env({"SAGEMAKER_MULTI_MODEL": "true"}).ping == "live"
+    assert Settings.from_env({"SAGEMAKER_MULTI_MODEL": "TRUE", "SAGEMAKER_TRITON_PING_MODE": "ready"}).ping == "ready"
+    with pytest.raises(ValueError, match="SAGEMAKER_MULTI_MODEL: expected true or false, got 'yes'"):
+        Settings.from_env({"SAGEMAKER_MULTI_MODEL": "yes"})
     with pytest.raises(ValueError, match="SAGEMAKER_TRITON_PING_MODE='sometimes'"):
         Settings.from_env({"SAGEMAKER_TRITON_PING_MODE": "sometimes"})
 

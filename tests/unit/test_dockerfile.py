@@ -65,6 +65,7 @@ def test_sagemaker_essentials():
     parsed = instructions()
     labels = " ".join(args for keyword, args in parsed if keyword == "LABEL")
     assert "com.amazonaws.sagemaker.capabilities.accept-bind-to-port=true" in labels
+    assert "com.amazonaws.sagemaker.capabilities.multi-models=true" in labels
     entrypoints = [args for keyword, args in parsed if keyword == "ENTRYPOINT"]
     assert len(entrypoints) == 1
     argv = json.loads(entrypoints[0])  # exec form: a JSON array

@@ -122,7 +122,7 @@ def get(path, url: str) -> tuple[int, dict]:
 def test_the_ping_server_answers_with_the_same_bodies(tmp_path):
     path = tmp_path / "ping.sock"
     health = HealthPolicy({m: (m,) for m in MODELS})
-    server = start_ping_server(path, "127.0.0.1:1", 1.0, 0.5, health, router_up=lambda: False)
+    server = start_ping_server(path, "127.0.0.1:1", 1.0, 0.5, lambda: health, router_up=lambda: False)
     try:
         assert get(path, "/nope") == (404, errors.NotFound("this socket answers GET /ping only").body())
         assert get(path, "/ping") == (503, unhealthy(MODELS))

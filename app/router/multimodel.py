@@ -1,0 +1,233 @@
+"""SageMaker's multi-model container API, with ``SAGEMAKER_MULTI_MODEL=true``.
+
+- ``POST /models`` ``{"model_name", "url"}``: link the model's folders into Triton's repository,
+  load them (steps before ensembles) and register the model: 200; 409 when the name is loaded or
+  being loaded; 404 when ``url`` holds no model; 400 for a bad layout or ``model.toml``; 507 when
+  the instance has not the memory (checked before loading; Triton's out-of-memory failure too).
+- ``GET /models`` (``next_page_token``, ``max_results``), ``GET /models/<name>``.
+- ``DELETE /models/<name>``: new requests get 404 at once; those in flight finish first.
+- ``POST /models/<name>/invoke``: what ``/invocations`` takes (our envelope, whose ``modelname``
+  the path replaces; a raw body; KServe v2, passed to the model's Triton model).
+
+The state is shared by the router's workers through ``app.core.multimodel.ModelStore``; each
+worker keeps the clients it built, keyed by the load they belong to. A model folder with a
+``model.toml`` gets its family's client; a plain Triton model is served through KServe v2 only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from flask import Flask, Response, g, request
+
+from app.core.errors import ApiError, InvalidInput, NotFound, TritonUnavailable
+from app.core.multimodel import (
+    LOADED,
+    BadLayout,
+    Layout,
+    ModelStore,
+    Record,
+    available_memory,
+    inspect_url,
+    memory_refusal,
+)
+from app.core.settings import MULTI_MODEL, Settings
+from app.core.spec import SpecError, load_spec
+from app.router.handlers import json_response
+from app.router.requests import TARGET_MODEL, parse_json_object
+from clients.base import ModelClient, Triton
+from clients.kserve import TritonHttp
+from clients.registry import make_client
+
+log = logging.getLogger("app.router")
+
+DEFAULT_PAGE = 100
+UNLOAD_POLL_S = 0.1
+# An answer to a model of a multi-model endpoint: the request, a lookup that gives the model's
+# client whatever the envelope names, and the Triton model a KServe v2 body goes to.
+Answer = Callable[[Callable[[Any], ModelClient], str], Response]
+
+
+class MultiModel:
+    """The loaded models as this worker sees them: the shared records, and its own clients."""
+
+    def __init__(self, settings: Settings, triton: Triton, kserve: TritonHttp) -> None:
+        self.settings, self.triton, self.kserve = settings, triton, kserve
+        self.store = ModelStore(settings.multi_model_dir)
+        self._clients: dict[str, tuple[float, ModelClient]] = {}
+
+    def client(self, record: Record) -> ModelClient | None:
+        """The family client of a loaded model (None for a plain Triton model), built once per load."""
+        if record.spec_folder is None:
+            return None
+        cached = self._clients.get(record.model_name)
+        if cached is None or cached[0] != record.since:
+            spec = load_spec(self.store.repository / record.spec_folder)
+            cached = self._clients[record.model_name] = (record.since, make_client(spec, self.triton, self.settings))
+        return cached[1]
+
+    def load(self, name: str, url: str) -> Record:
+        record = self.store.claim(name, url)  # 409 for the second of two loads of one name
+        linked: list[Path] = []
+        loaded: list[str] = []
+        try:
+            try:
+                layout = inspect_url(url, name)
+            except BadLayout as error:
+                raise InvalidInput(str(error)) from None
+            self._check_spec(layout)
+            others = sum(r.size_bytes for r in self.store.all() if r.model_name != name)
+            refused = memory_refusal(name, layout.size_bytes, others, self.settings.model_memory_limit_bytes,
+                                     available_memory())
+            if refused is not None:
+                raise refused
+            for triton_name, folder in layout.folders.items():
+                link = self.store.repository / triton_name
+                try:
+                    os.symlink(folder, link, target_is_directory=True)
+                except FileExistsError:
+                    owner = self.store.owner_of(triton_name) or "another model"
+                    raise ApiError.for_status(
+                        409, "model_already_loaded",
+                        f"url {url!r} holds the Triton model {triton_name!r}, which {owner!r} has loaded: Triton "
+                        "model names must differ between the models loaded together",
+                    ) from None
+                linked.append(link)
+            record = self.store.save(Record(
+                model_name=name, url=url, folders=layout.folders, entry=layout.entry,
+                spec_folder=layout.spec_folder, size_bytes=layout.size_bytes, since=record.since,
+            ))
+            for triton_name in layout.folders:
+                self.kserve.load(triton_name, self.settings.server_timeout_s)
+                loaded.append(triton_name)
+            return self.store.set_state(record, LOADED)
+        except BaseException:
+            for triton_name in reversed(loaded):
+                self._quietly_unload(triton_name)
+            for link in linked:
+                link.unlink(missing_ok=True)
+            self.store.forget(name)
+            raise
+
+    def _check_spec(self, layout: Layout) -> None:
+        """A model.toml that would not serve is a 400 naming the file and the key, before anything is loaded."""
+        if layout.spec_folder is None:
+            return
+        folder = layout.folders[layout.spec_folder]
+        try:
+            make_client(load_spec(folder), self.triton, self.settings)
+        except SpecError as error:
+            raise InvalidInput(str(error)) from None
+        except (OSError, ValueError, KeyError) as error:
+            raise InvalidInput(f"{folder}/model.toml cannot be served: {error}") from None
+
+    def _quietly_unload(self, triton_name: str) -> None:
+        try:
+            self.kserve.unload(triton_name)
+        except ApiError as error:
+            log.warning("could not unload %s after a failed load: %s", triton_name, error.message)
+
+    def unload(self, name: str) -> None:
+        record = self.store.get(name)
+        if record is None or record.state != LOADED:
+            raise NotFound(f"model {name!r} is not loaded")
+        record = self.store.set_state(record, "unloading")  # from here on, its requests get 404
+        with self.store.draining(name, self.settings.server_timeout_s + 5):
+            for triton_name in reversed(list(record.folders)):  # the ensemble first, then its steps
+                self.kserve.unload(triton_name)
+            self._wait_unloaded(list(record.folders))
+            for triton_name in record.folders:
+                (self.store.repository / triton_name).unlink(missing_ok=True)
+            self.store.forget(name)
+        self._clients.pop(name, None)
+
+    def _wait_unloaded(self, names: list[str]) -> None:
+        """Triton unloads in the background: wait until none of ``names`` is READY or UNLOADING."""
+        deadline = time.monotonic() + self.settings.server_timeout_s
+        while time.monotonic() < deadline:
+            states = self.kserve.states()
+            if not any(states.get(n) in ("READY", "UNLOADING") for n in names):
+                return
+            time.sleep(UNLOAD_POLL_S)
+        raise TritonUnavailable(f"Triton did not finish unloading {', '.join(names)} within "
+                                f"{self.settings.server_timeout_s:g} s")
+
+
+def _page(records: list[Record], token: str, size: str) -> dict[str, Any]:
+    try:
+        start = int(token or 0)
+        count = int(size or DEFAULT_PAGE)
+    except ValueError:
+        raise InvalidInput("next_page_token and max_results must be whole numbers") from None
+    if start < 0 or count < 1:
+        raise InvalidInput("next_page_token must be >= 0 and max_results >= 1")
+    page: dict[str, Any] = {"models": [r.listing() for r in records[start:start + count]]}
+    if start + count < len(records):
+        page["nextPageToken"] = str(start + count)
+    return page
+
+
+def register(app: Flask, settings: Settings, triton: Triton, kserve: TritonHttp, answer: Answer) -> MultiModel | None:
+    """The ``/models`` routes: SageMaker's API in multi-model mode, a 404 that says how to turn it on otherwise."""
+    if not settings.multi_model:
+        @app.route("/models", methods=["GET", "POST"])
+        @app.route("/models/<path:_>", methods=["GET", "POST", "DELETE"])
+        def models_off(_: str = "") -> Response:
+            raise NotFound(f"the model API is for multi-model endpoints ({MULTI_MODEL}=true); this endpoint serves "
+                           "its models on POST /invocations")
+        return None
+
+    models = MultiModel(settings, triton, kserve)
+
+    @app.post("/models")
+    def load_model() -> Response:
+        body = parse_json_object(request.get_data(cache=False))
+        name, url = body.get("model_name"), body.get("url")
+        for key, value in (("model_name", name), ("url", url)):
+            if not isinstance(value, str) or not value.strip():
+                raise InvalidInput(f"{key} must be a non-empty string")
+        g.model = name
+        started = time.monotonic()
+        record = models.load(name, url)
+        log.info("loaded model %s from %s (%s) in %.1f s", name, url, request.headers.get(TARGET_MODEL, "-"),
+                 time.monotonic() - started)
+        return json_response({"status": f"model {name!r} loaded", **record.listing()})
+
+    @app.get("/models")
+    def list_models() -> Response:
+        return json_response(_page(models.store.loaded(), request.args.get("next_page_token", ""),
+                                   request.args.get("max_results", "")))
+
+    @app.get("/models/<name>")
+    def get_model(name: str) -> Response:
+        record = models.store.get(name)
+        if record is None or record.state != LOADED:
+            raise NotFound(f"model {name!r} is not loaded")
+        return json_response(record.listing())
+
+    @app.delete("/models/<name>")
+    def unload_model(name: str) -> Response:
+        g.model = name
+        models.unload(name)
+        log.info("unloaded model %s (%s)", name, request.headers.get(TARGET_MODEL, "-"))
+        return json_response({"status": f"model {name!r} unloaded"})
+
+    @app.post("/models/<name>/invoke")
+    def invoke_model(name: str) -> Response:
+        g.model = name
+        with models.store.serving(name) as record:
+            client = models.client(record)
+
+            def lookup(_: Any) -> ModelClient:
+                if client is None:
+                    raise InvalidInput(f"model {name!r} is a Triton model without a model.toml: send it KServe v2 "
+                                       "tensors (application/json with \"inputs\", or binary+json)")
+                return client
+
+            return answer(lookup, record.entry)
+
+    return models

@@ -1,0 +1,201 @@
+"""A multi-model endpoint (SAGEMAKER_MULTI_MODEL=true) with a test playing SageMaker's loader: the
+real stack on :port, models loaded from folders laid out as SageMaker extracts model.tar.gz files
+(/opt/ml/models/<hash>/model/...), invoked, listed and unloaded through the container API.
+
+Three models: bert_base (ours, its config.pbtxt at the top of ``url``), resnet (ours, an ensemble
+of three folders: the network, its preprocessing step and the pipeline), and ``classifier``, a plain
+Triton model without model.toml (resnet's network under another name), served through KServe v2.
+Their answers are compared with the one-endpoint stack's (``stack``) and with Triton's own.
+The memory bound is set so that the three fit and a fourth (yolov5) does not.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+
+from scripts.devtools import Stack
+from tests.references import real_photos
+from tests.v2 import direct, model_tensors, post_v2, read_answer, v2_request
+
+pytestmark = pytest.mark.integration
+
+TEXT = {"payload": {"text": "Paris is the [MASK] of France.", "topk": 3}}
+
+
+def link_copy(source: Path, target: Path) -> Path:
+    """A folder as SageMaker would extract it (hard links: no bytes copied)."""
+    shutil.copytree(source, target, copy_function=os.link, ignore=shutil.ignore_patterns("__pycache__"))
+    return target
+
+
+def files_size(*folders: Path) -> int:
+    return sum(p.stat().st_size for folder in folders for p in folder.rglob("*") if p.is_file())
+
+
+@pytest.fixture(scope="module")
+def urls(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("opt-ml-models")
+    made = {}
+    made["bert"] = link_copy(repository / "bert_base", root / "bert" / "model")  # config.pbtxt at the top
+    for folder in ("resnet", "resnet_preprocess", "resnet_pipeline"):
+        link_copy(repository / folder, root / "resnet" / "model" / folder)
+    made["resnet"] = root / "resnet" / "model"
+    plain = link_copy(repository / "resnet", root / "plain" / "model" / "classifier")
+    (plain / "model.toml").unlink()
+    config = (plain / "config.pbtxt").read_text().replace('name: "resnet"', 'name: "classifier"')
+    (plain / "config.pbtxt").unlink()  # a hard link: write a file of its own
+    (plain / "config.pbtxt").write_text(config)
+    made["plain"] = root / "plain" / "model"
+    for folder in ("yolov5", "yolov5_preprocess", "yolov5_postprocess", "yolov5_pipeline"):
+        link_copy(repository / folder, root / "yolov5" / "model" / folder)
+    made["yolov5"] = root / "yolov5" / "model"
+    return made
+
+
+@pytest.fixture(scope="module")
+def mme(urls, tmp_path_factory: pytest.TempPathFactory):
+    three = files_size(urls["bert"], urls["resnet"], urls["plain"])
+    limit = three + files_size(urls["yolov5"]) // 2  # the three fit; a fourth, yolov5, does not
+    logs = tmp_path_factory.mktemp("mme-logs")
+    started = Stack(logs, env_extra={"SAGEMAKER_MULTI_MODEL": "true", "MULTI_MODEL_DIR": str(logs / "state"),
+                                     "MODEL_MEMORY_LIMIT_BYTES": str(limit)}).start(logs)
+    try:
+        started.wait_healthy()
+        yield started
+    finally:
+        started.stop()
+
+
+def load(mme, name: str, url: Path | str) -> requests.Response:
+    return requests.post(f"{mme.url}/models", json={"model_name": name, "url": str(url)}, timeout=120)
+
+
+def invoke(mme, name: str, **kwargs) -> requests.Response:
+    headers = {"X-Amzn-SageMaker-Target-Model": f"{name}.tar.gz", **kwargs.pop("headers", {})}
+    return requests.post(f"{mme.url}/models/{name}/invoke", headers=headers, timeout=120, **kwargs)
+
+
+def test_ping_is_healthy_with_nothing_loaded(mme):
+    r = mme.ping()
+    assert (r.status_code, r.json()) == (200, {"status": "healthy", "models": {}})
+    assert requests.get(f"{mme.url}/models", timeout=5).json() == {"models": []}
+
+
+def test_two_concurrent_loads_of_one_name_one_wins(mme, urls):
+    with ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(lambda _: load(mme, "detector", urls["yolov5"]), range(2)))
+    assert sorted(r.status_code for r in answers) == [200, 409], [r.text for r in answers]
+    assert next(r for r in answers if r.status_code == 409).json()["error"]["code"] == "model_already_loaded"
+    assert requests.delete(f"{mme.url}/models/detector", timeout=120).status_code == 200
+    assert requests.get(f"{mme.url}/models", timeout=5).json() == {"models": []}
+
+
+def test_three_models_load_list_and_answer(mme, stack, urls, repository):
+    for name in ("bert", "resnet", "plain"):
+        r = load(mme, name, urls[name])
+        assert r.status_code == 200, r.text
+    listed = requests.get(f"{mme.url}/models", timeout=5).json()
+    assert listed == {"models": [{"modelName": n, "modelUrl": str(urls[n])} for n in ("bert", "plain", "resnet")]}
+    page = requests.get(f"{mme.url}/models", params={"max_results": 2}, timeout=5).json()
+    rest = requests.get(f"{mme.url}/models", params={"max_results": 2, "next_page_token": page["nextPageToken"]},
+                        timeout=5).json()
+    assert page["models"] + rest["models"] == listed["models"] and "nextPageToken" not in rest
+    assert requests.get(f"{mme.url}/models/resnet", timeout=5).json() == {"modelName": "resnet",
+                                                                           "modelUrl": str(urls["resnet"])}
+    ping = mme.ping().json()
+    assert ping == {"status": "healthy", "models": {"bert": "READY", "plain": "READY", "resnet": "READY"}}
+
+    # Ours answer as the one-endpoint stack does: the envelope (its modelname is the path's) and a raw image.
+    one = requests.post(f"{stack.url}/invocations", json={"modelname": "bert_base", **TEXT}, timeout=60)
+    assert invoke(mme, "bert", json=TEXT).json() == one.json()
+    photo = real_photos()["dog.jpg"]
+    one = requests.post(f"{stack.url}/invocations", data=photo, timeout=60,
+                        headers={"Content-Type": "image/jpeg", "X-Amzn-SageMaker-Custom-Attributes": "modelname=resnet"})
+    r = invoke(mme, "resnet", data=photo, headers={"Content-Type": "image/jpeg"})
+    assert r.status_code == 200 and r.json() == one.json()
+
+    # The plain Triton model: v2 JSON and binary+json give Triton's own numbers.
+    inputs, outputs = model_tensors(repository, "resnet")
+    expected = direct(mme, "classifier", inputs, outputs)
+    for binary in (False, True):
+        body, json_size = v2_request(inputs, outputs, binary)
+        r = post_v2(mme, body, json_size, path="/models/plain/invoke")
+        assert r.status_code == 200, r.text[:300]
+        got = read_answer(r).as_numpy(outputs[0])
+        assert got.shape == expected[outputs[0]].shape
+        assert float(np.max(np.abs(got - expected[outputs[0]]))) == 0
+    r = invoke(mme, "plain", data=photo, headers={"Content-Type": "image/jpeg"})
+    assert r.status_code == 400 and "without a model.toml" in r.json()["error"]["message"]
+
+
+def test_a_repeated_load_is_409_and_a_load_past_the_memory_bound_507(mme, urls):
+    r = load(mme, "bert", urls["bert"])
+    assert (r.status_code, r.json()["error"]["code"]) == (409, "model_already_loaded")
+    r = load(mme, "detector", urls["yolov5"])
+    assert r.status_code == 507, r.text
+    assert r.json()["error"]["code"] == "insufficient_memory" and "MODEL_MEMORY_LIMIT_BYTES" in r.text
+    assert requests.get(f"{mme.url}/models/detector", timeout=5).status_code == 404
+
+
+def test_an_unload_lets_the_requests_in_flight_finish(mme, urls):
+    answers: list[int] = []
+
+    def call() -> None:
+        answers.append(invoke(mme, "bert", json=TEXT).status_code)
+
+    callers = [threading.Thread(target=call) for _ in range(8)]
+    for caller in callers:
+        caller.start()
+    time.sleep(0.5)  # all 8 sent; a CPU serves them one batch after another
+    r = requests.delete(f"{mme.url}/models/bert", timeout=120, headers={"X-Amzn-SageMaker-Target-Model": "bert.tar.gz"})
+    finished = len(answers)
+    for caller in callers:
+        caller.join()
+    assert r.status_code == 200, r.text
+    assert finished == 8 and answers == [200] * 8  # every one answered before the unload returned
+    r = invoke(mme, "bert", json=TEXT)
+    assert (r.status_code, r.json()["error"]["code"]) == (404, "unknown_model")
+    assert requests.get(f"{mme.url}/models/bert", timeout=5).status_code == 404
+    assert requests.delete(f"{mme.url}/models/bert", timeout=5).status_code == 404
+    # With bert's memory given back, what was refused loads: SageMaker's unload-then-retry.
+    r = load(mme, "detector", urls["yolov5"])
+    assert r.status_code == 200, r.text
+    assert invoke(mme, "detector", data=real_photos()["dog.jpg"], headers={"Content-Type": "image/jpeg"}).status_code == 200
+
+
+def test_bad_folders_are_404_and_400(mme, urls, tmp_path):
+    r = load(mme, "missing", tmp_path / "nowhere")
+    assert (r.status_code, r.json()["error"]["code"]) == (404, "model_not_found")
+    (tmp_path / "empty" / "model").mkdir(parents=True)
+    r = load(mme, "empty", tmp_path / "empty" / "model")
+    assert r.status_code == 404 and "no config.pbtxt" in r.json()["error"]["message"]
+
+    broken = link_copy(urls["plain"] / "classifier", tmp_path / "broken" / "model" / "classifier")
+    spec = (urls["resnet"] / "resnet" / "model.toml").read_text()
+    (broken / "model.toml").write_text("\n".join(line for line in spec.splitlines() if not line.startswith("family")))
+    r = load(mme, "broken", tmp_path / "broken" / "model")
+    assert r.status_code == 400 and "'family'" in r.json()["error"]["message"], r.text
+
+    two = tmp_path / "two" / "model"
+    link_copy(urls["plain"] / "classifier", two / "classifier")
+    link_copy(urls["bert"], two / "bert_base")
+    r = load(mme, "two", two)
+    assert r.status_code == 400 and "one Triton model, or one ensemble" in r.json()["error"]["message"]
+    assert requests.get(f"{mme.url}/models", timeout=5).json()["models"] == [
+        {"modelName": n, "modelUrl": str(urls[u])} for n, u in (("detector", "yolov5"), ("plain", "plain"),
+                                                                  ("resnet", "resnet"))]
+    assert mme.ping().status_code == 200
+
+
+def test_the_model_api_is_off_on_a_one_endpoint_stack(stack):
+    r = requests.get(f"{stack.url}/models", timeout=5)
+    assert r.status_code == 404 and "SAGEMAKER_MULTI_MODEL=true" in r.json()["error"]["message"]

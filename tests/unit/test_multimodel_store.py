@@ -1,0 +1,140 @@
+"""Multi-model mode's shared state without a stack: what a ``url`` holds, the claim that lets one
+of two loads of a name win, the memory check, and the hold that makes an unload wait for requests."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from app.core import errors
+from app.core.multimodel import (
+    LOADED,
+    MIB,
+    BadLayout,
+    ModelStore,
+    NoModelThere,
+    Record,
+    inspect_url,
+    memory_refusal,
+)
+
+
+def model(folder: Path, name: str | None, *, ensemble_of: tuple[str, ...] = (), spec: bool = False, size: int = 10) -> Path:
+    folder.mkdir(parents=True)
+    lines = [f'name: "{name}"'] if name else []
+    if ensemble_of:
+        lines += ['platform: "ensemble"', "ensemble_scheduling {"]
+        lines += [f'  step {{ model_name: "{step}" model_version: -1 }}' for step in ensemble_of]
+        lines += ["}"]
+    (folder / "config.pbtxt").write_text("\n".join(lines) + "\n")
+    (folder / "1").mkdir()
+    (folder / "1" / "model.onnx").write_bytes(b"x" * size)
+    if spec:
+        (folder / "model.toml").write_text('family = "image_classification"\n')
+    return folder
+
+
+def test_a_url_that_is_one_model_folder_is_named_by_its_config(tmp_path):
+    url = model(tmp_path / "model", "bert_base", spec=True, size=100)
+    layout = inspect_url(str(url), "abc123")
+    assert (layout.folders, layout.entry, layout.spec_folder) == ({"bert_base": str(url)}, "bert_base", "bert_base")
+    assert layout.size_bytes >= 100
+    unnamed = model(tmp_path / "other" / "model", None)
+    assert inspect_url(str(unnamed), "abc123").entry == "abc123"  # no name: SageMaker's model name
+
+
+def test_an_ensemble_with_its_steps_loads_steps_first(tmp_path):
+    url = tmp_path / "model"
+    model(url / "resnet", "resnet", spec=True)
+    model(url / "resnet_preprocess", "resnet_preprocess")
+    model(url / "resnet_pipeline", "resnet_pipeline", ensemble_of=("resnet_preprocess", "resnet"))
+    layout = inspect_url(str(url), "h")
+    assert list(layout.folders) == ["resnet", "resnet_preprocess", "resnet_pipeline"]
+    assert (layout.entry, layout.spec_folder) == ("resnet_pipeline", "resnet")
+
+
+def test_what_is_not_one_model_is_refused_with_its_reason(tmp_path):
+    with pytest.raises(NoModelThere, match="is not a folder"):
+        inspect_url(str(tmp_path / "nowhere"), "h")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(NoModelThere, match="no config.pbtxt"):
+        inspect_url(str(tmp_path / "empty"), "h")
+    model(tmp_path / "two" / "a", "a")
+    model(tmp_path / "two" / "b", "b")
+    with pytest.raises(BadLayout, match=r"2 models that no ensemble there uses \(a, b\)"):
+        inspect_url(str(tmp_path / "two"), "h")
+    model(tmp_path / "specs" / "a", "a", spec=True)
+    model(tmp_path / "specs" / "b", "b", spec=True)
+    model(tmp_path / "specs" / "e", "e", ensemble_of=("a", "b"))
+    with pytest.raises(BadLayout, match="2 folders with a model.toml"):
+        inspect_url(str(tmp_path / "specs"), "h")
+    model(tmp_path / "bad" / "model", "no spaces allowed")
+    with pytest.raises(BadLayout, match="cannot name a Triton model"):
+        inspect_url(str(tmp_path / "bad" / "model"), "h")
+
+
+def test_the_memory_check():
+    assert memory_refusal("m", 10 * MIB, 80 * MIB, 100 * MIB, None) is None
+    refused = memory_refusal("m", 30 * MIB, 80 * MIB, 100 * MIB, None)
+    assert isinstance(refused, errors.InsufficientMemory) and refused.status == 507
+    assert "30.0 MiB" in refused.message and "80.0 MiB of the 100.0 MiB MODEL_MEMORY_LIMIT_BYTES" in refused.message
+    assert memory_refusal("m", 30 * MIB, 0, 0, 20 * MIB).message.endswith("the instance has 20.0 MiB available")
+    assert memory_refusal("m", 30 * MIB, 0, 0, None) is None  # no limit, no /proc/meminfo: nothing to check
+
+
+def _claim(root: str, name: str, results) -> None:
+    try:
+        ModelStore(Path(root)).claim(name, "/u")
+        results.put("won")
+    except errors.ModelAlreadyLoaded:
+        results.put("409")
+
+
+def test_of_loads_of_one_name_in_several_processes_exactly_one_wins(tmp_path):
+    store = ModelStore(tmp_path).create()
+    results = multiprocessing.get_context("fork").Queue()
+    workers = [multiprocessing.get_context("fork").Process(target=_claim, args=(str(tmp_path), "m", results))
+               for _ in range(6)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(10)
+    outcomes = sorted(results.get(timeout=5) for _ in workers)
+    assert outcomes == ["409"] * 5 + ["won"]
+    assert store.get("m").state == "loading"
+    with pytest.raises(errors.ModelAlreadyLoaded, match="'m' is loading"):
+        store.claim("m", "/u")
+
+
+def test_an_unload_waits_for_the_requests_holding_the_model(tmp_path):
+    store = ModelStore(tmp_path).create()
+    store.save(Record(model_name="m", url="/u", state=LOADED, folders={"m": "/u"}, entry="m"))
+    events: list[str] = []
+    holding = threading.Event()
+
+    def request() -> None:
+        with store.serving("m"):
+            holding.set()
+            time.sleep(0.3)
+            events.append("request done")
+
+    caller = threading.Thread(target=request)
+    caller.start()
+    holding.wait(5)
+    store.set_state(store.get("m"), "unloading")
+    with pytest.raises(errors.UnknownModel, match="not loaded \\(it is unloading\\)"):
+        with store.serving("m"):
+            pass
+    with store.draining("m", timeout_s=5):
+        events.append("drained")
+    caller.join()
+    assert events == ["request done", "drained"]
+    store.forget("m")
+    with pytest.raises(errors.UnknownModel, match="'m' is not loaded"):
+        with store.serving("m"):
+            pass
+    assert store.all() == []

@@ -21,8 +21,27 @@ alarm on HasBacklogWithoutCapacity). Call it with scripts/invoke.py --async.
 
 --capture s3://BUCKET/capture/ records requests and answers (--capture-percent of them), JSON ones as text.
 
---delete removes the scaling policies and target, the alarm, the endpoint, its endpoint configuration
-and its model (and any configuration or model this script left under that name after a failed deploy).
+Several models the other ways SageMaker hosts them, from one archive per model
+(scripts/package_models.py --per-model --upload s3://BUCKET/models/ writes <NAME>.tar.gz there):
+
+--multi-model s3://BUCKET/models/ makes a multi-model endpoint (a CPU instance type: SageMaker runs
+multi-model endpoints on GPUs only with its own Triton image): SageMaker loads NAME.tar.gz on its first
+call and unloads models when memory runs short. Call it with scripts/invoke.py --target-model NAME.tar.gz.
+
+    scripts/deploy.py --name mm-mme --multi-model s3://BUCKET/models/ --image-uri ... --role-arn ...
+
+--inference-components s3://BUCKET/models/ with one --component NAME[:copies=N,gpus=G,memory=MB,...] per
+model makes an endpoint of inference components (GPU instance types work): each model gets its own
+copies, compute and auto scaling of copies (SageMakerInferenceComponentInvocationsPerCopy), on instances
+that SageMaker adds and removes as the copies need them (between --min-capacity and --max-capacity).
+Call one with scripts/invoke.py --inference-component <name>-<NAME>.
+
+    scripts/deploy.py --name mm-ic --inference-components s3://BUCKET/models/ --component resnet:copies=2 \\
+        --component yolov5 --component bert_base:cpus=4,memory=8192 --max-capacity 4 --image-uri ... --role-arn ...
+
+--delete removes the inference components (and their scaling), the scaling policies and target, the
+alarm, the endpoint, its endpoint configuration and its models (and any configuration or model this
+script left under that name after a failed deploy).
 
 A Batch Transform job over the JSON Lines objects under --input (one envelope per line, see
 `scripts/deploy.py transform --help`):
@@ -37,9 +56,10 @@ import argparse
 import os
 import sys
 import time
+from dataclasses import replace
 from typing import Callable, Sequence
 
-from scripts import sagemaker_transform
+from scripts import sagemaker_components, sagemaker_transform
 from scripts.sagemaker_endpoint import (
     ASYNC_ENVIRONMENT,
     DEFAULT_ASYNC_CONCURRENCY,
@@ -55,9 +75,11 @@ from scripts.sagemaker_resources import (
     DeployError,
     add_container_arguments,
     add_wait_arguments,
+    archives_prefix,
     check_container_arguments,
     container_spec,
     int_range,
+    is_accelerated,
     make_clients,
     s3_uri,
 )
@@ -67,6 +89,7 @@ __all__ = ["Clients", "DeployConfig", "DeployError", "delete", "deploy", "main",
            "wait_in_service"]
 
 ROLE_ENV = "SAGEMAKER_ROLE_ARN"
+MULTI_MODEL_INSTANCE_TYPE = "ml.m5.2xlarge"  # 8 vCPUs, 32 GiB: room to keep several models loaded
 TRANSFORM = "transform"
 TRANSFORM_HELP = """Run the image as a SageMaker Batch Transform job over the JSON Lines objects under --input.
 
@@ -82,8 +105,9 @@ MAX_CONCURRENT_TRANSFORMS the job leaves MaxConcurrentTransforms to the containe
 """
 
 
-def _common(parser: argparse.ArgumentParser, no_wait_help: str, timeout_min: float) -> None:
-    add_container_arguments(parser, ROLE_ENV, os.environ.get(ROLE_ENV))
+def _common(parser: argparse.ArgumentParser, no_wait_help: str, timeout_min: float,
+            instance_type_note: str = "") -> None:
+    add_container_arguments(parser, ROLE_ENV, os.environ.get(ROLE_ENV), instance_type_note)
     add_wait_arguments(parser, no_wait_help, poll_s=30, timeout_min=timeout_min)
 
 
@@ -93,7 +117,8 @@ def endpoint_parser() -> argparse.ArgumentParser:
     parser.add_argument("--name", default="multi-model", help="endpoint name; model and configuration names derive from it")
     parser.add_argument("--delete", action="store_true",
                         help="delete the endpoint and everything this script made for it (alarm included)")
-    _common(parser, "do not wait for InService (and skip auto scaling)", timeout_min=60)
+    _common(parser, "do not wait for InService (and skip auto scaling)", timeout_min=60,
+            instance_type_note=f"; {MULTI_MODEL_INSTANCE_TYPE} with --multi-model")
     parser.add_argument("--health-check-timeout", type=int_range(60, 3600), default=600,
                         help="ContainerStartupHealthCheckTimeoutInSeconds, 60..3600 (default: 600)")
     parser.add_argument("--download-timeout", type=int_range(60, 3600), default=600,
@@ -108,8 +133,18 @@ def endpoint_parser() -> argparse.ArgumentParser:
                         help="capture requests and answers there (data capture; JSON kept as text)")
     parser.add_argument("--capture-percent", type=int_range(0, 100), default=100,
                         help="with --capture: the share of requests captured, 0..100 (default: 100)")
+    parser.add_argument("--multi-model", type=archives_prefix, metavar="s3://BUCKET/PREFIX/",
+                        help="a multi-model endpoint serving the <NAME>.tar.gz archives under this prefix "
+                             "(scripts/package_models.py --per-model), each loaded on its first call; CPU instance "
+                             "types only; call with scripts/invoke.py --target-model NAME.tar.gz")
+    parser.add_argument("--no-model-cache", action="store_true",
+                        help="with --multi-model: ModelCacheSetting Disabled, every call loads its model anew "
+                             "(for many models, each called rarely)")
+    sagemaker_components.add_arguments(parser)
     parser.add_argument("--no-scaling", action="store_true", help="no auto scaling")
-    parser.add_argument("--min-capacity", type=int, help="auto scaling minimum instances (default: 1; 0 with --async)")
+    parser.add_argument("--min-capacity", type=int,
+                        help="auto scaling minimum instances (default: 1; 0 with --async); with "
+                             "--inference-components, the bounds of SageMaker's managed instance scaling")
     parser.add_argument("--max-capacity", type=int, default=2, help="auto scaling maximum instances (default: 2)")
     parser.add_argument("--invocations-per-instance", type=float, default=100.0,
                         help="target invocations per instance per minute (default: 100)")
@@ -155,12 +190,29 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def _check_endpoint(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.multi_model:
+        _check_multi_model(parser, args)
     check_container_arguments(parser, args, ASYNC_ENVIRONMENT if args.async_output else None)
+    sagemaker_components.check_arguments(parser, args)
     lowest = 0 if args.async_output else 1
     if args.min_capacity is None:
         args.min_capacity = lowest
     if not lowest <= args.min_capacity <= args.max_capacity:
         parser.error(f"need {lowest} <= --min-capacity <= --max-capacity")
+
+
+def _check_multi_model(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    clashes = [flag for flag, given in (("--model-data-url", args.model_data_url), ("--async", args.async_output),
+                                        ("--inference-components", args.inference_components)) if given]
+    if clashes:
+        parser.error(f"--multi-model does not go with {', '.join(clashes)} (its prefix is the model data; "
+                     "InvokeEndpointAsync has no TargetModel)")
+    args.instance_type = args.instance_type or MULTI_MODEL_INSTANCE_TYPE
+    if is_accelerated(args.instance_type):
+        parser.error(f"--multi-model on {args.instance_type}: SageMaker runs multi-model endpoints on GPU and "
+                     "accelerator instances only with AWS's own Triton image, not with this one. Use a CPU instance "
+                     f"type (e.g. {MULTI_MODEL_INSTANCE_TYPE}), or --inference-components to share GPU instances "
+                     "between the models")
 
 
 def _check_transform(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -176,9 +228,14 @@ def endpoint_config(args: argparse.Namespace) -> DeployConfig:
     scaling = None if args.no_scaling else ScalingConfig(
         min_capacity=args.min_capacity, max_capacity=args.max_capacity,
         invocations_per_instance=args.invocations_per_instance, backlog_per_instance=args.backlog_per_instance,
-        scale_in_cooldown_s=args.scale_in_cooldown, scale_out_cooldown_s=args.scale_out_cooldown)
+        scale_in_cooldown_s=args.scale_in_cooldown, scale_out_cooldown_s=args.scale_out_cooldown,
+        invocations_per_copy=args.invocations_per_copy)
+    container = container_spec(args)
+    if args.multi_model:
+        container = replace(container, model_data_url=args.multi_model, multi_model=True,
+                            model_cache=not args.no_model_cache)
     return DeployConfig(
-        name=args.name, container=container_spec(args), instance_type=args.instance_type,
+        name=args.name, container=container, instance_type=args.instance_type,
         instance_count=args.instance_count, health_check_timeout_s=args.health_check_timeout,
         download_timeout_s=args.download_timeout, scaling=scaling,
         asynchronous=AsyncConfig(args.async_output, args.max_concurrent_invocations) if args.async_output else None,
@@ -188,9 +245,11 @@ def endpoint_config(args: argparse.Namespace) -> DeployConfig:
 
 def run_endpoint(clients: Clients, args: argparse.Namespace, sleep: Callable[[float], None]) -> str | None:
     if args.delete:
-        delete(clients, args.name, poll_s=min(args.poll_seconds, 10), sleep=sleep)
+        sagemaker_components.delete(clients, args.name, poll_s=min(args.poll_seconds, 10), sleep=sleep)
         return None
     config = endpoint_config(args)
+    if args.inference_components:
+        return _run_components(clients, args, config, sleep)
     names = deploy(clients, config, wait=not args.no_wait, poll_s=args.poll_seconds,
                    timeout_s=args.timeout_minutes * 60, sleep=sleep)
     state = "created (not waited for)" if args.no_wait else "InService"
@@ -198,7 +257,22 @@ def run_endpoint(clients: Clients, args: argparse.Namespace, sleep: Callable[[fl
         return (f"endpoint {names['endpoint']} is {state}, asynchronous (answers in {config.asynchronous.output_path}, "
                 f"failures in {config.asynchronous.failure_path}): scripts/invoke.py --endpoint-name "
                 f"{names['endpoint']} --async s3://BUCKET/inputs/ MODEL=FILE")
+    if config.container.multi_model:
+        return (f"endpoint {names['endpoint']} is {state}, multi-model (archives under "
+                f"{config.container.model_data_url}): scripts/invoke.py --endpoint-name {names['endpoint']} "
+                "--target-model NAME.tar.gz NAME=FILE")
     return f"endpoint {names['endpoint']} is {state}: scripts/invoke.py --endpoint-name {names['endpoint']} ..."
+
+
+def _run_components(clients: Clients, args: argparse.Namespace, config: DeployConfig,
+                    sleep: Callable[[float], None]) -> str:
+    components = sagemaker_components.Components(args.inference_components, tuple(args.component))
+    names = sagemaker_components.deploy(clients, config, components, poll_s=args.poll_seconds,
+                                        timeout_s=args.timeout_minutes * 60, sleep=sleep)
+    first = args.component[0].model
+    return (f"endpoint {names['endpoint']} is InService with inference components {', '.join(names['components'])}: "
+            f"scripts/invoke.py --endpoint-name {names['endpoint']} --inference-component "
+            f"{sagemaker_components.component_name(names['endpoint'], first)} {first}=FILE")
 
 
 def run_transform(clients: Clients, args: argparse.Namespace, sleep: Callable[[float], None]) -> str | None:

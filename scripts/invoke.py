@@ -23,6 +23,14 @@ the exit status is then 1.
     scripts/invoke.py --endpoint-name mm-async --async s3://BUCKET/inputs/ --invocation-timeout 1800 \
         --wait-timeout 3600 bert_base=sentence.txt
 
+--target-model NAME.tar.gz calls that model of a multi-model endpoint (scripts/deploy.py --multi-model;
+TargetModel, the X-Amzn-SageMaker-Target-Model header), --inference-component NAME that component of an
+endpoint of inference components (scripts/deploy.py --inference-components; InferenceComponentName).
+Every MODEL=FILE pair goes to it. InvokeEndpointAsync takes neither, so neither goes with --async.
+
+    scripts/invoke.py --endpoint-name mm-mme --target-model resnet.tar.gz resnet=dog.jpg
+    scripts/invoke.py --endpoint-name mm-ic --inference-component mm-ic-yolov5 yolov5=dog.jpg
+
 With --endpoint-url (the local stack) dummy credentials are used. A model's error is printed as the
 container's JSON error, and the exit status is then 1.
 """
@@ -33,7 +41,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from scripts import invoke_async
 from scripts.sagemaker_resources import int_range, s3_uri
@@ -90,8 +98,8 @@ def custom_attributes(model: str, options: Sequence[str] = ()) -> str:
 
 
 def invoke(client, endpoint_name: str, model: str, body: bytes, ctype: str,
-           options: Sequence[str] = ()) -> tuple[bool, list[str], Any]:
-    """(ok, lines to print, the model's result or None)."""
+           options: Sequence[str] = (), route: Mapping[str, str] | None = None) -> tuple[bool, list[str], Any]:
+    """(ok, lines to print, the model's result or None); ``route`` adds TargetModel or InferenceComponentName."""
     from botocore.exceptions import ClientError
 
     attributes = custom_attributes(model, options)
@@ -99,7 +107,7 @@ def invoke(client, endpoint_name: str, model: str, body: bytes, ctype: str,
                                 _keep_error_body, unique_id="invoke-keep-error-body")
     try:
         response = client.invoke_endpoint(EndpointName=endpoint_name, ContentType=ctype, Accept="application/json",
-                                          Body=body, CustomAttributes=attributes)
+                                          Body=body, CustomAttributes=attributes, **(route or {}))
     except ClientError as e:
         return False, error_lines(model, e), None
     return answer_lines(model, response["Body"].read())
@@ -189,6 +197,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="a model option sent in the custom attributes, e.g. topk=3 (repeatable)")
     parser.add_argument("--draw", type=Path, metavar="PATH.png",
                         help="write each image model's answer drawn on its image (boxes, labels, scores; top-k)")
+    parser.add_argument("--target-model", metavar="NAME.tar.gz",
+                        help="a multi-model endpoint's model to call: its archive under the endpoint's prefix "
+                             "(TargetModel)")
+    parser.add_argument("--inference-component", metavar="NAME",
+                        help="the inference component to call (InferenceComponentName; scripts/deploy.py "
+                             "--inference-components names them <endpoint>-<model>)")
     parser.add_argument("--async", dest="async_prefix", type=s3_uri, metavar="s3://BUCKET/PREFIX/",
                         help="call an asynchronous endpoint: upload each body under this prefix, wait for the answer")
     parser.add_argument("--invocation-timeout", type=int_range(1, invoke_async.MAX_INVOCATION_TIMEOUT_S),
@@ -205,7 +219,26 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.async_prefix and args.endpoint_url:
         parser.error("--async needs a SageMaker asynchronous endpoint: the local stack (--endpoint-url) has no queue")
+    _check_route(parser, args)
     return args
+
+
+def route(args: argparse.Namespace) -> dict[str, str]:
+    """InvokeEndpoint's parameters that pick a model of the endpoint: TargetModel or InferenceComponentName."""
+    chosen = {"TargetModel": args.target_model, "InferenceComponentName": args.inference_component}
+    return {key: value for key, value in chosen.items() if value}
+
+
+def _check_route(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.target_model and args.inference_component:
+        parser.error("--target-model (a multi-model endpoint) and --inference-component (an endpoint of inference "
+                     "components) do not go together")
+    flag = "--target-model" if args.target_model else "--inference-component" if args.inference_component else None
+    if flag and args.async_prefix:
+        parser.error(f"{flag} does not go with --async: InvokeEndpointAsync has no "
+                     f"{'TargetModel' if args.target_model else 'InferenceComponentName'} parameter")
+    if flag and not args.calls:
+        parser.error(f"{flag} needs MODEL=FILE pairs: every call goes to that one model")
 
 
 def caller(args: argparse.Namespace, client, s3) -> Callable[[str, bytes, str], tuple[bool, list[str], Any]]:
@@ -213,7 +246,7 @@ def caller(args: argparse.Namespace, client, s3) -> Callable[[str, bytes, str], 
     def call(model: str, body: bytes, ctype: str) -> tuple[bool, list[str], Any]:
         if args.async_prefix:
             return invoke_queued(client, s3, args, model, body, ctype)
-        return invoke(client, args.endpoint_name, model, body, ctype, args.option)
+        return invoke(client, args.endpoint_name, model, body, ctype, args.option, route(args))
     return call
 
 

@@ -13,6 +13,17 @@ readable by the image's non-root user.
     scripts/package_models.py --repository models --output build/model.tar.gz
     scripts/package_models.py --upload s3://my-bucket/multi-model/model.tar.gz
     scripts/package_models.py --check-only
+
+--per-model writes one <NAME>.tar.gz per served model instead, for a multi-model endpoint or an
+endpoint of inference components (scripts/deploy.py --multi-model / --inference-components): a model
+with a model.toml together with the steps of its Triton pipeline that the repository holds
+(<NAME>_preprocess, <NAME>_postprocess, the ensemble <NAME>_pipeline), and every other model folder
+(a plain Triton model, without model.toml) on its own. The folders sit at each archive's top level:
+SageMaker extracts it to /opt/ml/models/<hash>/model/ (a multi-model endpoint) or /opt/ml/model (an
+inference component), and the container serves the folders it finds there.
+
+    scripts/package_models.py --per-model --output build/per-model/
+    scripts/package_models.py --per-model --upload s3://my-bucket/models/     # s3://my-bucket/models/<NAME>.tar.gz
 """
 
 from __future__ import annotations
@@ -26,7 +37,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from app.core.settings import PROJECT_ROOT
 from scripts.model_prep import triton_config
-from scripts.sagemaker_resources import split_s3
+from scripts.sagemaker_resources import ARCHIVE_SUFFIX, folder, split_s3
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -38,6 +49,11 @@ ARTIFACTS = {"tensorrt_plan": "model.plan", "onnxruntime_onnx": "model.onnx", "p
              "tensorrt": "model.plan", "onnxruntime": "model.onnx",
              # the DALI backend serialises the pipeline file when it loads the model (autoserialization)
              "dali": "dali.py"}
+
+
+DEFAULT_TARBALL = PROJECT_ROOT / "build" / "model.tar.gz"
+DEFAULT_PER_MODEL_DIR = PROJECT_ROOT / "build" / "per-model"
+SPEC = "model.toml"
 
 
 class InvalidRepository(ValueError):
@@ -58,18 +74,23 @@ def model_folders(repository: Path) -> list[Path]:
                   and p.name not in SKIPPED_NAMES)
 
 
-def pipeline_steps(models: Sequence[Path]) -> set[str]:
-    """The folders of the Triton pipelines (app.core.pipeline) of the models that have a model.toml:
-    their settings are the model's own, so they carry no model.toml of their own."""
+def step_names(name: str) -> tuple[str, ...]:
+    """The Triton pipeline's model names of the model ``name`` (app.core.pipeline): its steps and ensemble."""
     from app.core.pipeline import ensemble_model, postprocess_model, preprocess_model
 
-    return {step(model.name) for model in models if (model / "model.toml").is_file()
-            for step in (preprocess_model, postprocess_model, ensemble_model)}
+    return tuple(step(name) for step in (preprocess_model, postprocess_model, ensemble_model))
 
 
-def validate(repository: Path) -> list[Path]:
+def pipeline_steps(models: Sequence[Path]) -> dict[str, str]:
+    """The folders of the Triton pipelines (app.core.pipeline) of the models that have a model.toml,
+    each with its model's name: their settings are the model's own, so they carry no model.toml."""
+    return {step: model.name for model in models if (model / SPEC).is_file() for step in step_names(model.name)}
+
+
+def validate(repository: Path, plain: bool = False) -> list[Path]:
     """The files (and an ensemble's empty version folder) to package, relative to ``repository``;
-    InvalidRepository lists every problem."""
+    InvalidRepository lists every problem. With ``plain``, a folder without model.toml that is no
+    pipeline step is a plain Triton model (one KServe v2 bodies reach), not a problem."""
     if not repository.is_dir():
         raise InvalidRepository(f"{repository} is not a folder")
     problems: list[str] = []
@@ -83,7 +104,7 @@ def validate(repository: Path) -> list[Path]:
         config = model / "config.pbtxt"
         if not config.is_file():
             problems.append(f"{name}: no config.pbtxt (run scripts/prepare_models.py for the target)")
-        if not (model / "model.toml").is_file() and name not in steps:
+        if not (model / SPEC).is_file() and name not in steps and not plain:
             problems.append(f"{name}: no model.toml (the router reads the model's settings from it)")
         versions = sorted(p for p in model.iterdir() if p.is_dir() and p.name.isdigit())
         if not versions:
@@ -117,6 +138,16 @@ def validate(repository: Path) -> list[Path]:
     if problems:
         raise InvalidRepository("invalid model repository:\n  " + "\n  ".join(problems))
     return files
+
+
+def per_model(repository: Path, files: Sequence[Path]) -> dict[str, list[Path]]:
+    """Each served model's files, by its name: a model with a model.toml with its pipeline's folders
+    (those in ``files``), every other folder on its own."""
+    owner = pipeline_steps(model_folders(repository))
+    groups: dict[str, list[Path]] = {}
+    for relative in files:
+        groups.setdefault(owner.get(relative.parts[0], relative.parts[0]), []).append(relative)
+    return dict(sorted(groups.items()))
 
 
 def _info(name: str, *, size: int = 0, directory: bool = False) -> tarfile.TarInfo:
@@ -169,6 +200,19 @@ def check_tarball(output: Path) -> list[str]:
     return [m.name for m in members]
 
 
+def write_per_model(repository: Path, groups: dict[str, list[Path]], output_dir: Path, log=print) -> list[Path]:
+    """One checked ``<name>.tar.gz`` per model in ``output_dir``, each model's folders at its top level."""
+    archives = []
+    for number, (name, files) in enumerate(groups.items(), 1):
+        archive = output_dir / f"{name}{ARCHIVE_SUFFIX}"
+        log(f"[{number}/{len(groups)}] {name}: {', '.join(sorted({f.parts[0] for f in files}))} -> {archive}")
+        write_tarball(repository, files, archive, log=log)
+        check_tarball(archive)
+        log(f"  wrote {archive} ({archive.stat().st_size / 1e6:.1f} MB)")
+        archives.append(archive)
+    return archives
+
+
 def parse_s3_url(url: str, filename: str) -> tuple[str, str]:
     bucket, key = split_s3(url, "s3://bucket/key")
     if not key or key.endswith("/"):
@@ -199,38 +243,64 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repository", type=Path, default=PROJECT_ROOT / "models",
                         help="the Triton model repository (default: models/)")
-    parser.add_argument("--output", type=Path, default=PROJECT_ROOT / "build" / "model.tar.gz",
-                        help="the tarball to write (default: build/model.tar.gz)")
-    parser.add_argument("--upload", metavar="S3_URL", help="upload to s3://bucket/key (a key ending in / gets the file name)")
+    parser.add_argument("--output", type=Path,
+                        help="the tarball to write (default: build/model.tar.gz); with --per-model, the folder "
+                             "for the <NAME>.tar.gz archives (default: build/per-model/)")
+    parser.add_argument("--upload", metavar="S3_URL", help="upload to s3://bucket/key (a key ending in / gets the file "
+                                                           "name); with --per-model, the prefix the archives go under")
+    parser.add_argument("--per-model", action="store_true",
+                        help="one <NAME>.tar.gz per served model (with its Triton pipeline's folders; a plain Triton "
+                             "model folder on its own), for scripts/deploy.py --multi-model / --inference-components")
     parser.add_argument("--check-only", action="store_true", help="validate the repository, write nothing")
     parser.add_argument("--region", help="AWS region for the upload")
     parser.add_argument("--endpoint-url", help="S3 endpoint (tests, S3-compatible stores)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.output = args.output or (DEFAULT_PER_MODEL_DIR if args.per_model else DEFAULT_TARBALL)
+    return args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        files = validate(args.repository)
-    except InvalidRepository as e:
-        print(f"package_models: {e}", file=sys.stderr)
-        return 1
-    models = sorted({f.parts[0] for f in files})
-    print(f"{args.repository}: {len(models)} models ({', '.join(models)}), {len(files)} files: valid")
-    if args.check_only:
-        return 0
+def package(args: argparse.Namespace, files: Sequence[Path]) -> None:
+    """The whole repository as one model.tar.gz, checked, then uploaded when asked."""
     print(f"writing {args.output}")
     write_tarball(args.repository, files, args.output)
-    try:
-        check_tarball(args.output)
-    except InvalidRepository as e:
-        print(f"package_models: {e}", file=sys.stderr)
-        return 1
+    check_tarball(args.output)
     print(f"wrote {args.output} ({args.output.stat().st_size / 1e6:.1f} MB)")
     if args.upload:
         print(f"uploading to {args.upload}")
         url = upload(args.output, args.upload, args.region, args.endpoint_url)
         print(f"ModelDataUrl: {url}")
+
+
+def package_per_model(args: argparse.Namespace, files: Sequence[Path]) -> None:
+    """One archive per served model in the output folder (progress on stderr), uploaded when asked."""
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    groups = per_model(args.repository, files)
+    print(f"writing {len(groups)} archives ({', '.join(groups)}) in {args.output}")
+    archives = write_per_model(args.repository, groups, args.output, log=progress)
+    if not args.upload:
+        print(f"wrote {len(archives)} archives in {args.output}: upload them under one S3 prefix")
+        return
+    prefix = folder(args.upload)
+    for archive in archives:
+        progress(f"uploading {archive.name} to {prefix}")
+        upload(archive, prefix, args.region, args.endpoint_url, log=progress)
+    print(f"{len(archives)} archives under {prefix}: scripts/deploy.py --multi-model {prefix} "
+          f"(or --inference-components {prefix} --component NAME ...)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        files = validate(args.repository, plain=args.per_model)
+        models = sorted({f.parts[0] for f in files})
+        print(f"{args.repository}: {len(models)} models ({', '.join(models)}), {len(files)} files: valid")
+        if not args.check_only:
+            (package_per_model if args.per_model else package)(args, files)
+    except InvalidRepository as e:
+        print(f"package_models: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -1,11 +1,13 @@
-"""A SageMaker endpoint for the image, real-time or asynchronous, with data capture when asked, and
-its deletion: model, endpoint configuration, endpoint, then auto scaling (scripts/sagemaker_scaling.py)."""
+"""A SageMaker endpoint for the image, real-time (one model, or a multi-model container) or
+asynchronous, with data capture when asked, and its deletion: model, endpoint configuration,
+endpoint, then auto scaling (scripts/sagemaker_scaling.py). An endpoint of inference components
+builds on these steps in scripts/sagemaker_components.py."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from app.core.settings import ASYNC_MAX_BODY_BYTES, ASYNC_MAX_TIMEOUT_S, BODY_LIMIT, SERVER_TIMEOUT
 from scripts.sagemaker_resources import (
@@ -23,6 +25,7 @@ from scripts.sagemaker_resources import (
     models_named,
     timestamp,
     wait_for,
+    wait_gone,
 )
 from scripts.sagemaker_scaling import VARIANT, ScalingConfig, configure_scaling, remove_scaling
 
@@ -102,7 +105,8 @@ def wait_in_service(sm, endpoint: str, poll_s: float, timeout_s: float, sleep: S
     wait_for(endpoint_watch(sm, endpoint), poll_s, timeout_s, sleep=sleep, log=log)
 
 
-def _refuse_existing(sm, endpoint: str) -> None:
+def refuse_existing(sm, endpoint: str) -> None:
+    """A DeployError when the endpoint exists: a name in use is never overwritten."""
     try:
         sm.describe_endpoint(EndpointName=endpoint)
     except sm.exceptions.ClientError as e:
@@ -115,12 +119,14 @@ def _refuse_existing(sm, endpoint: str) -> None:
 def deploy(clients: Clients, config: DeployConfig, *, wait: bool = True, poll_s: float = 30,
            timeout_s: float = 3600, sleep: Sleep = time.sleep, log: Log = print) -> dict[str, str]:
     sm = clients.sagemaker
-    _refuse_existing(sm, config.name)
+    refuse_existing(sm, config.name)
     stamp = timestamp()
     model_name, config_name = f"{config.name}-model-{stamp}", f"{config.name}-config-{stamp}"
     log(f"[1/4] model {model_name} ({config.container.image_uri})")
     config.container.create_model(sm, model_name)
     kind = "asynchronous, answers in " + config.asynchronous.output_path if config.asynchronous else "real-time"
+    if config.container.multi_model:
+        kind += f", multi-model: the archives under {config.container.model_data_url}, loaded on demand"
     log(f"[2/4] endpoint configuration {config_name} ({config.instance_count} x {config.instance_type}, {kind})")
     sm.create_endpoint_config(**endpoint_config_parameters(config, config_name, model_name))
     log(f"[3/4] endpoint {config.name}")
@@ -139,8 +145,9 @@ def deploy(clients: Clients, config: DeployConfig, *, wait: bool = True, poll_s:
 
 
 def delete(clients: Clients, name: str, *, poll_s: float = 10, timeout_s: float = 900,
-           sleep: Sleep = time.sleep, log: Log = print) -> None:
-    """Remove, in order: auto scaling (policies, target, alarm), endpoint, endpoint configurations, models."""
+           sleep: Sleep = time.sleep, log: Log = print, models: Sequence[str] = ()) -> None:
+    """Remove, in order: auto scaling (policies, target, alarm), endpoint, endpoint configurations, models
+    (theirs, those named ``<name>-model-*``, and ``models``)."""
     sm = clients.sagemaker
     remove_scaling(clients, name, log=log)
     config_names: list[str] = []
@@ -153,7 +160,8 @@ def delete(clients: Clients, name: str, *, poll_s: float = 10, timeout_s: float 
     else:
         sm.delete_endpoint(EndpointName=name)
         log(f"deleting endpoint {name}")
-        _wait_gone(sm, name, poll_s, timeout_s, sleep, log)
+        wait_gone(f"endpoint {name}", lambda: sm.describe_endpoint(EndpointName=name), "EndpointStatus",
+                  poll_s, timeout_s, sleep=sleep, log=log)
 
     prefix_configs = [c["EndpointConfigName"] for c in list_all(sm.list_endpoint_configs, "EndpointConfigs",
                                                                 NameContains=name)
@@ -166,22 +174,8 @@ def delete(clients: Clients, name: str, *, poll_s: float = 10, timeout_s: float 
             if not is_missing(e):
                 raise
             continue
-        model_names += [v["ModelName"] for v in variants]
+        model_names += [v["ModelName"] for v in variants if "ModelName" in v]  # none with inference components
         sm.delete_endpoint_config(EndpointConfigName=config_name)
         log(f"deleted endpoint configuration {config_name}")
-    delete_models(sm, model_names + models_named(sm, f"{name}-model-"), log)
+    delete_models(sm, [*model_names, *models, *models_named(sm, f"{name}-model-")], log)
 
-
-def _wait_gone(sm, name: str, poll_s: float, timeout_s: float, sleep: Sleep, log: Log) -> None:
-    start = time.monotonic()
-    while time.monotonic() - start < timeout_s:
-        try:
-            status = sm.describe_endpoint(EndpointName=name)["EndpointStatus"]
-        except sm.exceptions.ClientError as e:
-            if is_missing(e):
-                log(f"deleted endpoint {name}")
-                return
-            raise
-        log(f"  endpoint {name}: {status}")
-        sleep(poll_s)
-    raise DeployError(f"endpoint {name} still exists after {timeout_s:.0f} s")

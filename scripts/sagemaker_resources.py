@@ -1,6 +1,7 @@
 """What scripts/deploy.py's endpoint and Batch Transform paths share: the AWS clients, the model
-(image, model data, role, container environment), the status wait with its progress line, the
-clean-up of models, and the command-line value types."""
+(image, model data, role, container environment; a multi-model container too), the status wait
+with its progress line, the wait for a deletion, the clean-up of models, and the command-line
+value types."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from typing import Any, Callable, Collection, Mapping, Sequence
 from app.core.settings import Settings
 
 DEFAULT_INSTANCE_TYPE = "ml.g4dn.xlarge"
+# Instance families with GPUs (g, p) or AWS's accelerators (inf, trn): ml.<family><generation>.<size>.
+ACCELERATED_FAMILIES = ("g", "p", "inf", "trn")
+ARCHIVE_SUFFIX = ".tar.gz"  # one model's archive under a prefix: <prefix><name>.tar.gz
 
 Log = Callable[[str], None]
 Sleep = Callable[[float], None]
@@ -47,14 +51,25 @@ class ContainerSpec:
 
     image_uri: str
     role_arn: str
-    model_data_url: str | None = None
+    model_data_url: str | None = None  # with multi_model: the S3 prefix of the models' archives
     environment: dict[str, str] = field(default_factory=dict)
+    multi_model: bool = False  # Mode MultiModel: SageMaker loads <prefix><TargetModel> on demand
+    model_cache: bool = True  # with multi_model: keep loaded models (ModelCacheSetting)
 
     def create_model(self, sm, model_name: str) -> None:
         container: dict[str, Any] = {"Image": self.image_uri, "Environment": dict(self.environment)}
         if self.model_data_url:
             container["ModelDataUrl"] = self.model_data_url
+        if self.multi_model:  # SageMaker itself sets SAGEMAKER_MULTI_MODEL=true in such a container
+            container["Mode"] = "MultiModel"
+            container["MultiModelConfig"] = {"ModelCacheSetting": "Enabled" if self.model_cache else "Disabled"}
         sm.create_model(ModelName=model_name, PrimaryContainer=container, ExecutionRoleArn=self.role_arn)
+
+
+def is_accelerated(instance_type: str) -> bool:
+    """True for an instance type with GPUs or AWS accelerators (ml.g4dn.xlarge, ml.p4d.24xlarge, ml.inf2.xlarge)."""
+    family = instance_type.removeprefix("ml.").split(".")[0]
+    return family.startswith(ACCELERATED_FAMILIES)
 
 
 def timestamp() -> str:
@@ -132,6 +147,25 @@ def wait_for(watch: Watch, poll_s: float, timeout_s: float, sleep: Sleep = time.
         sleep(poll_s)
 
 
+def wait_gone(label: str, describe: Callable[[], dict], status_key: str, poll_s: float, timeout_s: float,
+              sleep: Sleep = time.sleep, log: Log = print) -> None:
+    """Poll ``describe`` (showing the status) until SageMaker answers that ``label`` is not found."""
+    from botocore.exceptions import ClientError
+
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        try:
+            status = describe()[status_key]
+        except ClientError as e:
+            if is_missing(e):
+                log(f"deleted {label}")
+                return
+            raise
+        log(f"  {label}: {status}")
+        sleep(poll_s)
+    raise DeployError(f"{label} still exists after {timeout_s:.0f} s")
+
+
 # Command-line value types.
 
 def environment_pairs(pairs: Sequence[str]) -> dict[str, str]:
@@ -176,15 +210,26 @@ def folder(uri: str) -> str:
     return uri.rstrip("/") + "/"
 
 
-def add_container_arguments(parser: argparse.ArgumentParser, role_env: str, role_default: str | None) -> None:
-    """The flags that describe the model and its instances, the same for an endpoint and a job."""
+def archives_prefix(text: str) -> str:
+    """An argparse type: the s3:// prefix holding one <name>.tar.gz per model, as a folder (trailing /)."""
+    s3_uri(text)
+    if text.endswith(ARCHIVE_SUFFIX):
+        raise argparse.ArgumentTypeError(f"{text!r} is one archive: give the prefix holding the <name>{ARCHIVE_SUFFIX} "
+                                         "archives (scripts/package_models.py --per-model --upload PREFIX)")
+    return folder(text)
+
+
+def add_container_arguments(parser: argparse.ArgumentParser, role_env: str, role_default: str | None,
+                            instance_type_note: str = "") -> None:
+    """The flags that describe the model and its instances, the same for an endpoint and a job;
+    ``instance_type_note`` adds to --instance-type's help (another default in some mode)."""
     parser.add_argument("--image-uri", help="the ECR image (scripts/build_and_push.py prints it)")
     parser.add_argument("--model-data-url", help="s3:// URL of model.tar.gz (scripts/package_models.py); "
                                                  "without it the image's own models/ are served")
     parser.add_argument("--role-arn", default=role_default, help=f"SageMaker execution role (default: ${role_env})")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                         help="container environment, e.g. MODEL_SERVER_WORKERS=4 (repeatable)")
-    parser.add_argument("--instance-type", default=DEFAULT_INSTANCE_TYPE, help=f"default: {DEFAULT_INSTANCE_TYPE}")
+    parser.add_argument("--instance-type", help=f"default: {DEFAULT_INSTANCE_TYPE}{instance_type_note}")
     parser.add_argument("--instance-count", type=int_range(1, 100), default=1, help="instances (default: 1)")
 
 
@@ -206,6 +251,7 @@ def check_container_arguments(parser: argparse.ArgumentParser, args: argparse.Na
     missing = [flag for flag, value in (("--image-uri", args.image_uri), ("--role-arn", args.role_arn)) if not value]
     if missing:
         parser.error(f"{args.action} needs {' and '.join(missing)}")
+    args.instance_type = args.instance_type or DEFAULT_INSTANCE_TYPE
     try:
         args.environment = {**(defaults or {}), **environment_pairs(args.env)}
         Settings.from_env(args.environment)  # what the container would refuse to start with

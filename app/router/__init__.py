@@ -119,6 +119,9 @@ def create_app(
 
     @app.post("/invocations")
     def invocations() -> Response:
+        target = request.headers.get(TARGET_MODEL, "")
+        if multi_model is not None and target:  # what SageMaker sends /models/<name>/invoke, called locally
+            return multi_model.invoke(target, answer)
         return answer(lookup)
 
     def passed_to_triton(asked: Request) -> Response:
@@ -131,5 +134,5 @@ def create_app(
             return Response(answer.body, mimetype=JSON_TYPE)
         return Response(answer.body, content_type=f"{BINARY_JSON_TYPE};{JSON_HEADER_SIZE}={answer.json_size}")
 
-    register_multi_model(app, settings, triton, kserve, answer)
+    multi_model = register_multi_model(app, settings, triton, kserve, answer)
     return app

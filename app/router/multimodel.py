@@ -7,7 +7,10 @@
 - ``GET /models`` (``next_page_token``, ``max_results``), ``GET /models/<name>``.
 - ``DELETE /models/<name>``: new requests get 404 at once; those in flight finish first.
 - ``POST /models/<name>/invoke``: what ``/invocations`` takes (our envelope, whose ``modelname``
-  the path replaces; a raw body; KServe v2, passed to the model's Triton model).
+  the path replaces; a raw body; KServe v2, passed to the model's Triton model). So that
+  ``invoke.py --target-model`` works against a local stack as against SageMaker (which turns
+  ``TargetModel`` into this path), ``/invocations`` with ``X-Amzn-SageMaker-Target-Model: <name>``
+  answers the same.
 
 The state is shared by the router's workers through ``app.core.multimodel.ModelStore``; each
 worker keeps the clients it built, keyed by the load they belong to. A model folder with a
@@ -145,6 +148,20 @@ class MultiModel:
             self.store.forget(name)
         self._clients.pop(name, None)
 
+    def invoke(self, name: str, answer: Answer) -> Response:
+        """The answer of the loaded model ``name``, which is held (not unloaded) until it is given."""
+        g.model = name
+        with self.store.serving(name) as record:
+            client = self.client(record)
+
+            def lookup(_: Any) -> ModelClient:
+                if client is None:
+                    raise InvalidInput(f"model {name!r} is a Triton model without a model.toml: send it KServe v2 "
+                                       "tensors (application/json with \"inputs\", or binary+json)")
+                return client
+
+            return answer(lookup, record.entry)
+
     def _wait_unloaded(self, names: list[str]) -> None:
         """Triton unloads in the background: wait until none of ``names`` is READY or UNLOADING."""
         deadline = time.monotonic() + self.settings.server_timeout_s
@@ -218,16 +235,6 @@ def register(app: Flask, settings: Settings, triton: Triton, kserve: TritonHttp,
 
     @app.post("/models/<name>/invoke")
     def invoke_model(name: str) -> Response:
-        g.model = name
-        with models.store.serving(name) as record:
-            client = models.client(record)
-
-            def lookup(_: Any) -> ModelClient:
-                if client is None:
-                    raise InvalidInput(f"model {name!r} is a Triton model without a model.toml: send it KServe v2 "
-                                       "tensors (application/json with \"inputs\", or binary+json)")
-                return client
-
-            return answer(lookup, record.entry)
+        return models.invoke(name, answer)
 
     return models

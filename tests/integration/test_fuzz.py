@@ -32,9 +32,11 @@ CHECKS = (
 
 def description_for(models: list[str], path: Path) -> Path:
     """The description with ``modelname`` narrowed to the served models, so that generated
-    envelopes get past the model look-up into the payload's checks."""
+    envelopes get past the model look-up into the payload's checks, and without the multi-model
+    paths, which a one-endpoint stack answers with one 404 whatever is sent."""
     spec = json.loads(OPENAPI_PATH.read_text())
     spec["components"]["schemas"]["Envelope"]["properties"]["modelname"]["enum"] = models
+    spec["paths"] = {name: item for name, item in spec["paths"].items() if not name.startswith("/models")}
     path.write_text(json.dumps(spec))
     return path
 

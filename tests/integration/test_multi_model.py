@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +24,7 @@ import numpy as np
 import pytest
 import requests
 
+from app.core.settings import PROJECT_ROOT
 from scripts.devtools import Stack
 from tests.references import real_photos
 from tests.v2 import direct, model_tensors, post_v2, read_answer, v2_request
@@ -117,6 +120,9 @@ def test_three_models_load_list_and_answer(mme, stack, urls, repository):
     # Ours answer as the one-endpoint stack does: the envelope (its modelname is the path's) and a raw image.
     one = requests.post(f"{stack.url}/invocations", json={"modelname": "bert_base", **TEXT}, timeout=60)
     assert invoke(mme, "bert", json=TEXT).json() == one.json()
+    # /invocations with the TargetModel header, as boto3 sends it to a local stack, answers the same.
+    r = requests.post(f"{mme.url}/invocations", json=TEXT, timeout=60, headers={"X-Amzn-SageMaker-Target-Model": "bert"})
+    assert r.json() == one.json()
     photo = real_photos()["dog.jpg"]
     one = requests.post(f"{stack.url}/invocations", data=photo, timeout=60,
                         headers={"Content-Type": "image/jpeg", "X-Amzn-SageMaker-Custom-Attributes": "modelname=resnet"})
@@ -135,6 +141,15 @@ def test_three_models_load_list_and_answer(mme, stack, urls, repository):
         assert float(np.max(np.abs(got - expected[outputs[0]]))) == 0
     r = invoke(mme, "plain", data=photo, headers={"Content-Type": "image/jpeg"})
     assert r.status_code == 400 and "without a model.toml" in r.json()["error"]["message"]
+
+
+def test_invoke_py_target_model_calls_a_loaded_model(mme, tmp_path):
+    photo = tmp_path / "dog.jpg"
+    photo.write_bytes(real_photos()["dog.jpg"])
+    run = subprocess.run([sys.executable, "-m", "scripts.invoke", "--endpoint-url", mme.url, "--target-model", "resnet",
+                          f"resnet={photo}"], capture_output=True, text=True, timeout=120, cwd=PROJECT_ROOT)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "resnet (version 1):" in run.stdout
 
 
 def test_a_repeated_load_is_409_and_a_load_past_the_memory_bound_507(mme, urls):

@@ -74,7 +74,9 @@ def test_the_built_test_repository_is_valid(repository, tmp_path):
     assert {f.parts[0] for f in files} == {"resnet", "yolov5", "bert_base", "resnet_preprocess", "resnet_pipeline",
                                            "yolov5_preprocess", "yolov5_postprocess", "yolov5_pipeline"}
     output = tmp_path / "model.tar.gz"
-    package_models.write_tarball(repository, files, output, log=lambda line: None)
+    # bert_base's 0.4 GB of random weights would take most of a minute to gzip, and add nothing here
+    images = [f for f in files if f.parts[0] != "bert_base"]
+    package_models.write_tarball(repository, images, output, log=lambda line: None)
     members = package_models.check_tarball(output)
     assert "resnet_pipeline/1" in members  # an ensemble's empty version folder, which Triton needs
     assert "yolov5_preprocess/1/model.py" in members

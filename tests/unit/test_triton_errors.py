@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import json
 import socket
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import grpc
 import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from app.core.errors import InferenceTimeout, InvalidInput, ModelNotReady, TritonUnavailable, UnknownModel
+from app.core.errors import (
+    InferenceTimeout,
+    InsufficientMemory,
+    InvalidInput,
+    ModelNotReady,
+    TritonUnavailable,
+    UnknownModel,
+)
 from clients import triton as triton_module
-from clients.kserve import refusal
+from clients.kserve import TritonHttp, refusal
 from clients.triton import CHANNEL_ARGS, HARD_STOP_GRACE_S, TritonClient, translate_error
 from scripts.devtools import free_ports
 
@@ -212,3 +222,43 @@ def test_kserve_refusals_become_the_routers_errors():
     assert isinstance(refusal(404, "Request for unknown model: 'nope' is not found", "nope"), UnknownModel)
     shape = refusal(400, "unexpected shape for input 'input' for model 'resnet'", "resnet")
     assert isinstance(shape, InvalidInput) and "unexpected shape" in shape.message
+
+
+class _Repository(BaseHTTPRequestHandler):
+    """Triton's repository endpoint, answering every load with the message it is given."""
+
+    answers: dict[str, tuple[int, str]] = {}
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        status, message = self.answers.get(self.path, (200, ""))
+        body = json.dumps({"error": message} if status != 200 else {}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("message", "expected", "status"), [
+    ("load failed for model 'big': version 1 is at UNAVAILABLE state: Internal: onnx runtime error 6: "
+     "Exception during initialization: bad_alloc", InsufficientMemory, 507),
+    ("failed to load 'big': CUDA out of memory. Tried to allocate 2.00 GiB", InsufficientMemory, 507),
+    ("failed to load 'big', failed to poll from model repository", InvalidInput, 400),
+])
+def test_a_failed_load_for_want_of_memory_is_a_507(message, expected, status):
+    _Repository.answers = {"/v2/repository/models/big/load": (400, message)}
+    server = HTTPServer(("127.0.0.1", 0), _Repository)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        triton = TritonHttp(f"127.0.0.1:{server.server_address[1]}", timeout_s=5)
+        triton.load("small", timeout_s=5)  # 200: loaded
+        with pytest.raises(expected) as raised:
+            triton.load("big", timeout_s=5)
+        assert raised.value.status == status and message in raised.value.message
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -80,6 +80,15 @@ def test_one_access_line_per_request_without_the_payload(client, caplog):
     assert line["request_id"] == "trace-me" and line["model"] == "resnet" and line["status"] == 200
     assert {"duration_ms", "preprocess_ms", "triton_ms", "postprocess_ms"} <= set(line)
     assert secret[:40] not in json.dumps(line)
+    assert "target_model" not in line
+
+
+def test_the_access_line_names_sagemakers_target_model(client, caplog):
+    with caplog.at_level(logging.INFO, logger="app.access"):
+        client.post("/invocations", json={"modelname": "resnet", "payload": {"img": jpeg()}},
+                    headers={"X-Amzn-SageMaker-Target-Model": "resnet-v2.tar.gz"})
+    lines = [json.loads(JsonFormatter().format(r)) for r in caplog.records if r.name == "app.access"]
+    assert [line["target_model"] for line in lines] == ["resnet-v2.tar.gz"]
 
 
 def test_a_bug_logs_its_traceback_once_with_the_request_id(client, triton, caplog):

@@ -75,6 +75,7 @@ class Record:
     spec_folder: str | None = None  # the linked folder holding model.toml; None: a plain Triton model
     size_bytes: int = 0
     since: float = 0.0
+    pid: int = 0  # the worker that loads it: a claim whose worker died is taken over
 
     def listing(self) -> dict[str, str]:
         """The contract's description of a loaded model."""
@@ -161,6 +162,18 @@ def memory_refusal(name: str, need: int, loaded: int, limit: int, available: int
     return None
 
 
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class ModelStore:
     """The records of loaded models under ``root/loaded`` and Triton's repository ``root/repository``."""
 
@@ -188,17 +201,23 @@ class ModelStore:
         return self.records / f"{self._key(name)}.lock"
 
     def claim(self, name: str, url: str) -> Record:
-        """The record of a load about to start; 409 when the name is loaded or being loaded."""
-        record = Record(model_name=name, url=url, since=time.time())
-        try:
-            fd = os.open(self._record_path(name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            current = self.get(name)
-            state = current.state if current else LOADING
-            raise ModelAlreadyLoaded(f"model {name!r} is {'already loaded' if state == LOADED else state}") from None
-        with os.fdopen(fd, "w") as f:
-            json.dump(asdict(record), f)
-        return record
+        """The record of a load about to start; 409 when the name is loaded or being loaded (by a
+        worker still alive: the claim of a worker killed during its load is taken over)."""
+        record = Record(model_name=name, url=url, since=time.time(), pid=os.getpid())
+        for attempt in range(2):
+            try:
+                fd = os.open(self._record_path(name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                current = self.get(name)
+                state = current.state if current else LOADING
+                if attempt == 0 and current is not None and state == LOADING and not _alive(current.pid):
+                    self.forget(name)
+                    continue
+                raise ModelAlreadyLoaded(f"model {name!r} is {'already loaded' if state == LOADED else state}") from None
+            with os.fdopen(fd, "w") as f:
+                json.dump(asdict(record), f)
+            return record
+        raise ModelAlreadyLoaded(f"model {name!r} is loading")
 
     def save(self, record: Record) -> Record:
         path = self._record_path(record.model_name)

@@ -4,6 +4,7 @@ of two loads of a name win, the memory check, and the hold that makes an unload 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import threading
 import time
 from pathlib import Path
@@ -86,28 +87,32 @@ def test_the_memory_check():
     assert memory_refusal("m", 30 * MIB, 0, 0, None) is None  # no limit, no /proc/meminfo: nothing to check
 
 
-def _claim(root: str, name: str, results) -> None:
+def _claim(root: str, name: str, results, release=None) -> None:
+    """A worker's load: its claim, then (a live worker) waiting until ``release`` is set."""
     try:
         ModelStore(Path(root)).claim(name, "/u")
         results.put("won")
     except errors.ModelAlreadyLoaded:
         results.put("409")
+    if release is not None:
+        release.wait(10)
 
 
 def test_of_loads_of_one_name_in_several_processes_exactly_one_wins(tmp_path):
     store = ModelStore(tmp_path).create()
-    results = multiprocessing.get_context("fork").Queue()
-    workers = [multiprocessing.get_context("fork").Process(target=_claim, args=(str(tmp_path), "m", results))
-               for _ in range(6)]
+    fork = multiprocessing.get_context("fork")
+    results, release = fork.Queue(), fork.Event()
+    workers = [fork.Process(target=_claim, args=(str(tmp_path), "m", results, release)) for _ in range(6)]
     for worker in workers:
         worker.start()
-    for worker in workers:
-        worker.join(10)
-    outcomes = sorted(results.get(timeout=5) for _ in workers)
+    outcomes = sorted(results.get(timeout=10) for _ in workers)
     assert outcomes == ["409"] * 5 + ["won"]
     assert store.get("m").state == "loading"
-    with pytest.raises(errors.ModelAlreadyLoaded, match="'m' is loading"):
+    with pytest.raises(errors.ModelAlreadyLoaded, match="'m' is loading"):  # the winner is still at it
         store.claim("m", "/u")
+    release.set()
+    for worker in workers:
+        worker.join(10)
 
 
 def test_an_unload_waits_for_the_requests_holding_the_model(tmp_path):
@@ -138,3 +143,15 @@ def test_an_unload_waits_for_the_requests_holding_the_model(tmp_path):
         with store.serving("m"):
             pass
     assert store.all() == []
+
+
+def test_the_claim_of_a_worker_killed_during_its_load_is_taken_over(tmp_path):
+    store = ModelStore(tmp_path).create()
+    dead = multiprocessing.get_context("fork").Process(target=_claim, args=(str(tmp_path), "m", multiprocessing.Queue()))
+    dead.start()
+    dead.join(10)
+    assert store.get("m").state == "loading" and store.get("m").pid == dead.pid  # its worker is gone
+    record = store.claim("m", "/v")
+    assert (record.url, record.pid) == ("/v", os.getpid())
+    with pytest.raises(errors.ModelAlreadyLoaded, match="'m' is loading"):  # a live worker's claim holds
+        store.claim("m", "/w")

@@ -130,24 +130,32 @@ def run_batches(url: str, batches: Sequence[Batch], concurrency: int, timeout: f
     progress = Progress(sum(len(b.lines) for b in batches), len(batches), stream)
     answers: dict[int, bytes] = {}
     failures: dict[int, BaseException] = {}
+    waiting = iter(enumerate(batches))
     with requests.Session() as session, ThreadPoolExecutor(max_workers=concurrency) as pool:
         session.mount("http://", requests.adapters.HTTPAdapter(pool_maxsize=concurrency))
-        pending = {pool.submit(post_batch, session, url, batch, timeout): i for i, batch in enumerate(batches)}
+        pending: dict = {}
+
+        def send_more() -> None:
+            """Up to ``concurrency`` batches in flight; none sent once one has failed."""
+            while len(pending) < concurrency and not failures:
+                index, batch = next(waiting, (None, None))
+                if batch is None:
+                    return
+                pending[pool.submit(post_batch, session, url, batch, timeout)] = index
+
+        send_more()
         try:
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
                     index = pending.pop(future)
-                    if future.cancelled():
-                        continue
                     if future.exception() is None:
                         answers[index] = future.result()
                     else:
-                        failures[index] = future.exception()
-                        for other in pending:  # send nothing more; what is in flight finishes
-                            other.cancel()
+                        failures[index] = future.exception()  # what is in flight finishes; nothing more goes
+                send_more()
                 progress.update(sum(len(batches[i].lines) for i in answers), len(answers), final=not pending)
-        finally:  # Ctrl-C too
+        finally:  # Ctrl-C: what is in flight finishes, nothing more is sent
             for future in pending:
                 future.cancel()
     refused = [str(failures[i]) for i in sorted(failures) if isinstance(failures[i], JobFailed)]

@@ -286,3 +286,13 @@ def test_every_refused_batch_is_reported_in_the_files_order(container, tmp_path,
     assert status == 1
     reported = [line for line in err.splitlines() if line.startswith("batch_local: line ")]
     assert reported == [f"batch_local: line {n}: modelname broken is refused (400 invalid_input)" for n in (9, 52)]
+
+
+def test_after_a_refusal_no_further_batch_is_sent(container, tmp_path, capsys):
+    records = envelopes(60)
+    records[2]["modelname"] = "broken"  # in the first batch
+    fake = container()
+    status, _, err = run(capsys, write_jsonl(tmp_path / "in.jsonl", records), tmp_path / "out.jsonl",
+                         "--endpoint-url", fake.url, "--max-payload-mb", 600 / MIB, "--concurrency", 1)
+    assert status == 1 and "batch_local: line 3: modelname broken is refused" in err
+    assert len(fake.sizes) == 1  # one at a time: the batches after the refused one never left

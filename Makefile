@@ -12,7 +12,7 @@ TARGET ?= python
 WEIGHTS ?= pretrained
 # The test suite builds its own repository with seeded random weights and leaves models/ alone.
 TEST_REPOSITORY ?= build/test-models
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= --durations=15
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 

@@ -95,10 +95,10 @@ def test_ping_is_healthy_with_nothing_loaded(mme):
 
 def test_two_concurrent_loads_of_one_name_one_wins(mme, urls):
     with ThreadPoolExecutor(2) as pool:
-        answers = list(pool.map(lambda _: load(mme, "detector", urls["yolov5"]), range(2)))
+        answers = list(pool.map(lambda _: load(mme, "plain", urls["plain"]), range(2)))
     assert sorted(r.status_code for r in answers) == [200, 409], [r.text for r in answers]
     assert next(r for r in answers if r.status_code == 409).json()["error"]["code"] == "model_already_loaded"
-    assert requests.delete(f"{mme.url}/models/detector", timeout=120).status_code == 200
+    assert requests.delete(f"{mme.url}/models/plain", timeout=120).status_code == 200
     assert requests.get(f"{mme.url}/models", timeout=5).json() == {"models": []}
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -100,10 +101,8 @@ class MultiModel:
                         "model names must differ between the models loaded together",
                     ) from None
                 linked.append(link)
-            record = self.store.save(Record(
-                model_name=name, url=url, folders=layout.folders, entry=layout.entry,
-                spec_folder=layout.spec_folder, size_bytes=layout.size_bytes, since=record.since,
-            ))
+            record = self.store.save(replace(record, folders=layout.folders, entry=layout.entry,
+                                             spec_folder=layout.spec_folder, size_bytes=layout.size_bytes))
             for triton_name in layout.folders:
                 self.kserve.load(triton_name, self.settings.server_timeout_s)
                 loaded.append(triton_name)

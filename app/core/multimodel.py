@@ -201,8 +201,8 @@ class ModelStore:
         return self.records / f"{self._key(name)}.lock"
 
     def claim(self, name: str, url: str) -> Record:
-        """The record of a load about to start; 409 when the name is loaded or being loaded (by a
-        worker still alive: the claim of a worker killed during its load is taken over)."""
+        """The record of a load about to start; 409 when the name is loaded, or being loaded or
+        unloaded by a worker still alive (what a worker killed meanwhile left is cleared first)."""
         record = Record(model_name=name, url=url, since=time.time(), pid=os.getpid())
         for attempt in range(2):
             try:
@@ -210,8 +210,8 @@ class ModelStore:
             except FileExistsError:
                 current = self.get(name)
                 state = current.state if current else LOADING
-                if attempt == 0 and current is not None and state == LOADING and not _alive(current.pid):
-                    self.forget(name)
+                if attempt == 0 and current is not None and state != LOADED and not _alive(current.pid):
+                    self._clear(current)
                     continue
                 raise ModelAlreadyLoaded(f"model {name!r} is {'already loaded' if state == LOADED else state}") from None
             with os.fdopen(fd, "w") as f:
@@ -227,7 +227,8 @@ class ModelStore:
         return record
 
     def set_state(self, record: Record, state: str) -> Record:
-        return self.save(replace(record, state=state))
+        """The record in its new state, held by this worker (a load's or an unload's)."""
+        return self.save(replace(record, state=state, pid=os.getpid()))
 
     def get(self, name: str) -> Record | None:
         try:
@@ -244,6 +245,14 @@ class ModelStore:
 
     def loaded(self) -> list[Record]:
         return [record for record in self.all() if record.state == LOADED]
+
+    def _clear(self, record: Record) -> None:
+        """A dead worker's unfinished load or unload: its links and its record."""
+        for triton_name in record.folders:
+            link = self.repository / triton_name
+            if link.is_symlink():
+                link.unlink()
+        self.forget(record.model_name)
 
     def forget(self, name: str) -> None:
         for path in (self._record_path(name), self._lock_path(name)):

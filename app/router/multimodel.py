@@ -31,6 +31,7 @@ from flask import Flask, Response, g, request
 from app.core.errors import ApiError, InvalidInput, NotFound, TritonUnavailable
 from app.core.multimodel import (
     LOADED,
+    UNLOADING,
     BadLayout,
     Layout,
     ModelStore,
@@ -137,11 +138,15 @@ class MultiModel:
         record = self.store.get(name)
         if record is None or record.state != LOADED:
             raise NotFound(f"model {name!r} is not loaded")
-        record = self.store.set_state(record, "unloading")  # from here on, its requests get 404
+        self.store.set_state(record, UNLOADING)  # from here on, its requests get 404
         with self.store.draining(name, self.settings.server_timeout_s + 5):
-            for triton_name in reversed(list(record.folders)):  # the ensemble first, then its steps
-                self.kserve.unload(triton_name)
-            self._wait_unloaded(list(record.folders))
+            try:
+                for triton_name in reversed(list(record.folders)):  # the ensemble first, then its steps
+                    self.kserve.unload(triton_name)
+                self._wait_unloaded(list(record.folders))
+            except ApiError:
+                self.store.save(record)  # still loaded as far as SageMaker can tell: it may try again
+                raise
             for triton_name in record.folders:
                 (self.store.repository / triton_name).unlink(missing_ok=True)
             self.store.forget(name)

@@ -4,6 +4,7 @@ until told, to see what a second load of the name meets meanwhile and what a fai
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -70,3 +71,33 @@ def test_a_load_triton_refuses_leaves_nothing_behind(tmp_path, plain_model):
     assert models.store.all() == [] and list(models.store.repository.iterdir()) == []
     triton.fail = None
     assert models.load("m", str(plain_model)).state == "loaded"  # SageMaker's retry after unloading others
+
+
+def test_an_unload_triton_fails_leaves_the_model_loaded(tmp_path, plain_model):
+    triton = SlowTriton()
+    triton.go.set()
+    models = MultiModel(Settings(multi_model=True, multi_model_dir=tmp_path / "state"), None, triton)
+    models.store.create()
+    models.load("m", str(plain_model))
+
+    def refuse(name: str) -> None:
+        raise errors.TritonUnavailable("Triton cannot be reached")
+
+    triton.unload = refuse
+    with pytest.raises(errors.TritonUnavailable):
+        models.unload("m")
+    assert models.store.get("m").state == "loaded"  # SageMaker may send the DELETE again
+    del triton.unload  # the class's own again
+    models.unload("m")
+    assert models.store.all() == [] and list(models.store.repository.iterdir()) == []
+
+
+def test_what_a_worker_killed_during_an_unload_left_is_cleared_by_the_next_load(tmp_path, plain_model):
+    triton = SlowTriton()
+    triton.go.set()
+    models = MultiModel(Settings(multi_model=True, multi_model_dir=tmp_path / "state"), None, triton)
+    models.store.create()
+    record = models.load("m", str(plain_model))
+    models.store.save(replace(record, state="unloading", pid=2**22 + 12345))  # no such process
+    assert models.load("m", str(plain_model)).state == "loaded"
+    assert [r.model_name for r in models.store.all()] == ["m"]

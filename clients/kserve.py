@@ -124,14 +124,3 @@ class TritonHttp:
                                      self.timeout_s, f"unloading {model!r}")
         if status != 200:
             raise TritonUnavailable(f"Triton could not unload {model!r}: {error_message(data)}")
-
-    def states(self) -> dict[str, str]:
-        """Every model of the repository index with its state (READY, UNAVAILABLE, UNLOADING, ...)."""
-        status, data, _ = self._post("/v2/repository/index", b"{}", JSON_HEADERS, self.timeout_s, "Triton")
-        if status != 200:
-            raise TritonUnavailable(f"Triton's repository index failed ({status}): {error_message(data)}")
-        states: dict[str, str] = {}
-        for entry in json.loads(data):
-            if states.get(entry["name"]) != "READY":
-                states[entry["name"]] = entry.get("state") or "UNAVAILABLE"
-        return states

@@ -24,11 +24,12 @@ import os
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from flask import Flask, Response, g, request
 
 from app.core.errors import ApiError, InvalidInput, NotFound, TritonUnavailable
+from app.core.health import Readiness
 from app.core.multimodel import (
     LOADED,
     UNLOADING,
@@ -57,10 +58,14 @@ UNLOAD_POLL_S = 0.1
 Answer = Callable[[Callable[[Any], ModelClient], str], Response]
 
 
+class TritonRepository(Triton, Readiness, Protocol):
+    """Inference for the clients, and the repository index an unload waits on (``TritonClient``)."""
+
+
 class MultiModel:
     """The loaded models as this worker sees them: the shared records, and its own clients."""
 
-    def __init__(self, settings: Settings, triton: Triton, kserve: TritonHttp) -> None:
+    def __init__(self, settings: Settings, triton: TritonRepository, kserve: TritonHttp) -> None:
         self.settings, self.triton, self.kserve = settings, triton, kserve
         self.store = ModelStore(settings.multi_model_dir)
         self._clients: dict[str, tuple[float, ModelClient]] = {}
@@ -170,7 +175,7 @@ class MultiModel:
         """Triton unloads in the background: wait until none of ``names`` is READY or UNLOADING."""
         deadline = time.monotonic() + self.settings.server_timeout_s
         while time.monotonic() < deadline:
-            states = self.kserve.states()
+            states = self.triton.model_states()
             if not any(states.get(n) in ("READY", "UNLOADING") for n in names):
                 return
             time.sleep(UNLOAD_POLL_S)
@@ -192,7 +197,8 @@ def _page(records: list[Record], token: str, size: str) -> dict[str, Any]:
     return page
 
 
-def register(app: Flask, settings: Settings, triton: Triton, kserve: TritonHttp, answer: Answer) -> MultiModel | None:
+def register(app: Flask, settings: Settings, triton: TritonRepository, kserve: TritonHttp,
+             answer: Answer) -> MultiModel | None:
     """The ``/models`` routes: SageMaker's API in multi-model mode, a 404 that says how to turn it on otherwise."""
     if not settings.multi_model:
         @app.route("/models", methods=["GET", "POST"])

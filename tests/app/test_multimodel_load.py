@@ -15,7 +15,7 @@ from app.router.multimodel import MultiModel
 
 
 class SlowTriton:
-    """Triton's repository calls: each load waits for ``go``; ``fail`` makes them refuse."""
+    """Triton's repository calls and index: each load waits for ``go``; ``fail`` makes them refuse."""
 
     def __init__(self) -> None:
         self.go, self.started = threading.Event(), threading.Event()
@@ -32,7 +32,7 @@ class SlowTriton:
     def unload(self, name: str) -> None:
         self.loaded.remove(name)
 
-    def states(self) -> dict[str, str]:
+    def model_states(self) -> dict[str, str]:
         return {name: "READY" for name in self.loaded}
 
 
@@ -47,7 +47,7 @@ def plain_model(tmp_path: Path) -> Path:
 
 def test_a_second_load_of_a_name_meets_409_for_the_whole_first_load(tmp_path, plain_model):
     triton = SlowTriton()
-    models = MultiModel(Settings(multi_model=True, multi_model_dir=tmp_path / "state"), None, triton)
+    models = MultiModel(Settings(multi_model=True, multi_model_dir=tmp_path / "state"), triton, triton)
     models.store.create()
     first = threading.Thread(target=models.load, args=("m", str(plain_model)))
     first.start()
@@ -64,7 +64,7 @@ def test_a_load_triton_refuses_leaves_nothing_behind(tmp_path, plain_model):
     triton = SlowTriton()
     triton.go.set()
     triton.fail = errors.InsufficientMemory("Triton could not load 'plain' for want of memory: out of memory")
-    models = MultiModel(Settings(multi_model=True, multi_model_dir=tmp_path / "state"), None, triton)
+    models = MultiModel(Settings(multi_model=True, multi_model_dir=tmp_path / "state"), triton, triton)
     models.store.create()
     with pytest.raises(errors.InsufficientMemory):
         models.load("m", str(plain_model))
@@ -76,7 +76,7 @@ def test_a_load_triton_refuses_leaves_nothing_behind(tmp_path, plain_model):
 def test_an_unload_triton_fails_leaves_the_model_loaded(tmp_path, plain_model):
     triton = SlowTriton()
     triton.go.set()
-    models = MultiModel(Settings(multi_model=True, multi_model_dir=tmp_path / "state"), None, triton)
+    models = MultiModel(Settings(multi_model=True, multi_model_dir=tmp_path / "state"), triton, triton)
     models.store.create()
     models.load("m", str(plain_model))
 
@@ -95,7 +95,7 @@ def test_an_unload_triton_fails_leaves_the_model_loaded(tmp_path, plain_model):
 def test_what_a_worker_killed_during_an_unload_left_is_cleared_by_the_next_load(tmp_path, plain_model):
     triton = SlowTriton()
     triton.go.set()
-    models = MultiModel(Settings(multi_model=True, multi_model_dir=tmp_path / "state"), None, triton)
+    models = MultiModel(Settings(multi_model=True, multi_model_dir=tmp_path / "state"), triton, triton)
     models.store.create()
     record = models.load("m", str(plain_model))
     models.store.save(replace(record, state="unloading", pid=2**22 + 12345))  # no such process

@@ -152,11 +152,11 @@ class ModelClient(ABC, Generic[Context]):
         self.settings = settings
         self.output_names = tuple(t.name for t in spec.outputs)
         self.pipeline = spec.pipeline
-        self.triton_models = triton_models(spec.name, spec.pipeline)  # what must be READY in Triton for this model
+        self.triton_models = triton_models(spec.triton_name, spec.pipeline)  # what must be READY in Triton for this model
         self.configure()
         limits = self.option_limits()
         self.options: dict[str, Option] = {o.name: self._bounded(o, limits) for o in self.OPTIONS}
-        self.routes = {ROUTER: Route(self.name, spec.inputs, spec.outputs, self.preprocess, self.postprocess)}
+        self.routes = {ROUTER: Route(spec.triton_name, spec.inputs, spec.outputs, self.preprocess, self.postprocess)}
         if self.pipeline == TRITON:
             self.routes[TRITON] = self.pipeline_route()
 

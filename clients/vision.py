@@ -141,7 +141,7 @@ class ImageClient(ModelClient[Any]):
         return self.spec.outputs
 
     def pipeline_route(self) -> Route:
-        return Route(ensemble_model(self.name), self.pipeline_inputs(), self.pipeline_outputs(),
+        return Route(ensemble_model(self.spec.triton_name), self.pipeline_inputs(), self.pipeline_outputs(),
                      self.pipeline_preprocess, self.pipeline_postprocess)
 
     def pipeline_preprocess(self, item: Any, where: str, options: Mapping[str, Any]

@@ -4,8 +4,10 @@ router's worker processes through files.
 SageMaker's loader calls ``POST /models {"model_name", "url"}`` on one worker and invokes the
 model on any other, so the state lives on disk under ``MULTI_MODEL_DIR``:
 
-- ``repository/``: Triton's model repository (explicit model control). A load links the model's
-  folders here under their Triton names; Triton then loads them by name.
+- ``repository/``: Triton's model repository (explicit model control). A load puts each of the
+  model's folders here under a name of its own (``triton_names``: the folder's name behind a
+  prefix made from the model's name, so that two archives holding a ``resnet/`` load side by
+  side): a folder of links to the files, with the ``config.pbtxt`` renamed (``app.core.pbtxt``).
 - ``loaded/<key>.json``: one record per model name (``key`` is a hash of the name), created with
   ``O_EXCL`` so that of two concurrent loads of one name exactly one wins; its ``state`` is
   ``loading``, ``loaded`` or ``unloading``.
@@ -24,20 +26,21 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Iterator
 
+from app.core import pbtxt
 from app.core.errors import InsufficientMemory, ModelAlreadyLoaded, UnknownModel
 from app.core.spec import SPEC_FILE
 
 CONFIG_FILE = "config.pbtxt"
 LOADING, LOADED, UNLOADING = "loading", "loaded", "unloading"
-_NAME = re.compile(r'^\s*name\s*:\s*"([^"]+)"', re.M)
-_ENSEMBLE = re.compile(r'^\s*platform\s*:\s*"ensemble"', re.M)
-_STEP_MODEL = re.compile(r'\bmodel_name\s*:\s*"([^"]+)"')
 TRITON_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+PREFIX_END = "--"
 MIB = 1024 * 1024
 
 
@@ -105,18 +108,22 @@ def inspect_url(url: str, model_name: str) -> Layout:
     folders = _model_folders(path)
     if not folders:
         raise NoModelThere(f"url {url!r} holds no model: no {CONFIG_FILE} in it or in its folders")
-    configs = {folder: (folder / CONFIG_FILE).read_text(errors="replace") for folder in folders}
+    configs: dict[Path, pbtxt.Message] = {}
+    for folder in folders:
+        try:
+            configs[folder] = pbtxt.parse((folder / CONFIG_FILE).read_text(errors="replace"))
+        except pbtxt.PbtxtError as error:
+            raise BadLayout(f"{folder / CONFIG_FILE} cannot be read: {error}") from None
     names: dict[str, Path] = {}
-    for folder, text in configs.items():
-        found = _NAME.search(text)
-        name = found.group(1) if found else (folder.name if folder != path else model_name)
+    for folder, config in configs.items():
+        name = config.string("name") or (folder.name if folder != path else model_name)
         if not TRITON_NAME.fullmatch(name):
             raise BadLayout(f"{folder}: {name!r} cannot name a Triton model (letters, digits, _ . - only)")
         if name in names:
             raise BadLayout(f"url {url!r} holds two models named {name!r}")
         names[name] = folder
-    ensembles = {name for name, folder in names.items() if _ENSEMBLE.search(configs[folder])}
-    steps = {step for name in ensembles for step in _STEP_MODEL.findall(configs[names[name]])}
+    ensembles = {name for name, folder in names.items() if pbtxt.is_ensemble(configs[folder])}
+    steps = {step for name in ensembles for step in pbtxt.step_models(configs[names[name]])}
     tops = sorted(set(names) - steps)
     if len(tops) != 1:
         raise BadLayout(
@@ -133,6 +140,29 @@ def inspect_url(url: str, model_name: str) -> Layout:
         spec_folder=specs[0] if specs else None,
         size_bytes=sum(_files_size(folder) for folder in folders),
     )
+
+
+def triton_prefix(model_name: str) -> str:
+    """What goes before the Triton names of a model's folders: its name made safe for Triton
+    (shortened), a hash of the whole name (two names never share it), ``--``."""
+    digest = hashlib.sha256(model_name.encode()).hexdigest()[:8]
+    return f"{_UNSAFE.sub('_', model_name)[:40]}.{digest}{PREFIX_END}"
+
+
+def triton_names(layout: Layout, model_name: str) -> Layout:
+    """``layout`` with every Triton name (folders, entry, the model.toml folder) behind the model's prefix."""
+    prefix = triton_prefix(model_name)
+    return replace(
+        layout,
+        folders={prefix + name: folder for name, folder in layout.folders.items()},
+        entry=prefix + layout.entry,
+        spec_folder=prefix + layout.spec_folder if layout.spec_folder else None,
+    )
+
+
+def own_name(triton_name: str, model_name: str) -> str:
+    """The name a folder of ``model_name`` has in its archive, from its Triton name (``triton_names``)."""
+    return triton_name.removeprefix(triton_prefix(model_name))
 
 
 def available_memory() -> int | None:
@@ -186,10 +216,35 @@ class ModelStore:
         """Empty folders for a fresh start (Triton starts with nothing loaded)."""
         for folder in (self.repository, self.records):
             folder.mkdir(parents=True, exist_ok=True)
-            for item in folder.iterdir():
-                if item.is_symlink() or item.is_file():
-                    item.unlink()
+        for item in self.repository.iterdir():
+            self.unlink(item.name)
+        for item in self.records.iterdir():
+            item.unlink()
         return self
+
+    def link(self, triton_name: str, folder: str, names: dict[str, str]) -> None:
+        """``repository/<triton_name>``: links to the files of ``folder``, and its config.pbtxt
+        with the model names in ``names`` replaced (``pbtxt.rename``). ``FileExistsError`` when
+        the name is taken; what was made is removed if a step fails."""
+        target = self.repository / triton_name
+        target.mkdir()
+        try:
+            for entry in Path(folder).iterdir():
+                if entry.name == CONFIG_FILE:
+                    (target / CONFIG_FILE).write_text(pbtxt.rename(entry.read_text(errors="replace"), names))
+                else:
+                    (target / entry.name).symlink_to(entry.absolute(), target_is_directory=entry.is_dir())
+        except BaseException:
+            self.unlink(triton_name)
+            raise
+
+    def unlink(self, triton_name: str) -> None:
+        """What ``link`` made (nothing where there is nothing)."""
+        path = self.repository / triton_name
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.is_dir():
+            shutil.rmtree(path)
 
     def _key(self, name: str) -> str:
         return hashlib.sha256(name.encode()).hexdigest()[:32]
@@ -249,18 +304,12 @@ class ModelStore:
     def _clear(self, record: Record) -> None:
         """A dead worker's unfinished load or unload: its links and its record."""
         for triton_name in record.folders:
-            link = self.repository / triton_name
-            if link.is_symlink():
-                link.unlink()
+            self.unlink(triton_name)
         self.forget(record.model_name)
 
     def forget(self, name: str) -> None:
         for path in (self._record_path(name), self._lock_path(name)):
             path.unlink(missing_ok=True)
-
-    def owner_of(self, triton_name: str) -> str | None:
-        """The loaded (or loading) model whose Triton models include ``triton_name``."""
-        return next((r.model_name for r in self.all() if triton_name in r.folders), None)
 
     @contextlib.contextmanager
     def serving(self, name: str) -> Iterator[Record]:

@@ -64,6 +64,13 @@ class ModelSpec:
     pipeline: str = ROUTER  # where pre- and post-processing run: app.core.pipeline (TRITON or ROUTER)
     # A required model that is not ready makes /ping unhealthy; an optional one only answers 503 (app.core.health).
     required: bool = True
+    # The network's name in Triton (its pipeline's steps are named after it): the folder's name,
+    # which is ``name`` except where a multi-model endpoint loads the model under a name of its own.
+    triton_name: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.triton_name:
+            object.__setattr__(self, "triton_name", self.name)
 
     def file(self, relative: str) -> Path:
         """A file named in the spec, relative to the model's folder."""

@@ -1,7 +1,8 @@
 """SageMaker's multi-model container API, with ``SAGEMAKER_MULTI_MODEL=true``.
 
-- ``POST /models`` ``{"model_name", "url"}``: link the model's folders into Triton's repository,
-  load them (steps before ensembles) and register the model: 200; 409 when the name is loaded or
+- ``POST /models`` ``{"model_name", "url"}``: link the model's folders into Triton's repository
+  under names of its own (``app.core.multimodel.triton_names``: archives holding the same folder
+  names load side by side), load them (steps before ensembles) and register the model: 200; 409 when the name is loaded or
   being loaded; 404 when ``url`` holds no model; 400 for a bad layout or ``model.toml``; 507 when
   the instance has not the memory (checked before loading; Triton's out-of-memory failure too).
 - ``GET /models`` (``next_page_token``, ``max_results``), ``GET /models/<name>``.
@@ -20,10 +21,8 @@ worker keeps the clients it built, keyed by the load they belong to. A model fol
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from flask import Flask, Response, g, request
@@ -40,6 +39,8 @@ from app.core.multimodel import (
     available_memory,
     inspect_url,
     memory_refusal,
+    own_name,
+    triton_names,
 )
 from app.core.settings import MULTI_MODEL, Settings
 from app.core.spec import SpecError, load_spec
@@ -77,38 +78,32 @@ class MultiModel:
         cached = self._clients.get(record.model_name)
         if cached is None or cached[0] != record.since:
             spec = load_spec(self.store.repository / record.spec_folder)
+            spec = replace(spec, name=own_name(spec.name, record.model_name))  # its Triton name stays spec.triton_name
             cached = self._clients[record.model_name] = (record.since, make_client(spec, self.triton, self.settings))
         return cached[1]
 
     def load(self, name: str, url: str) -> Record:
         record = self.store.claim(name, url)  # 409 for the second of two loads of one name
-        linked: list[Path] = []
         loaded: list[str] = []
+        layout: Layout | None = None
         try:
             try:
-                layout = inspect_url(url, name)
+                found = inspect_url(url, name)
             except BadLayout as error:
                 raise InvalidInput(str(error)) from None
-            self._check_spec(layout)
+            self._check_spec(found)
             others = sum(r.size_bytes for r in self.store.all() if r.model_name != name)
-            refused = memory_refusal(name, layout.size_bytes, others, self.settings.model_memory_limit_bytes,
+            refused = memory_refusal(name, found.size_bytes, others, self.settings.model_memory_limit_bytes,
                                      available_memory())
             if refused is not None:
                 raise refused
-            for triton_name, folder in layout.folders.items():
-                link = self.store.repository / triton_name
-                try:
-                    os.symlink(folder, link, target_is_directory=True)
-                except FileExistsError:
-                    owner = self.store.owner_of(triton_name) or "another model"
-                    raise ApiError.for_status(
-                        409, "model_already_loaded",
-                        f"url {url!r} holds the Triton model {triton_name!r}, which {owner!r} has loaded: Triton "
-                        "model names must differ between the models loaded together",
-                    ) from None
-                linked.append(link)
+            layout = triton_names(found, name)
             record = self.store.save(replace(record, folders=layout.folders, entry=layout.entry,
                                              spec_folder=layout.spec_folder, size_bytes=layout.size_bytes))
+            renamed = dict(zip(found.folders, layout.folders))
+            for triton_name, folder in layout.folders.items():
+                self.store.unlink(triton_name)  # the name is this model's alone: only a killed load's leftovers
+                self.store.link(triton_name, folder, renamed)
             for triton_name in layout.folders:
                 self.kserve.load(triton_name, self.settings.server_timeout_s)
                 loaded.append(triton_name)
@@ -116,8 +111,8 @@ class MultiModel:
         except BaseException:
             for triton_name in reversed(loaded):
                 self._quietly_unload(triton_name)
-            for link in linked:
-                link.unlink(missing_ok=True)
+            for triton_name in layout.folders if layout else ():
+                self.store.unlink(triton_name)
             self.store.forget(name)
             raise
 
@@ -153,7 +148,7 @@ class MultiModel:
                 self.store.save(record)  # still loaded as far as SageMaker can tell: it may try again
                 raise
             for triton_name in record.folders:
-                (self.store.repository / triton_name).unlink(missing_ok=True)
+                self.store.unlink(triton_name)
             self.store.forget(name)
         self._clients.pop(name, None)
 

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from app.core import errors
+from app.core.multimodel import triton_prefix
+from app.core.pbtxt import parse
 from app.core.settings import Settings
 from app.router.multimodel import MultiModel
 
@@ -56,8 +58,7 @@ def test_a_second_load_of_a_name_meets_409_for_the_whole_first_load(tmp_path, pl
         models.load("m", str(plain_model))
     triton.go.set()
     first.join(10)
-    assert models.store.get("m").state == "loaded" and triton.loaded == ["plain"]
-    assert (models.store.repository / "plain").is_symlink()
+    assert models.store.get("m").state == "loaded" and triton.loaded == [triton_prefix("m") + "plain"]
 
 
 def test_a_load_triton_refuses_leaves_nothing_behind(tmp_path, plain_model):
@@ -101,3 +102,59 @@ def test_what_a_worker_killed_during_an_unload_left_is_cleared_by_the_next_load(
     models.store.save(replace(record, state="unloading", pid=2**22 + 12345))  # no such process
     assert models.load("m", str(plain_model)).state == "loaded"
     assert [r.model_name for r in models.store.all()] == ["m"]
+
+
+def test_two_archives_holding_one_folder_name_load_side_by_side_under_names_of_their_own(tmp_path):
+    """Two versions of one pipeline (both hold resnet/, resnet_preprocess/, resnet_pipeline/):
+    each folder goes into Triton's repository behind its model's prefix, its config renamed
+    (name, ensemble steps, the step's source_model), its files linked, nothing else changed."""
+    def pipeline(url: Path, weights: bytes) -> Path:
+        for name in ("resnet", "resnet_preprocess", "resnet_pipeline"):
+            (url / name / "1").mkdir(parents=True)
+        (url / "resnet" / "config.pbtxt").write_text('name: "resnet"\nbackend: "onnxruntime"\n')
+        (url / "resnet" / "1" / "model.onnx").write_bytes(weights)
+        (url / "resnet_preprocess" / "config.pbtxt").write_text(
+            'name: "resnet_preprocess"\nbackend: "python"\n'
+            'parameters { key: "source_model" value { string_value: "resnet" } }\n'
+            'parameters { key: "step" value { string_value: "preprocess" } }\n')
+        (url / "resnet_pipeline" / "config.pbtxt").write_text(
+            'name: "resnet_pipeline"  # ours\nplatform: "ensemble"\ninput { name: "image" }\nensemble_scheduling {\n'
+            '  step { model_name: "resnet_preprocess" model_version: -1 }\n'
+            '  step { model_name: "resnet" model_version: -1 }\n}\n')
+        return url
+
+    triton = SlowTriton()
+    triton.go.set()
+    models = MultiModel(Settings(multi_model=True, multi_model_dir=tmp_path / "state"), triton, triton)
+    models.store.create()
+    for name, weights in (("v1", b"one"), ("v2", b"two")):
+        models.load(name, str(pipeline(tmp_path / name / "model", weights)))
+    assert [r.model_name for r in models.store.loaded()] == ["v1", "v2"]
+    for name, weights in (("v1", b"one"), ("v2", b"two")):
+        prefix = triton_prefix(name)
+        record = models.store.get(name)
+        assert list(record.folders) == [prefix + "resnet", prefix + "resnet_preprocess", prefix + "resnet_pipeline"]
+        assert record.entry == prefix + "resnet_pipeline" and triton.loaded.count(record.entry) == 1
+        folder = models.store.repository / record.entry
+        ensemble = parse((folder / "config.pbtxt").read_text())
+        assert ensemble.string("name") == prefix + "resnet_pipeline"
+        steps = [step.string("model_name") for s in ensemble.messages("ensemble_scheduling") for step in s.messages("step")]
+        assert steps == [prefix + "resnet_preprocess", prefix + "resnet"]
+        assert [i.string("name") for i in ensemble.messages("input")] == ["image"]  # tensors keep their names
+        assert "# ours" in (folder / "config.pbtxt").read_text()
+        step = parse((models.store.repository / (prefix + "resnet_preprocess") / "config.pbtxt").read_text())
+        values = {p.string("key"): next(p.messages("value")).string("string_value") for p in step.messages("parameters")}
+        assert values == {"source_model": prefix + "resnet", "step": "preprocess"}
+        assert (models.store.repository / (prefix + "resnet") / "1" / "model.onnx").read_bytes() == weights
+    models.unload("v1")
+    assert sorted(p.name for p in models.store.repository.iterdir()) == sorted(models.store.get("v2").folders)
+    assert (tmp_path / "v1" / "model" / "resnet" / "1" / "model.onnx").read_bytes() == b"one"  # the url untouched
+
+
+def test_a_config_that_is_not_protobuf_text_is_a_400_naming_the_file(tmp_path, plain_model):
+    (plain_model / "config.pbtxt").write_text('name: "plain"\ninput { name: "x"\n')
+    models = MultiModel(Settings(multi_model=True, multi_model_dir=tmp_path / "state"), SlowTriton(), SlowTriton())
+    models.store.create()
+    with pytest.raises(errors.InvalidInput, match="config.pbtxt cannot be read: a message is not closed"):
+        models.load("m", str(plain_model))
+    assert models.store.all() == []

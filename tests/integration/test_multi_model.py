@@ -3,8 +3,9 @@ real stack on :port, models loaded from folders laid out as SageMaker extracts m
 (/opt/ml/models/<hash>/model/...), invoked, listed and unloaded through the container API.
 
 Three models: bert_base (ours, its config.pbtxt at the top of ``url``), resnet (ours, an ensemble
-of three folders: the network, its preprocessing step and the pipeline), and ``classifier``, a plain
-Triton model without model.toml (resnet's network under another name), served through KServe v2.
+of three folders: the network, its preprocessing step and the pipeline), and ``plain``, a plain
+Triton model without model.toml (resnet's network folder as it is: the same Triton name as the
+network in resnet's archive, loaded beside it under a name of its own), served through KServe v2.
 Their answers are compared with the one-endpoint stack's (``stack``) and with Triton's own.
 The memory bound is set so that the three fit and a fourth (yolov5) does not.
 """
@@ -24,6 +25,7 @@ import numpy as np
 import pytest
 import requests
 
+from app.core.multimodel import triton_prefix
 from app.core.settings import PROJECT_ROOT
 from scripts.devtools import Stack
 from tests.references import real_photos
@@ -52,11 +54,8 @@ def urls(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     for folder in ("resnet", "resnet_preprocess", "resnet_pipeline"):
         link_copy(repository / folder, root / "resnet" / "model" / folder)
     made["resnet"] = root / "resnet" / "model"
-    plain = link_copy(repository / "resnet", root / "plain" / "model" / "classifier")
+    plain = link_copy(repository / "resnet", root / "plain" / "model" / "resnet")
     (plain / "model.toml").unlink()
-    config = (plain / "config.pbtxt").read_text().replace('name: "resnet"', 'name: "classifier"')
-    (plain / "config.pbtxt").unlink()  # a hard link: write a file of its own
-    (plain / "config.pbtxt").write_text(config)
     made["plain"] = root / "plain" / "model"
     for folder in ("yolov5", "yolov5_preprocess", "yolov5_postprocess", "yolov5_pipeline"):
         link_copy(repository / folder, root / "yolov5" / "model" / folder)
@@ -131,7 +130,7 @@ def test_three_models_load_list_and_answer(mme, stack, urls, repository):
 
     # The plain Triton model: v2 JSON and binary+json give Triton's own numbers.
     inputs, outputs = model_tensors(repository, "resnet")
-    expected = direct(mme, "classifier", inputs, outputs)
+    expected = direct(mme, triton_prefix("plain") + "resnet", inputs, outputs)  # Triton's name for it
     for binary in (False, True):
         body, json_size = v2_request(inputs, outputs, binary)
         r = post_v2(mme, body, json_size, path="/models/plain/invoke")
@@ -194,14 +193,14 @@ def test_bad_folders_are_404_and_400(mme, urls, tmp_path):
     r = load(mme, "empty", tmp_path / "empty" / "model")
     assert r.status_code == 404 and "no config.pbtxt" in r.json()["error"]["message"]
 
-    broken = link_copy(urls["plain"] / "classifier", tmp_path / "broken" / "model" / "classifier")
+    broken = link_copy(urls["plain"] / "resnet", tmp_path / "broken" / "model" / "classifier")
     spec = (urls["resnet"] / "resnet" / "model.toml").read_text()
     (broken / "model.toml").write_text("\n".join(line for line in spec.splitlines() if not line.startswith("family")))
     r = load(mme, "broken", tmp_path / "broken" / "model")
     assert r.status_code == 400 and "'family'" in r.json()["error"]["message"], r.text
 
     two = tmp_path / "two" / "model"
-    link_copy(urls["plain"] / "classifier", two / "classifier")
+    link_copy(urls["plain"] / "resnet", two / "classifier")
     link_copy(urls["bert"], two / "bert_base")
     r = load(mme, "two", two)
     assert r.status_code == 400 and "one Triton model, or one ensemble" in r.json()["error"]["message"]

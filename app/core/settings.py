@@ -35,6 +35,8 @@ MULTI_MODEL = "SAGEMAKER_MULTI_MODEL"
 MULTI_MODEL_DIR = "MULTI_MODEL_DIR"
 # Multi-model mode: the most bytes the loaded models' files may add up to (a load past it is a 507).
 MODEL_MEMORY_LIMIT = "MODEL_MEMORY_LIMIT_BYTES"
+# Multi-model mode: seconds a load (or an unload) may take; SageMaker waits up to 360 s for one.
+MODEL_LOAD_TIMEOUT = "MODEL_LOAD_TIMEOUT"
 ROUTER_THREADS = "MODEL_SERVER_THREADS"
 # Where gunicorn listens; `serve` sets a unix socket that only NGINX reaches.
 ROUTER_BIND = "GUNICORN_BIND"
@@ -52,6 +54,7 @@ TEST_MODEL_REPOSITORY = "TEST_MODEL_REPOSITORY"
 MIB = 1024 * 1024
 DEFAULT_MAX_BODY_BYTES = 6 * MIB  # SageMaker's real-time payload limit
 DEFAULT_SERVER_TIMEOUT_S = 60.0  # and its real-time deadline
+DEFAULT_LOAD_TIMEOUT_S = 360.0  # how long SageMaker waits for a multi-model endpoint's load
 # What SageMaker allows an asynchronous endpoint: the most either setting may be raised to.
 ASYNC_MAX_BODY_BYTES = 1024 * MIB
 ASYNC_MAX_TIMEOUT_S = 3600.0
@@ -150,12 +153,14 @@ ENV_FIELDS: Mapping[str, tuple[str, Callable[[str], Any]]] = {
     "multi_model": (MULTI_MODEL, flag),
     "multi_model_dir": (MULTI_MODEL_DIR, Path),
     "model_memory_limit_bytes": (MODEL_MEMORY_LIMIT, int),
+    "model_load_timeout_s": (MODEL_LOAD_TIMEOUT, float),
 }
 
 # Upper bounds of the fields that have one.
 ENV_MAXIMA: Mapping[str, float] = {
     "server_timeout_s": ASYNC_MAX_TIMEOUT_S,
     "max_body_bytes": ASYNC_MAX_BODY_BYTES,
+    "model_load_timeout_s": ASYNC_MAX_TIMEOUT_S,
 }
 
 
@@ -188,6 +193,7 @@ class Settings:
     multi_model: bool = False
     multi_model_dir: Path = Path("/tmp/multi-model")
     model_memory_limit_bytes: int = 0  # 0: only the memory the machine has available bounds a load
+    model_load_timeout_s: float = DEFAULT_LOAD_TIMEOUT_S
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":

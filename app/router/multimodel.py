@@ -27,7 +27,7 @@ from typing import Any, Callable, Protocol
 
 from flask import Flask, Response, g, request
 
-from app.core.errors import ApiError, InvalidInput, NotFound, TritonUnavailable
+from app.core.errors import ApiError, InferenceTimeout, InvalidInput, NotFound, TritonUnavailable
 from app.core.health import Readiness
 from app.core.multimodel import (
     LOADED,
@@ -42,7 +42,7 @@ from app.core.multimodel import (
     own_name,
     triton_names,
 )
-from app.core.settings import MULTI_MODEL, Settings
+from app.core.settings import MODEL_LOAD_TIMEOUT, MULTI_MODEL, Settings
 from app.core.spec import SpecError, load_spec
 from app.router.handlers import json_response
 from app.router.requests import TARGET_MODEL, parse_json_object
@@ -83,6 +83,7 @@ class MultiModel:
         return cached[1]
 
     def load(self, name: str, url: str) -> Record:
+        deadline = time.monotonic() + self.settings.model_load_timeout_s
         record = self.store.claim(name, url)  # 409 for the second of two loads of one name
         loaded: list[str] = []
         layout: Layout | None = None
@@ -105,7 +106,7 @@ class MultiModel:
                 self.store.unlink(triton_name)  # the name is this model's alone: only a killed load's leftovers
                 self.store.link(triton_name, folder, renamed)
             for triton_name in layout.folders:
-                self.kserve.load(triton_name, self.settings.server_timeout_s)
+                self._load_one(name, triton_name, deadline)
                 loaded.append(triton_name)
             return self.store.set_state(record, LOADED)
         except BaseException:
@@ -115,6 +116,18 @@ class MultiModel:
                 self.store.unlink(triton_name)
             self.store.forget(name)
             raise
+
+    def _load_one(self, name: str, triton_name: str, deadline: float) -> None:
+        """One of the model's Triton models, within what is left of MODEL_LOAD_TIMEOUT (a 504 past it)."""
+        late = InferenceTimeout(f"loading {name!r} did not finish within {self.settings.model_load_timeout_s:g} s: "
+                                f"raise {MODEL_LOAD_TIMEOUT} for models that take Triton longer to load")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise late
+        try:
+            self.kserve.load(triton_name, left)
+        except InferenceTimeout:
+            raise late from None
 
     def _check_spec(self, layout: Layout) -> None:
         """A model.toml that would not serve is a 400 naming the file and the key, before anything is loaded."""
@@ -168,14 +181,14 @@ class MultiModel:
 
     def _wait_unloaded(self, names: list[str]) -> None:
         """Triton unloads in the background: wait until none of ``names`` is READY or UNLOADING."""
-        deadline = time.monotonic() + self.settings.server_timeout_s
+        deadline = time.monotonic() + self.settings.model_load_timeout_s
         while time.monotonic() < deadline:
             states = self.triton.model_states()
             if not any(states.get(n) in ("READY", "UNLOADING") for n in names):
                 return
             time.sleep(UNLOAD_POLL_S)
         raise TritonUnavailable(f"Triton did not finish unloading {', '.join(names)} within "
-                                f"{self.settings.server_timeout_s:g} s")
+                                f"{self.settings.model_load_timeout_s:g} s ({MODEL_LOAD_TIMEOUT})")
 
 
 def _page(records: list[Record], token: str, size: str) -> dict[str, Any]:

@@ -30,13 +30,16 @@ def _return_text(text: str) -> str:
 
 def render_nginx_conf(template: str, *, port: int, runtime_dir: Path, router_socket: Path, ping_socket: Path,
                       proxy_timeout_s: float, drain_timeout_s: int, models: Sequence[str],
-                      max_body_bytes: int) -> str:
+                      max_body_bytes: int, load_timeout_s: float | None = None) -> str:
+    """nginx.conf with serve's values; ``load_timeout_s`` bounds the model API's loads and
+    unloads (``proxy_timeout_s`` when not given)."""
     values = {
         "PORT": str(port),
         "RUNTIME_DIR": str(runtime_dir),
         "ROUTER_SOCKET": str(router_socket),
         "PING_SOCKET": str(ping_socket),
         "PROXY_TIMEOUT": str(int(proxy_timeout_s)),
+        "LOAD_TIMEOUT": str(int(load_timeout_s if load_timeout_s is not None else proxy_timeout_s)),
         "DRAIN_TIMEOUT": str(drain_timeout_s),
         "MAX_BODY_BYTES": str(max_body_bytes),
         # Bodies up to the real-time limit stay in memory; larger ones (asynchronous endpoints)

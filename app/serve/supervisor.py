@@ -203,6 +203,8 @@ class Supervisor:
         conf.write_text(render_nginx_conf(
             NGINX_CONF.read_text(), port=settings.port, runtime_dir=runtime_dir, router_socket=socket_path,
             ping_socket=ping_socket, proxy_timeout_s=settings.server_timeout_s + 5,
+            # an unload waits for the requests in flight (MODEL_SERVER_TIMEOUT), then for Triton
+            load_timeout_s=settings.model_load_timeout_s + settings.server_timeout_s + 10,
             drain_timeout_s=DRAIN_TIMEOUT_S - 1, models=sorted(health().served), max_body_bytes=settings.max_body_bytes,
         ))
         nginx_argv = [nginx_binary, "-e", "stderr", "-p", str(runtime_dir), "-c", str(conf)]

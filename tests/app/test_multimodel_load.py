@@ -4,6 +4,7 @@ until told, to see what a second load of the name meets meanwhile and what a fai
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -158,3 +159,40 @@ def test_a_config_that_is_not_protobuf_text_is_a_400_naming_the_file(tmp_path, p
     with pytest.raises(errors.InvalidInput, match="config.pbtxt cannot be read: a message is not closed"):
         models.load("m", str(plain_model))
     assert models.store.all() == []
+
+
+def test_a_load_is_bounded_by_the_load_timeout_not_the_request_timeout(tmp_path):
+    """Each Triton load gets what is left of MODEL_LOAD_TIMEOUT; past it, a 504 naming the setting,
+    and what was loaded is unloaded."""
+    url = tmp_path / "url" / "model"
+    for name, config in (("net", 'name: "net"'), ("net_pipeline", 'name: "net_pipeline" platform: "ensemble" '
+                                                   'ensemble_scheduling { step { model_name: "net" } }')):
+        (url / name / "1").mkdir(parents=True)
+        (url / name / "config.pbtxt").write_text(config)
+
+    class Timed(SlowTriton):
+        def __init__(self, seconds: float) -> None:
+            super().__init__()
+            self.seconds, self.given = seconds, []
+            self.go.set()
+
+        def load(self, name: str, timeout_s: float) -> None:  # as clients.kserve's, which gives up at timeout_s
+            self.given.append(timeout_s)
+            time.sleep(min(self.seconds, timeout_s))
+            if self.seconds > timeout_s:
+                raise errors.InferenceTimeout(f"loading {name!r} did not answer within {timeout_s:g} s")
+            super().load(name, timeout_s)
+
+    triton = Timed(0.0)
+    settings = Settings(multi_model=True, multi_model_dir=tmp_path / "state", server_timeout_s=1.0, model_load_timeout_s=300)
+    models = MultiModel(settings, triton, triton)
+    models.store.create()
+    models.load("m", str(url))
+    assert len(triton.given) == 2 and all(299 < t <= 300 for t in triton.given)  # not the 1 s of a request
+    models.unload("m")
+
+    triton = Timed(0.6)
+    models = MultiModel(replace(settings, model_load_timeout_s=1.0), triton, triton)
+    with pytest.raises(errors.InferenceTimeout, match=r"loading 'm' did not finish within 1 s: raise MODEL_LOAD_TIMEOUT"):
+        models.load("m", str(url))
+    assert triton.loaded == [] and models.store.all() == [] and list(models.store.repository.iterdir()) == []

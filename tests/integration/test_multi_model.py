@@ -213,3 +213,22 @@ def test_bad_folders_are_404_and_400(mme, urls, tmp_path):
 def test_the_model_api_is_off_on_a_one_endpoint_stack(stack):
     r = requests.get(f"{stack.url}/models", timeout=5)
     assert r.status_code == 404 and "SAGEMAKER_MULTI_MODEL=true" in r.json()["error"]["message"]
+
+
+def test_a_load_may_take_longer_than_a_request(urls, tmp_path):
+    """Loads and unloads are bounded by MODEL_LOAD_TIMEOUT (360 s, SageMaker's wait), not by
+    MODEL_SERVER_TIMEOUT: with requests cut at 1 s, resnet's three folders (~5 s here) still load
+    through NGINX, and its requests are answered."""
+    started = Stack(tmp_path, env_extra={"SAGEMAKER_MULTI_MODEL": "true", "MULTI_MODEL_DIR": str(tmp_path / "state"),
+                                         "MODEL_SERVER_TIMEOUT": "1"}).start(tmp_path)
+    try:
+        started.wait_healthy()
+        begun = time.monotonic()
+        r = load(started, "resnet", urls["resnet"])
+        assert r.status_code == 200, r.text
+        assert time.monotonic() - begun > 1
+        r = invoke(started, "resnet", data=real_photos()["dog.jpg"], headers={"Content-Type": "image/jpeg"})
+        assert r.status_code == 200, r.text
+        assert requests.delete(f"{started.url}/models/resnet", timeout=120).status_code == 200
+    finally:
+        started.stop()

@@ -276,6 +276,16 @@ class ModelClient(ABC, Generic[Context]):
         items, single = self._items(payload, label or f"payload.{self.input_field}")
         return Work(options, items, single, self.route(version), version)
 
+    def check(self, work: Work) -> None:
+        """The cheap checks of ``check_item`` on each of a work's items, before any work runs: a
+        bad line of a JSON Lines body is refused before the other lines' inference is spent."""
+        for item, where in work.items:
+            self.check_item(item, where)
+
+    def check_item(self, item: Any, where: str) -> None:
+        """What can be refused of one item without computing it (a family's own; none by default).
+        ``run`` refuses the same items anyway: this only refuses them sooner."""
+
     def run(self, works: Sequence[Work], timings: dict[str, float] | None = None,
             deadline: float | None = None) -> list[tuple[Any, str]]:
         """Each work's result (a list for a list input) and the version that served it.

@@ -113,6 +113,10 @@ class ImageClient(ModelClient[Any]):
             raise InvalidInput(f"{where} must be a base64 string (or a list of them)")
         return item
 
+    def check_item(self, item: Any, where: str) -> None:
+        """Base64, a JPEG or PNG header, the pixel limit: no pixel is decoded."""
+        images.open_image(self._encoded(item, where), where, self.settings.max_image_pixels)
+
     def decode(self, item: Any, where: str):
         return images.decode_image(self._encoded(item, where), where, self.settings.max_image_pixels, self.draft_size)
 

@@ -2,7 +2,9 @@
 
 The lines of one model go to its client together (``ModelClient.run``), so their items share
 Triton calls; the answer keeps the lines' order. A line whose item is refused fails the whole
-request with a ``LineError`` naming it: nothing is answered for the other lines.
+request with a ``LineError`` naming it: nothing is answered for the other lines. What can be
+refused without inference (``ModelClient.check``: an image's header) is, for every line, before
+any line runs.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ def run_invocations(invocations: Sequence[Invocation], *, numbered: bool, timing
     for index, call in enumerate(invocations):
         try:
             works.append(call.client.plan(call.payload, call.version, label=call.label))
+            if len(invocations) > 1:  # every line's items before any line's inference
+                call.client.check(works[-1])
         except ApiError as error:
             raise blame(index, error) from None
     by_model: dict[str, list[int]] = {}

@@ -174,3 +174,12 @@ def test_the_default_concurrency_is_two_requests_per_router_worker():
     assert Settings.from_env({"MODEL_SERVER_WORKERS": "3"}).execution_parameters()["MaxConcurrentTransforms"] == 6
     assert Settings.from_env({"MODEL_SERVER_WORKERS": "3", "MAX_CONCURRENT_TRANSFORMS": "5"}
                              ).execution_parameters()["MaxConcurrentTransforms"] == 5
+
+
+@pytest.mark.parametrize("bad", ["not base64!", b64(b"GIF89a not ours"), ""], ids=["base64", "format", "empty"])
+def test_an_image_refused_by_its_header_stops_the_body_before_any_inference(client, triton, bad):
+    lines = mixed_lines()
+    lines.append(envelope("yolov5", img=[b64(image_bytes()), bad]))  # line 7: yolov5's lines run last
+    error = assert_error(post_lines(client, lines), 400, "invalid_input", "line 7: payload.img[1]")
+    assert error["line"] == 7
+    assert triton.calls == []  # no line's inference was spent on a body that is refused

@@ -42,7 +42,6 @@ class Value:
     text: str
     start: int
     end: int
-    quoted: bool
 
 
 @dataclass
@@ -144,10 +143,10 @@ class _Parser:
     def scalar(self) -> Value:
         kind, text, start, end = self.take()
         if kind == "word":
-            return Value(text, start, end, quoted=False)
+            return Value(text, start, end)
         if kind != "string":
             raise PbtxtError(f"expected a value at offset {start}, found {text!r}")
-        return Value(_unquote(text), start, end, quoted=True)
+        return Value(_unquote(text), start, end)
 
 
 def parse(text: str) -> Message:

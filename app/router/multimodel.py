@@ -2,9 +2,10 @@
 
 - ``POST /models`` ``{"model_name", "url"}``: link the model's folders into Triton's repository
   under names of its own (``app.core.multimodel.triton_names``: archives holding the same folder
-  names load side by side), load them (steps before ensembles) and register the model: 200; 409 when the name is loaded or
-  being loaded; 404 when ``url`` holds no model; 400 for a bad layout or ``model.toml``; 507 when
-  the instance has not the memory (checked before loading; Triton's out-of-memory failure too).
+  names load side by side), load them (steps before ensembles) and register the model: 200; 409
+  when the name is loaded or being loaded; 404 when ``url`` holds no model; 400 for a bad layout,
+  ``config.pbtxt`` or ``model.toml``; 507 when the instance has not the memory (checked before
+  loading; Triton's out-of-memory failure too); 504 past ``MODEL_LOAD_TIMEOUT``.
 - ``GET /models`` (``next_page_token``, ``max_results``), ``GET /models/<name>``.
 - ``DELETE /models/<name>``: new requests get 404 at once; those in flight finish first.
 - ``POST /models/<name>/invoke``: what ``/invocations`` takes (our envelope, whose ``modelname``

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Iterator
 
 from app.core import pbtxt
-from app.core.errors import InsufficientMemory, ModelAlreadyLoaded, UnknownModel
+from app.core.errors import ModelAlreadyLoaded, UnknownModel
 from app.core.spec import SPEC_FILE
 
 CONFIG_FILE = "config.pbtxt"
@@ -41,7 +41,6 @@ LOADING, LOADED, UNLOADING = "loading", "loaded", "unloading"
 TRITON_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 PREFIX_END = "--"
-MIB = 1024 * 1024
 
 
 class NoModelThere(UnknownModel):
@@ -79,6 +78,12 @@ class Record:
     size_bytes: int = 0
     since: float = 0.0
     pid: int = 0  # the worker that loads it: a claim whose worker died is taken over
+    memory_bytes: int = 0  # what Triton's processes grew by while it loaded (0: not measured)
+
+    @property
+    def charged(self) -> int:
+        """The memory the model is taken to hold: what its load measured, or its files where more."""
+        return max(self.size_bytes, self.memory_bytes)
 
     def listing(self) -> dict[str, str]:
         """The contract's description of a loaded model."""
@@ -163,33 +168,6 @@ def triton_names(layout: Layout, model_name: str) -> Layout:
 def own_name(triton_name: str, model_name: str) -> str:
     """The name a folder of ``model_name`` has in its archive, from its Triton name (``triton_names``)."""
     return triton_name.removeprefix(triton_prefix(model_name))
-
-
-def available_memory() -> int | None:
-    """MemAvailable from /proc/meminfo in bytes; None where there is no such file."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-def memory_refusal(name: str, need: int, loaded: int, limit: int, available: int | None) -> InsufficientMemory | None:
-    """The 507 for loading ``need`` bytes next to ``loaded`` ones, or None when it fits both the
-    configured limit (0: none) and the memory the machine has available."""
-    if limit and loaded + need > limit:
-        return InsufficientMemory(
-            f"model {name!r} needs about {need / MIB:.1f} MiB (its files); the models loaded take "
-            f"{loaded / MIB:.1f} MiB of the {limit / MIB:.1f} MiB MODEL_MEMORY_LIMIT_BYTES allows"
-        )
-    if available is not None and need > available:
-        return InsufficientMemory(
-            f"model {name!r} needs about {need / MIB:.1f} MiB (its files); the instance has "
-            f"{available / MIB:.1f} MiB available"
-        )
-    return None
 
 
 def _alive(pid: int) -> bool:

@@ -26,6 +26,7 @@ TRITON_BIND_ADDRESS = "TRITON_BIND_ADDRESS"
 # Set by `serve` for the router processes; a developer may set them to use a Triton of their own.
 TRITON_GRPC_URL = "TRITON_GRPC_URL"
 TRITON_HTTP_URL = "TRITON_HTTP_URL"  # KServe v2 bodies are passed to Triton's HTTP endpoint
+TRITON_PID = "TRITON_PID"  # the Triton `serve` started: multi-model loads measure its memory
 # The stock SageMaker Triton image's: the model a KServe v2 body goes to when the request names none.
 DEFAULT_MODEL_NAME = "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"
 MODEL_REPOSITORY = "MODEL_REPOSITORY"
@@ -33,7 +34,8 @@ MODEL_REPOSITORY = "MODEL_REPOSITORY"
 MULTI_MODEL = "SAGEMAKER_MULTI_MODEL"
 # Multi-model mode: where loaded models are linked for Triton and recorded for the router's workers.
 MULTI_MODEL_DIR = "MULTI_MODEL_DIR"
-# Multi-model mode: the most bytes the loaded models' files may add up to (a load past it is a 507).
+# Multi-model mode: the most bytes the loaded models may take (each charged what Triton grew by as it
+# loaded, or its files where more; a load past it is a 507).
 MODEL_MEMORY_LIMIT = "MODEL_MEMORY_LIMIT_BYTES"
 # Multi-model mode: seconds a load (or an unload) may take; SageMaker waits up to 360 s for one.
 MODEL_LOAD_TIMEOUT = "MODEL_LOAD_TIMEOUT"
@@ -146,6 +148,7 @@ ENV_FIELDS: Mapping[str, tuple[str, Callable[[str], Any]]] = {
     "log_level": (LOG_LEVEL, str.upper),
     "triton_grpc_url": (TRITON_GRPC_URL, str),
     "triton_http_url": (TRITON_HTTP_URL, str),
+    "triton_pid": (TRITON_PID, int),
     "default_model_name": (DEFAULT_MODEL_NAME, str),
     "model_repository": (MODEL_REPOSITORY, Path),
     "router_bind": (ROUTER_BIND, str),
@@ -177,6 +180,7 @@ class Settings:
     log_level: str = "INFO"
     triton_grpc_url: str = f"{LOOPBACK}:{TRITON_PORTS[1]}"
     triton_http_url: str = f"{LOOPBACK}:{TRITON_PORTS[0]}"
+    triton_pid: int = 0  # 0: not known (a Triton of one's own); a multi-model load then counts files only
     default_model_name: str = ""
     model_repository: Path = field(default_factory=default_model_repository)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES

@@ -30,6 +30,7 @@ from flask import Flask, Response, g, request
 
 from app.core.errors import ApiError, InferenceTimeout, InvalidInput, NotFound, TritonUnavailable
 from app.core.health import Readiness
+from app.core.memory import available_memory, memory_overrun, memory_refusal, process_tree_memory
 from app.core.multimodel import (
     LOADED,
     UNLOADING,
@@ -37,13 +38,11 @@ from app.core.multimodel import (
     Layout,
     ModelStore,
     Record,
-    available_memory,
     inspect_url,
-    memory_refusal,
     own_name,
     triton_names,
 )
-from app.core.settings import MODEL_LOAD_TIMEOUT, MULTI_MODEL, Settings
+from app.core.settings import MIB, MODEL_LOAD_TIMEOUT, MULTI_MODEL, Settings
 from app.core.spec import SpecError, load_spec
 from app.router.handlers import json_response
 from app.router.requests import TARGET_MODEL, parse_json_object
@@ -94,7 +93,7 @@ class MultiModel:
             except BadLayout as error:
                 raise InvalidInput(str(error)) from None
             self._check_spec(found)
-            others = sum(r.size_bytes for r in self.store.all() if r.model_name != name)
+            others = sum(r.charged for r in self.store.all() if r.model_name != name)
             refused = memory_refusal(name, found.size_bytes, others, self.settings.model_memory_limit_bytes,
                                      available_memory())
             if refused is not None:
@@ -106,17 +105,34 @@ class MultiModel:
             for triton_name, folder in layout.folders.items():
                 self.store.unlink(triton_name)  # the name is this model's alone: only a killed load's leftovers
                 self.store.link(triton_name, folder, renamed)
+            before = self._triton_memory()
             for triton_name in layout.folders:
                 self._load_one(name, triton_name, deadline)
                 loaded.append(triton_name)
+            record = self._measured(record, before, others)
             return self.store.set_state(record, LOADED)
         except BaseException:
-            for triton_name in reversed(loaded):
-                self._quietly_unload(triton_name)
+            self._quietly_unload(list(reversed(loaded)))
             for triton_name in layout.folders if layout else ():
                 self.store.unlink(triton_name)
             self.store.forget(name)
             raise
+
+    def _triton_memory(self) -> int | None:
+        """What Triton's processes take now (None when its pid is not known, or cannot be read)."""
+        return process_tree_memory(self.settings.triton_pid) if self.settings.triton_pid else None
+
+    def _measured(self, record: Record, before: int | None, others: int) -> Record:
+        """The record with what Triton grew by while it loaded (two loads at once each count both:
+        on the safe side); a 507 when that passes the bound its files fitted, so the load is undone."""
+        after = self._triton_memory()
+        if before is None or after is None:
+            return record
+        record = replace(record, memory_bytes=max(0, after - before))
+        overrun = memory_overrun(record, others, self.settings.model_memory_limit_bytes)
+        if overrun is not None:
+            raise overrun
+        return record
 
     def _load_one(self, name: str, triton_name: str, deadline: float) -> None:
         """One of the model's Triton models, within what is left of MODEL_LOAD_TIMEOUT (a 504 past it)."""
@@ -142,11 +158,16 @@ class MultiModel:
         except (OSError, ValueError, KeyError) as error:
             raise InvalidInput(f"{folder}/model.toml cannot be served: {error}") from None
 
-    def _quietly_unload(self, triton_name: str) -> None:
+    def _quietly_unload(self, triton_names: list[str]) -> None:
+        """What a failed load loaded, given back before its 507 or 504 is answered: SageMaker
+        retries at once, and that load's memory reading must not count these."""
         try:
-            self.kserve.unload(triton_name)
+            for triton_name in triton_names:
+                self.kserve.unload(triton_name)
+            if triton_names:
+                self._wait_unloaded(triton_names)
         except ApiError as error:
-            log.warning("could not unload %s after a failed load: %s", triton_name, error.message)
+            log.warning("could not unload %s after a failed load: %s", ", ".join(triton_names), error.message)
 
     def unload(self, name: str) -> None:
         record = self.store.get(name)
@@ -229,8 +250,9 @@ def register(app: Flask, settings: Settings, triton: TritonRepository, kserve: T
         g.model = name
         started = time.monotonic()
         record = models.load(name, url)
-        log.info("loaded model %s from %s (%s) in %.1f s", name, url, request.headers.get(TARGET_MODEL, "-"),
-                 time.monotonic() - started)
+        log.info("loaded model %s from %s (%s) in %.1f s: files %.1f MiB, Triton grew by %.1f MiB", name, url,
+                 request.headers.get(TARGET_MODEL, "-"), time.monotonic() - started, record.size_bytes / MIB,
+                 record.memory_bytes / MIB)
         return json_response({"status": f"model {name!r} loaded", **record.listing()})
 
     @app.get("/models")

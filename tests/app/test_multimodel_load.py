@@ -3,6 +3,7 @@ until told, to see what a second load of the name meets meanwhile and what a fai
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from dataclasses import replace
@@ -13,7 +14,7 @@ import pytest
 from app.core import errors
 from app.core.multimodel import triton_prefix
 from app.core.pbtxt import parse
-from app.core.settings import Settings
+from app.core.settings import MIB, Settings
 from app.router.multimodel import MultiModel
 
 
@@ -195,4 +196,40 @@ def test_a_load_is_bounded_by_the_load_timeout_not_the_request_timeout(tmp_path)
     models = MultiModel(replace(settings, model_load_timeout_s=1.0), triton, triton)
     with pytest.raises(errors.InferenceTimeout, match=r"loading 'm' did not finish within 1 s: raise MODEL_LOAD_TIMEOUT"):
         models.load("m", str(url))
+    assert triton.loaded == [] and models.store.all() == [] and list(models.store.repository.iterdir()) == []
+
+
+def measured(tmp_path: Path, monkeypatch, limit_mib: int) -> tuple[MultiModel, SlowTriton]:
+    """A loader whose Triton's processes read 100 MiB before the first load and 400 MiB after it."""
+    readings = iter([100 * MIB, 400 * MIB])
+    monkeypatch.setattr("app.router.multimodel.process_tree_memory", lambda pid: next(readings))
+    triton = SlowTriton()
+    triton.go.set()
+    settings = Settings(multi_model=True, multi_model_dir=tmp_path / "state", triton_pid=12345,
+                        model_memory_limit_bytes=limit_mib * MIB)
+    models = MultiModel(settings, triton, triton)
+    models.store.create()
+    return models, triton
+
+
+def test_a_loaded_model_is_charged_what_triton_grew_by_not_its_files(tmp_path, plain_model, monkeypatch):
+    """Triton's processes measured before and after each load: the growth is what the model holds
+    (a python-backend model's stub process included), and what the next load's check adds up."""
+    models, _ = measured(tmp_path, monkeypatch, limit_mib=350)
+    record = models.load("first", str(plain_model))
+    assert (record.memory_bytes, record.charged) == (300 * MIB, 300 * MIB)  # its files are a few bytes
+    other = tmp_path / "other" / "model"
+    shutil.copytree(plain_model, other)
+    (other / "1" / "model.py").write_bytes(b"x" * 60 * MIB)  # fits beside the first's files, not beside 300 MiB
+    with pytest.raises(errors.InsufficientMemory, match=r"the models loaded take 300\.0 MiB"):
+        models.load("second", str(other))
+    models.unload("first")
+    monkeypatch.setattr("app.router.multimodel.process_tree_memory", lambda pid: None)  # unreadable: files only
+    assert models.load("second", str(other)).charged == models.store.get("second").size_bytes >= 60 * MIB
+
+
+def test_a_model_that_takes_more_than_the_bound_once_loaded_is_unloaded_and_507(tmp_path, plain_model, monkeypatch):
+    models, triton = measured(tmp_path, monkeypatch, limit_mib=250)
+    with pytest.raises(errors.InsufficientMemory, match=r"'m' took 300\.0 MiB once loaded .* passes the 250\.0 MiB"):
+        models.load("m", str(plain_model))  # its files fit: only what Triton took shows it does not
     assert triton.loaded == [] and models.store.all() == [] and list(models.store.repository.iterdir()) == []

@@ -12,16 +12,16 @@ from pathlib import Path
 import pytest
 
 from app.core import errors
+from app.core.memory import memory_refusal, process_tree_memory
 from app.core.multimodel import (
     LOADED,
-    MIB,
     BadLayout,
     ModelStore,
     NoModelThere,
     Record,
     inspect_url,
-    memory_refusal,
 )
+from app.core.settings import MIB
 
 
 def model(folder: Path, name: str | None, *, ensemble_of: tuple[str, ...] = (), spec: bool = False, size: int = 10) -> Path:
@@ -82,7 +82,7 @@ def test_the_memory_check():
     assert memory_refusal("m", 10 * MIB, 80 * MIB, 100 * MIB, None) is None
     refused = memory_refusal("m", 30 * MIB, 80 * MIB, 100 * MIB, None)
     assert isinstance(refused, errors.InsufficientMemory) and refused.status == 507
-    assert "30.0 MiB" in refused.message and "80.0 MiB of the 100.0 MiB MODEL_MEMORY_LIMIT_BYTES" in refused.message
+    assert "30.0 MiB" in refused.message and "80.0 MiB (what Triton grew by as each loaded) of the 100.0 MiB" in refused.message
     assert memory_refusal("m", 30 * MIB, 0, 0, 20 * MIB).message.endswith("the instance has 20.0 MiB available")
     assert memory_refusal("m", 30 * MIB, 0, 0, None) is None  # no limit, no /proc/meminfo: nothing to check
 
@@ -155,3 +155,41 @@ def test_the_claim_of_a_worker_killed_during_its_load_is_taken_over(tmp_path):
     assert (record.url, record.pid) == ("/v", os.getpid())
     with pytest.raises(errors.ModelAlreadyLoaded, match="'m' is loading"):  # a live worker's claim holds
         store.claim("m", "/w")
+
+
+GRANDCHILD = """
+import os, sys, time
+print("started", flush=True)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.01)
+block = bytearray(64 * 1024 * 1024)
+for i in range(0, len(block), 4096):
+    block[i] = 1  # touched: resident
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_the_memory_of_a_process_tree_counts_its_descendants(tmp_path):
+    """A model of the python backend lives in a stub process under Triton: the tree's memory is
+    what a load charges, so a grandchild's 64 MiB must show in its grandparent's figure."""
+    import subprocess
+    import sys
+
+    go = tmp_path / "go"
+    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time\n"
+                               f"subprocess.Popen([sys.executable, '-c', {GRANDCHILD!r}, {str(go)!r}], stdout=sys.stdout)\n"
+                               "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout.readline().strip() == "started"
+        before = process_tree_memory(parent.pid)
+        go.touch()
+        assert parent.stdout.readline().strip() == "ready"
+        after = process_tree_memory(parent.pid)
+        assert before is not None and after is not None
+        assert after - before >= 60 * MIB, (before / MIB, after / MIB)
+    finally:
+        subprocess.run(["pkill", "-P", str(parent.pid)], check=False)
+        parent.kill()
+        parent.wait()
+    assert process_tree_memory(parent.pid) is None  # gone: nothing to measure

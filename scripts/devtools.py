@@ -18,6 +18,7 @@ from typing import IO, Mapping, Sequence
 
 import requests
 
+from app.core.memory import children_of, descendants
 from app.core.settings import (
     BIND_TO_PORT,
     MODEL_REPOSITORY,
@@ -94,28 +95,6 @@ def alive(pid: int) -> bool:
     return process_state(pid) not in (None, "Z", "X")
 
 
-def children_of(pid: int) -> list[int]:
-    kids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-        if ppid == pid:
-            kids.append(int(entry.name))
-    return kids
-
-
-def descendants(pid: int) -> list[int]:
-    found, todo = [], [pid]
-    while todo:
-        for kid in children_of(todo.pop()):
-            found.append(kid)
-            todo.append(kid)
-    return found
 
 
 def proc_status(pid: int) -> dict[str, str] | None:

@@ -1,6 +1,7 @@
 """Multi-model mode's memory accounting: what the instance has available, what Triton's processes
-take, and the 507s a load meets before it starts (its files) and after it (what Triton took).
-Standard library only: /proc is read directly."""
+take, and the 507s a load meets before it starts (its files) and after it (what Triton took); and
+the process tree those figures (and the development tools' process checks) walk. Standard library
+only: /proc is read directly."""
 
 from __future__ import annotations
 
@@ -23,26 +24,43 @@ def available_memory() -> int | None:
     return None
 
 
-def process_tree_memory(pid: int) -> int | None:
-    """The proportional set size (PSS: shared pages split between their users) of ``pid`` and all
-    its descendants in bytes, from /proc; None when ``pid`` cannot be read. Triton's python-backend
-    models run in stub processes of their own, so a model's memory is the tree's, not Triton's."""
-    children: dict[int, list[int]] = {}
+def _children() -> dict[int, list[int]]:
+    """Every process's children, from one pass over /proc."""
+    found: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             with contextlib.suppress(OSError, ValueError, IndexError):
                 stat = (entry / "stat").read_text()
-                children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(entry.name))
-    total, found, todo = 0, False, [pid]
+                found.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(entry.name))
+    return found
+
+
+def children_of(pid: int) -> list[int]:
+    return _children().get(pid, [])
+
+
+def descendants(pid: int) -> list[int]:
+    """The children of ``pid``, theirs, and so on."""
+    children, found, todo = _children(), [], [pid]
     while todo:
-        current = todo.pop()
+        for kid in children.get(todo.pop(), ()):
+            found.append(kid)
+            todo.append(kid)
+    return found
+
+
+def process_tree_memory(pid: int) -> int | None:
+    """The proportional set size (PSS: shared pages split between their users) of ``pid`` and all
+    its descendants in bytes, from /proc; None when ``pid`` cannot be read. Triton's python-backend
+    models run in stub processes of their own, so a model's memory is the tree's, not Triton's."""
+    total, found = 0, False
+    for current in (pid, *descendants(pid)):
         with contextlib.suppress(OSError, ValueError):
             for line in Path(f"/proc/{current}/smaps_rollup").read_text().splitlines():
                 if line.startswith("Pss:"):
                     total += int(line.split()[1]) * 1024
                     found = found or current == pid
                     break
-        todo.extend(children.get(current, ()))
     return total if found else None
 
 

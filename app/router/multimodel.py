@@ -112,7 +112,7 @@ class MultiModel:
             record = self._measured(record, before, others)
             return self.store.set_state(record, LOADED)
         except BaseException:
-            self._quietly_unload(list(reversed(loaded)))
+            self._quietly_unload(list(reversed(loaded)), deadline)
             for triton_name in layout.folders if layout else ():
                 self.store.unlink(triton_name)
             self.store.forget(name)
@@ -158,14 +158,15 @@ class MultiModel:
         except (OSError, ValueError, KeyError) as error:
             raise InvalidInput(f"{folder}/model.toml cannot be served: {error}") from None
 
-    def _quietly_unload(self, triton_names: list[str]) -> None:
+    def _quietly_unload(self, triton_names: list[str], deadline: float) -> None:
         """What a failed load loaded, given back before its 507 or 504 is answered: SageMaker
-        retries at once, and that load's memory reading must not count these."""
+        retries at once, and that load's memory reading must not count these. The wait shares the
+        load's deadline, so a load past MODEL_LOAD_TIMEOUT answers its 504 at once."""
         try:
             for triton_name in triton_names:
                 self.kserve.unload(triton_name)
             if triton_names:
-                self._wait_unloaded(triton_names)
+                self._wait_unloaded(triton_names, deadline)
         except ApiError as error:
             log.warning("could not unload %s after a failed load: %s", ", ".join(triton_names), error.message)
 
@@ -178,7 +179,7 @@ class MultiModel:
             try:
                 for triton_name in reversed(list(record.folders)):  # the ensemble first, then its steps
                     self.kserve.unload(triton_name)
-                self._wait_unloaded(list(record.folders))
+                self._wait_unloaded(list(record.folders), time.monotonic() + self.settings.model_load_timeout_s)
             except ApiError:
                 self.store.save(record)  # still loaded as far as SageMaker can tell: it may try again
                 raise
@@ -201,13 +202,15 @@ class MultiModel:
 
             return answer(lookup, record.entry)
 
-    def _wait_unloaded(self, names: list[str]) -> None:
-        """Triton unloads in the background: wait until none of ``names`` is READY or UNLOADING."""
-        deadline = time.monotonic() + self.settings.model_load_timeout_s
-        while time.monotonic() < deadline:
+    def _wait_unloaded(self, names: list[str], deadline: float) -> None:
+        """Triton unloads in the background: wait until none of ``names`` is READY or UNLOADING
+        (looked at once at least, then until ``deadline``)."""
+        while True:
             states = self.triton.model_states()
             if not any(states.get(n) in ("READY", "UNLOADING") for n in names):
                 return
+            if time.monotonic() >= deadline:
+                break
             time.sleep(UNLOAD_POLL_S)
         raise TritonUnavailable(f"Triton did not finish unloading {', '.join(names)} within "
                                 f"{self.settings.model_load_timeout_s:g} s ({MODEL_LOAD_TIMEOUT})")

@@ -49,6 +49,17 @@ def plain_model(tmp_path: Path) -> Path:
     return folder
 
 
+@pytest.fixture
+def ensemble_model(tmp_path: Path) -> Path:
+    """Two folders that make one model: ``net`` and the ensemble over it (loaded in that order)."""
+    url = tmp_path / "url" / "ensemble"
+    for name, config in (("net", 'name: "net"'), ("net_pipeline", 'name: "net_pipeline" platform: "ensemble" '
+                                                   'ensemble_scheduling { step { model_name: "net" } }')):
+        (url / name / "1").mkdir(parents=True)
+        (url / name / "config.pbtxt").write_text(config)
+    return url
+
+
 def test_a_second_load_of_a_name_meets_409_for_the_whole_first_load(tmp_path, plain_model):
     triton = SlowTriton()
     models = MultiModel(Settings(multi_model=True, multi_model_dir=tmp_path / "state"), triton, triton)
@@ -162,14 +173,9 @@ def test_a_config_that_is_not_protobuf_text_is_a_400_naming_the_file(tmp_path, p
     assert models.store.all() == []
 
 
-def test_a_load_is_bounded_by_the_load_timeout_not_the_request_timeout(tmp_path):
+def test_a_load_is_bounded_by_the_load_timeout_not_the_request_timeout(tmp_path, ensemble_model):
     """Each Triton load gets what is left of MODEL_LOAD_TIMEOUT; past it, a 504 naming the setting,
     and what was loaded is unloaded."""
-    url = tmp_path / "url" / "model"
-    for name, config in (("net", 'name: "net"'), ("net_pipeline", 'name: "net_pipeline" platform: "ensemble" '
-                                                   'ensemble_scheduling { step { model_name: "net" } }')):
-        (url / name / "1").mkdir(parents=True)
-        (url / name / "config.pbtxt").write_text(config)
 
     class Timed(SlowTriton):
         def __init__(self, seconds: float) -> None:
@@ -188,15 +194,46 @@ def test_a_load_is_bounded_by_the_load_timeout_not_the_request_timeout(tmp_path)
     settings = Settings(multi_model=True, multi_model_dir=tmp_path / "state", server_timeout_s=1.0, model_load_timeout_s=300)
     models = MultiModel(settings, triton, triton)
     models.store.create()
-    models.load("m", str(url))
+    models.load("m", str(ensemble_model))
     assert len(triton.given) == 2 and all(299 < t <= 300 for t in triton.given)  # not the 1 s of a request
     models.unload("m")
 
     triton = Timed(0.6)
     models = MultiModel(replace(settings, model_load_timeout_s=1.0), triton, triton)
     with pytest.raises(errors.InferenceTimeout, match=r"loading 'm' did not finish within 1 s: raise MODEL_LOAD_TIMEOUT"):
-        models.load("m", str(url))
+        models.load("m", str(ensemble_model))
     assert triton.loaded == [] and models.store.all() == [] and list(models.store.repository.iterdir()) == []
+
+
+def test_a_load_past_its_timeout_does_not_wait_again_for_its_unload(tmp_path, ensemble_model):
+    """The unload of what a failed load loaded shares the load's deadline: past it, Triton's index
+    is looked at once and the 504 goes out; a Triton that never finishes unloading does not hold
+    the answer for another MODEL_LOAD_TIMEOUT."""
+
+    class Stuck(SlowTriton):
+        looks = 0
+
+        def load(self, name: str, timeout_s: float) -> None:
+            if self.loaded:  # the second folder takes longer than what is left, as clients.kserve gives up
+                time.sleep(timeout_s)
+                raise errors.InferenceTimeout(f"loading {name!r} did not answer within {timeout_s:g} s")
+            self.loaded.append(name)
+
+        def unload(self, name: str) -> None:  # accepted, but the model stays READY
+            pass
+
+        def model_states(self) -> dict[str, str]:
+            self.looks += 1
+            return super().model_states()
+
+    triton = Stuck()
+    models = MultiModel(Settings(multi_model=True, multi_model_dir=tmp_path / "state", model_load_timeout_s=0.5),
+                        triton, triton)
+    models.store.create()
+    with pytest.raises(errors.InferenceTimeout, match="did not finish within 0.5 s"):
+        models.load("m", str(ensemble_model))
+    assert triton.looks == 1
+    assert models.store.all() == [] and list(models.store.repository.iterdir()) == []
 
 
 def measured(tmp_path: Path, monkeypatch, limit_mib: int) -> tuple[MultiModel, SlowTriton]:

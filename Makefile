@@ -92,16 +92,18 @@ BENCH_ARGS ?=
 bench: $(VENV)/.serving $(VENV)/.dev samples
 	$(PY) -m scripts.bench --url 127.0.0.1:$(PORT) $(BENCH_ARGS)
 
-# Not part of `make test`. SOAK_ARGS="--duration 30" for a short try; FUZZ_EXAMPLES per operation.
+# Not part of `make test`. SOAK_ARGS="--duration 30" for a short try; FUZZ_EXAMPLES per operation
+# (schemathesis), V2_FUZZ_EXAMPLES per model (the KServe v2 bodies; make test runs 100).
 SOAK_ARGS ?=
 FUZZ_EXAMPLES ?= 1000
+V2_FUZZ_EXAMPLES ?= 500
 
 soak: deps nginx test-models
 	TEST_MODEL_REPOSITORY=$(abspath $(TEST_REPOSITORY)) $(PY) -m scripts.soak $(SOAK_ARGS)
 
 fuzz: deps nginx test-models
-	TEST_MODEL_REPOSITORY=$(abspath $(TEST_REPOSITORY)) FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
-		$(PY) -m pytest -s -m fuzz tests/integration/test_fuzz.py $(PYTEST_ARGS)
+	TEST_MODEL_REPOSITORY=$(abspath $(TEST_REPOSITORY)) FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) V2_FUZZ_EXAMPLES=$(V2_FUZZ_EXAMPLES) \
+		$(PY) -m pytest -s -m fuzz tests/integration/test_fuzz.py tests/integration/test_v2_fuzz.py $(PYTEST_ARGS)
 
 # Needs the vulnerability database online.
 audit: $(VENV)/.dev

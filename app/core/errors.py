@@ -158,6 +158,13 @@ class InferenceTimeout(ApiError):
     status, code = 504, "inference_timeout"
 
 
+class InferenceFailed(ApiError):
+    """A model that Triton ran failed on a request that was checked (a KServe v2 body passed to a
+    model of the caller's own): Triton's message, not a fault of the router."""
+
+    status, code = 500, "inference_failed"
+
+
 # Werkzeug's HTTP exceptions that can reach the app, by status, mapped onto ours.
 HTTP_STATUS_ERRORS: dict[int, type[ApiError]] = {
     404: NotFound,

@@ -14,7 +14,7 @@ import json
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from flask import Flask, Response, g, request
 
@@ -32,7 +32,9 @@ from app.router.requests import (
     JSON_TYPE,
     TARGET_MODEL,
     Request,
+    Served,
     answer_type,
+    check_media_type,
     find_client,
     is_jsonlines,
     is_v2,
@@ -45,6 +47,7 @@ from clients.base import ModelClient, timed
 from clients.kserve import TritonHttp
 from clients.registry import build_registry
 from clients.triton import TritonClient
+from clients.v2_checks import check_request
 
 OPENAPI_PATH = Path(__file__).with_name("openapi.json")
 
@@ -75,6 +78,8 @@ def create_app(
         g.model = client.name  # from here on, observability labels the request (errors too) with it
         return client
 
+    served = Served(lookup, frozenset().union(*(client.content_types for client in registry.values())))
+
     @app.get("/ping")
     def ping() -> Response:
         status, body = ping_answer(triton, health())
@@ -96,19 +101,21 @@ def create_app(
             custom_attributes=request.headers.get(CUSTOM_ATTRIBUTES, ""),
             accept=request.headers.get("Accept", ""),
             target_model=request.headers.get(TARGET_MODEL, ""),
+            content_type=request.headers.get("Content-Type", ""),
         )
 
-    def answer(lookup: Callable[[Any], ModelClient], v2_model: str = "") -> Response:
-        """The answer to an invocation: ``lookup`` finds the client a parsed request names; a KServe
-        v2 body goes to ``v2_model`` when given, else to the model the request names."""
+    def answer(served: Served) -> Response:
+        """The answer to an invocation of the model(s) ``served`` stands for."""
         deadline = time.monotonic() + settings.server_timeout_s
         asked = incoming()
+        check_media_type(asked, served.content_types)
         document = parse_json_object(asked.body) if asked.mimetype == JSON_TYPE else None
         if asked.mimetype == BINARY_JSON_TYPE or (document is not None and is_v2(document)):
-            return passed_to_triton(replace(asked, target_model=v2_model) if v2_model else asked)
+            return passed_to_triton(replace(asked, target_model=served.v2_model) if served.v2_model else asked,
+                                    document, served.load)
         kind = answer_type(asked)
         lines = is_jsonlines(asked)
-        calls = parse_lines(asked, lookup) if lines else [parse_invocation(asked, lookup, document)]
+        calls = parse_lines(asked, served.lookup) if lines else [parse_invocation(asked, served.lookup, document)]
         if len({call.client.name for call in calls}) > 1:
             g.model = MIXED_MODELS
         answers = run_invocations(calls, numbered=lines, timings=g.timings, deadline=deadline)
@@ -122,12 +129,15 @@ def create_app(
         target = request.headers.get(TARGET_MODEL, "")
         if multi_model is not None and target:  # what SageMaker sends /models/<name>/invoke, called locally
             return multi_model.invoke(target, answer)
-        return answer(lookup)
+        return answer(served)
 
-    def passed_to_triton(asked: Request) -> Response:
-        """A KServe v2 body, answered as AWS's SageMaker Triton image answers it: Triton's own answer."""
-        call = pass_through(asked, settings.default_model_name)
+    def passed_to_triton(asked: Request, document: Any, load: object) -> Response:
+        """A KServe v2 body, checked against the model's configuration (nothing unchecked reaches
+        Triton), then answered as AWS's SageMaker Triton image answers it: Triton's own answer."""
+        call = pass_through(asked, settings.default_model_name, document)
         g.model = g.model or call.model
+        with timed(g.timings, "preprocess"):  # the check is all the router does before Triton
+            check_request(call.header, kserve.contract(call.model, load), call.binary, settings.max_body_bytes)
         with timed(g.timings, "triton"):
             answer = kserve.infer(call.model, call.body, call.json_size)
         if answer.json_size is None:

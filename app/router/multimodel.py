@@ -45,7 +45,7 @@ from app.core.multimodel import (
 from app.core.settings import MIB, MODEL_LOAD_TIMEOUT, MULTI_MODEL, Settings
 from app.core.spec import SpecError, load_spec
 from app.router.handlers import json_response
-from app.router.requests import TARGET_MODEL, parse_json_object
+from app.router.requests import TARGET_MODEL, Served, parse_json_object
 from clients.base import ModelClient, Triton
 from clients.kserve import TritonHttp
 from clients.registry import make_client
@@ -54,9 +54,8 @@ log = logging.getLogger("app.router")
 
 DEFAULT_PAGE = 100
 UNLOAD_POLL_S = 0.1
-# An answer to a model of a multi-model endpoint: the request, a lookup that gives the model's
-# client whatever the envelope names, and the Triton model a KServe v2 body goes to.
-Answer = Callable[[Callable[[Any], ModelClient], str], Response]
+# The answer to an invocation of what ``Served`` stands for (``app.router.create_app``'s).
+Answer = Callable[[Served], Response]
 
 
 class TritonRepository(Triton, Readiness, Protocol):
@@ -200,7 +199,7 @@ class MultiModel:
                                        "tensors (application/json with \"inputs\", or binary+json)")
                 return client
 
-            return answer(lookup, record.entry)
+            return answer(Served(lookup, client.content_types if client else frozenset(), record.entry, record.since))
 
     def _wait_unloaded(self, names: list[str], deadline: float) -> None:
         """Triton unloads in the background: wait until none of ``names`` is READY or UNLOADING

@@ -17,14 +17,18 @@ from typing import Any, Callable, Mapping
 
 from app.core.errors import ApiError, InvalidInput, InvalidJson, LineError, NotAcceptable, UnknownModel, UnsupportedMediaType
 from clients.base import ModelClient
+from clients.v2_checks import BINARY_JSON_TYPE
 
 CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
 TARGET_MODEL = "X-Amzn-SageMaker-Target-Model"
-BINARY_JSON_TYPE = "application/vnd.sagemaker-triton.binary+json"
 JSON_HEADER_SIZE = "json-header-size"
+# How Triton's SageMaker front end recognises a binary+json body: the Content-Type starts with this.
+BINARY_JSON_PREFIX = f"{BINARY_JSON_TYPE};{JSON_HEADER_SIZE}="
 JSON_TYPE = "application/json"
 JSONLINES_TYPE = "application/jsonlines"
 JSONLINES_TYPES = frozenset({JSONLINES_TYPE, "application/x-jsonlines"})
+# What every model's invocation takes, besides the raw bodies of its family (``ModelClient.content_types``).
+BODY_TYPES = frozenset({JSON_TYPE, *JSONLINES_TYPES, BINARY_JSON_TYPE})
 ANSWER_TYPES = (JSON_TYPE, *sorted(JSONLINES_TYPES))
 UTF8_NAMES = frozenset({"utf-8", "utf8"})
 VERSION_PATTERN = re.compile(r"[1-9][0-9]{0,18}")
@@ -42,6 +46,32 @@ class Request:
     custom_attributes: str = ""
     accept: str = ""
     target_model: str = ""
+    content_type: str = ""  # the header as it came (``mimetype`` is its media type, lower-cased)
+
+
+@dataclass(frozen=True)
+class Served:
+    """Who answers an invocation: ``lookup`` gives the client a parsed request names, ``content_types``
+    are the raw-body types those clients take; a KServe v2 body goes to ``v2_model`` (when given,
+    else to the model the request names), whose configuration is kept per ``load``."""
+
+    lookup: Callable[[Any], ModelClient]
+    content_types: frozenset[str]
+    v2_model: str = ""
+    load: object = None
+
+
+def check_media_type(request: Request, content_types: frozenset[str]) -> None:
+    """A body none of the route's forms takes is a 415 listing those it takes, before it is read as
+    anything; binary+json's type is recognised as Triton's SageMaker front end does (at the start)."""
+    position = request.content_type.find(BINARY_JSON_PREFIX)
+    if position > 0:
+        raise InvalidInput(f"Content-Type must start with {BINARY_JSON_PREFIX}N for a binary+json body "
+                           f"(N: the size of its JSON header), got {request.content_type!r}"[:400])
+    taken = BODY_TYPES | content_types
+    if request.mimetype not in taken:
+        raise UnsupportedMediaType(f"Content-Type {request.mimetype} is not taken here; the bodies taken are "
+                                   f"{', '.join(sorted(taken))}")
 
 
 @dataclass(frozen=True)
@@ -221,22 +251,28 @@ def parse_lines(request: Request, lookup: Callable[[Any], ModelClient]) -> list[
 
 @dataclass(frozen=True)
 class PassThrough:
-    """A KServe v2 request for Triton: the model it names, the body as it came, and the size of
-    the body's JSON header when binary tensors follow it."""
+    """A KServe v2 request for Triton: the model it names, the body as it came, the size of the
+    body's JSON header when binary tensors follow it, that header parsed, and what follows it."""
 
     model: str
     body: bytes
+    header: Any
     json_size: int | None = None
+
+    @property
+    def binary(self) -> memoryview | None:
+        return None if self.json_size is None else memoryview(self.body)[self.json_size:]
 
 
 def is_v2(document: Mapping[str, Any]) -> bool:
-    """A v2 inference request, recognised by its shape: an ``inputs`` list and no ``modelname``."""
-    return isinstance(document.get("inputs"), list) and "modelname" not in document
+    """A v2 inference request, recognised by its shape: ``inputs`` (checked later) and no ``modelname``."""
+    return "inputs" in document and "modelname" not in document
 
 
-def pass_through(request: Request, default_model: str) -> PassThrough:
+def pass_through(request: Request, default_model: str, document: Any = None) -> PassThrough:
     """A v2 body's target: ``X-Amzn-SageMaker-Target-Model`` (a multi-model endpoint's
-    ``<name>.tar.gz`` names ``<name>``), the custom attribute ``modelname``, or the default model."""
+    ``<name>.tar.gz`` names ``<name>``), the custom attribute ``modelname``, or the default model.
+    ``document``: a v2 JSON body already parsed."""
     model = request.target_model.strip().removesuffix(".tar.gz")
     model = model or parse_custom_attributes(request.custom_attributes).get("modelname", "") or default_model
     if not model:
@@ -245,11 +281,17 @@ def pass_through(request: Request, default_model: str) -> PassThrough:
             "or start the endpoint with SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"
         )
     if request.mimetype != BINARY_JSON_TYPE:
-        return PassThrough(model, request.body)
+        return PassThrough(model, request.body, parse_json_object(request.body) if document is None else document)
     raw = request.mimetype_params.get(JSON_HEADER_SIZE, "")
     if not raw.isdigit() or int(raw) > len(request.body):
         raise InvalidInput(
             f"{BINARY_JSON_TYPE} needs ;{JSON_HEADER_SIZE}=N, the size of the JSON header at the start of the "
             f"body (at most the body's {len(request.body)} bytes), got {raw or 'none'}"
         )
-    return PassThrough(model, request.body, int(raw))
+    size = int(raw)
+    try:
+        header = parse_json_object(request.body[:size])
+    except InvalidJson as error:
+        raise InvalidJson(f"the JSON header of the {BINARY_JSON_TYPE} body (its first {size} bytes, "
+                          f"{JSON_HEADER_SIZE}) is not a JSON object: {error.message}") from None
+    return PassThrough(model, request.body, header, size)

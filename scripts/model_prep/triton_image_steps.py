@@ -118,9 +118,9 @@ class TritonPythonModel:
         for request in requests:
             try:
                 responses.append(pb_utils.InferenceResponse(output_tensors=self._answer(request)))
-            except InvalidItem as error:
-                responses.append(pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError(InvalidItem.encode(error.index, error.message))))
+            except InvalidItem as error:  # the caller's image: Triton answers it 400
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                    InvalidItem.encode(error.index, error.message), pb_utils.TritonError.INVALID_ARG)))
             except Exception as error:  # one failed request answers an error; the step lives on
                 responses.append(pb_utils.InferenceResponse(
                     error=pb_utils.TritonError(f"{self.step} failed: {error.__class__.__name__}: {error}")))

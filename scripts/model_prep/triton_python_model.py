@@ -73,12 +73,30 @@ class TritonPythonModel:
 
     def execute(self, requests: list) -> list:
         feeds = [self._feed(request) for request in requests]
+        names = [name for name, _ in self.outputs]
         try:
-            results = run_batched(self._run, feeds, [name for name, _ in self.outputs])
-        except Exception as error:  # one failed batch answers its requests with errors; the model lives on
-            message = f"inference failed: {error.__class__.__name__}: {error}"
-            return [pb_utils.InferenceResponse(error=pb_utils.TritonError(message)) for _ in requests]
-        return [self._response(result) for result in results]
+            return [self._response(result) for result in run_batched(self._run, feeds, names)]
+        except Exception as error:  # the model lives on
+            if len(feeds) == 1:
+                return [self._failure(error)]
+        # One request's values (a token id past the vocabulary) must not fail the others batched with
+        # it: each is run alone, and only those that fail alone get an error.
+        answers = []
+        for feed in feeds:
+            try:
+                answers.append(self._response(run_batched(self._run, [feed], names)[0]))
+            except Exception as error:
+                answers.append(self._failure(error))
+        return answers
+
+    @staticmethod
+    def _failure(error: Exception):
+        """ONNX Runtime's refusal of the input's values (InvalidArgument) is the caller's fault: Triton
+        answers it 400; anything else is the model's failure (500)."""
+        message = f"inference failed: {error.__class__.__name__}: {error}"
+        if error.__class__.__name__ == "InvalidArgument":
+            return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG))
+        return pb_utils.InferenceResponse(error=pb_utils.TritonError(message))
 
     def _response(self, result: Mapping[str, np.ndarray]):
         tensors = [pb_utils.Tensor(name, np.ascontiguousarray(result[name], dtype=dtype)) for name, dtype in self.outputs]

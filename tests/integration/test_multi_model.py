@@ -30,7 +30,7 @@ from app.core.multimodel import triton_prefix
 from app.core.settings import MIB, PROJECT_ROOT
 from scripts.devtools import Stack
 from tests.references import real_photos
-from tests.v2 import direct, model_tensors, post_v2, read_answer, v2_request
+from tests.v2 import bert_v2, direct, model_tensors, post_v2, read_answer, send_malformed, v2_request
 
 pytestmark = pytest.mark.integration
 
@@ -147,8 +147,22 @@ def test_three_models_load_list_and_answer(mme, stack, urls, repository):
         got = read_answer(r).as_numpy(outputs[0])
         assert got.shape == expected[outputs[0]].shape
         assert float(np.max(np.abs(got - expected[outputs[0]]))) == 0
-    r = invoke(mme, "plain", data=photo, headers={"Content-Type": "image/jpeg"})
-    assert r.status_code == 400 and "without a model.toml" in r.json()["error"]["message"]
+    r = invoke(mme, "plain", data=photo, headers={"Content-Type": "image/jpeg"})  # no family takes it raw
+    assert r.status_code == 415 and "image/jpeg" in r.json()["error"]["message"], r.text
+    r = invoke(mme, "plain", json={"payload": {"img": "x"}})
+    assert r.status_code == 400 and "without a model.toml" in r.json()["error"]["message"], r.text
+
+
+def test_malformed_v2_bodies_are_4xx_on_a_loaded_model(mme):
+    """The same malformed bodies as on a one-endpoint stack, through /models/<name>/invoke and the
+    TargetModel header: each a 4xx naming what is wrong, Triton the same process afterwards."""
+    triton = mme.pids()["triton"][0]
+    seen = send_malformed(f"{mme.url}/models/bert/invoke", **{"X-Amzn-SageMaker-Target-Model": "bert.tar.gz"})
+    seen += send_malformed(f"{mme.url}/invocations", **{"X-Amzn-SageMaker-Target-Model": "bert"})
+    print("\n".join(seen))
+    assert mme.ping().status_code == 200 and mme.pids()["triton"][0] == triton
+    r = invoke(mme, "bert", json=bert_v2())
+    assert r.status_code == 200 and r.json()["model_name"] == triton_prefix("bert") + "bert_base", r.text[:300]
 
 
 def test_invoke_py_target_model_calls_a_loaded_model(mme, tmp_path):

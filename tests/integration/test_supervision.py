@@ -133,6 +133,40 @@ def test_a_dead_child_takes_the_stack_down(role: str, small_repository: Path, ne
     assert left == [], f"left behind: {left}"
 
 
+def test_what_a_caller_sees_while_a_dead_triton_takes_the_stack_down(small_repository: Path, new_stack):
+    """Defence in depth: should Triton die anyway, callers get JSON 503s (Triton unavailable) or a
+    refused connection, never a hang or a 5xx of another kind, and serve exits within seconds so that
+    SageMaker replaces the instance. The figures go into the README's "Operating it"."""
+    stack = new_stack(small_repository)
+    stack.wait_healthy(timeout=120)
+    seen: list[str] = []
+
+    def call() -> None:
+        while stack.proc.poll() is None:
+            try:
+                r = requests.post(f"{stack.url}/invocations", data=jpeg(), timeout=10, headers={
+                    "Content-Type": "image/jpeg", "X-Amzn-SageMaker-Custom-Attributes": "modelname=yolov5"})
+                seen.append(f"{r.status_code} {r.json()['error']['code'] if r.status_code != 200 else 'ok'}")
+            except requests.ConnectionError:
+                seen.append("connection refused")
+            except requests.Timeout:
+                seen.append("timeout")
+
+    with ThreadPoolExecutor(2) as pool:
+        callers = [pool.submit(call) for _ in range(2)]
+        time.sleep(2)
+        os.kill(stack.pids()["triton"][0], signal.SIGKILL)
+        killed_at = time.monotonic()
+        code = stack.proc.wait(timeout=15)
+        took = time.monotonic() - killed_at
+        for caller in callers:
+            caller.result(timeout=15)
+    counts = {answer: seen.count(answer) for answer in sorted(set(seen))}
+    print(f"serve exited {code} {took:.2f} s after kill -9 of Triton; callers saw {counts}")
+    assert code != 0 and "200 ok" in counts
+    assert set(counts) <= {"200 ok", "503 triton_unavailable", "503 router_unavailable", "connection refused"}, counts
+
+
 def test_sigterm_drains_requests_in_flight(small_repository: Path, new_stack):
     stack = new_stack(small_repository)
     stack.wait_healthy(timeout=120)
@@ -187,7 +221,9 @@ def test_ping_answers_within_2s_while_every_worker_is_busy(small_repository: Pat
     # queue behind them. SageMaker's ping must not queue with them.
     stack = new_stack(small_repository, MODEL_SERVER_WORKERS="1", MODEL_SERVER_THREADS="2")
     stack.wait_healthy(timeout=120)
-    body = {"modelname": "yolov5", "payload": {"img": [base64.b64encode(jpeg(seed=i)).decode() for i in range(8)]}}
+    # 24 images: three batches of the detector each (a request of 8 took ~1 s on a fast day, too short).
+    body = {"modelname": "yolov5", "payload": {"img": [base64.b64encode(jpeg(320, 240, seed=i)).decode()
+                                                       for i in range(24)]}}
     with ThreadPoolExecutor(6) as pool:
         futures = [pool.submit(requests.post, f"{stack.url}/invocations", json=body, timeout=120)
                    for _ in range(6)]

@@ -56,7 +56,11 @@ def test_intra_op_threads_come_from_the_config(config, threads):
 class _FakeUtils:
     """The few pieces of triton_python_backend_utils that execute() uses."""
 
-    TritonError = staticmethod(lambda message: SimpleNamespace(message=message))
+    class TritonError(SimpleNamespace):
+        INTERNAL, INVALID_ARG = "INTERNAL", "INVALID_ARG"
+
+        def __init__(self, message, code="INTERNAL"):
+            super().__init__(message=message, code=code)
     Tensor = staticmethod(lambda name, array: SimpleNamespace(name=name, array=array))
 
     @staticmethod
@@ -92,3 +96,19 @@ def test_a_failed_run_gives_every_request_an_error_response(monkeypatch):
     responses = _model(monkeypatch, broken).execute(_feeds([1, 2, 1]))
     assert len(responses) == 3
     assert all("RuntimeError: out of memory" in r.error.message for r in responses)
+
+
+class InvalidArgument(Exception):
+    """ONNX Runtime's exception for input values a node refuses (its class name is what counts)."""
+
+
+def test_a_request_whose_values_fail_fails_alone_and_is_the_callers_fault(monkeypatch):
+    def run(feed):  # a token id past the vocabulary: ONNX Runtime's Gather refuses it
+        if (feed["x"] >= 2).any():
+            raise InvalidArgument("indices element out of data bounds, idx=2")
+        return [feed["x"].astype(np.float64)]
+
+    responses = _model(monkeypatch, run).execute(_feeds([1, 1, 1]))
+    assert [r.error is None for r in responses] == [True, True, False]
+    assert [r.output_tensors[0].array.tolist() for r in responses[:2]] == [[[0.0] * 3], [[1.0] * 3]]
+    assert responses[2].error.code == "INVALID_ARG" and "out of data bounds" in responses[2].error.message

@@ -10,8 +10,10 @@ PIP := $(PY) -m pip --disable-pip-version-check
 PORT ?= 8080
 TARGET ?= python
 WEIGHTS ?= pretrained
-# The test suite builds its own repository with seeded random weights and leaves models/ alone.
+# The test suite builds its own repositories and leaves models/ alone: small networks of each family
+# (seeded random weights; what most tests serve) and the shipped architectures at full size (a few tests).
 TEST_REPOSITORY ?= build/test-models
+TEST_FULL_REPOSITORY ?= build/test-models-full
 PYTEST_ARGS ?= --durations=15
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
@@ -22,7 +24,7 @@ SAMPLES := build/samples
 
 help:
 	@echo "make run     install, prepare the models (TARGET=$(TARGET), WEIGHTS=$(WEIGHTS)), serve on :$(PORT)"
-	@echo "make test    install, prepare test models (random weights) and run the test suite"
+	@echo "make test    install, prepare test models (small networks, and full-size ones for a few tests; random weights) and run the test suite"
 	@echo "make models  only prepare models/ (TARGET=python|onnxruntime|tensorrt, WEIGHTS=pretrained|random)"
 	@echo "make samples sample photos (dog, person, horses, ...) from Debian's darknet package into $(SAMPLES)/"
 	@echo "make bench   benchmark a running stack (make run) against Triton alone and its SageMaker front end"
@@ -58,13 +60,15 @@ models: $(VENV)/.serving $(VENV)/.models
 	$(PY) -m scripts.prepare_models --target $(TARGET) --weights $(WEIGHTS)
 
 test-models: $(VENV)/.serving $(VENV)/.models
-	$(PY) -m scripts.prepare_models --target python --weights random --repository $(TEST_REPOSITORY)
+	$(PY) -m scripts.prepare_models --target python --weights small --repository $(TEST_REPOSITORY)
+	$(PY) -m scripts.prepare_models --target python --weights random --repository $(TEST_FULL_REPOSITORY)
 
 run: models nginx
 	SAGEMAKER_BIND_TO_PORT=$(PORT) ./serve
 
 test: deps nginx test-models samples lint-imports
-	TEST_MODEL_REPOSITORY=$(abspath $(TEST_REPOSITORY)) $(PY) -m pytest tests $(PYTEST_ARGS)
+	TEST_MODEL_REPOSITORY=$(abspath $(TEST_REPOSITORY)) TEST_FULL_MODEL_REPOSITORY=$(abspath $(TEST_FULL_REPOSITORY)) \
+		$(PY) -m pytest tests $(PYTEST_ARGS)
 
 # The layers contract in pyproject.toml: router | serve -> clients -> app.core, no Flask below the router.
 lint-imports: $(VENV)/.serving $(VENV)/.dev

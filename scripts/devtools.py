@@ -24,16 +24,22 @@ from app.core.settings import (
     MODEL_REPOSITORY,
     PROJECT_ROOT,
     SAFE_PORT_RANGE,
+    TEST_FULL_MODEL_REPOSITORY,
     TEST_MODEL_REPOSITORY,
     TRITON_GRPC_URL,
 )
 from app.serve.tritonserver import find_triton, triton_command
 
 DEFAULT_TEST_REPOSITORY = PROJECT_ROOT / "build" / "test-models"
+DEFAULT_FULL_TEST_REPOSITORY = PROJECT_ROOT / "build" / "test-models-full"
 
 
-def built_test_repository() -> Path:
-    path = Path(os.environ.get(TEST_MODEL_REPOSITORY, DEFAULT_TEST_REPOSITORY))
+def built_test_repository(full: bool = False) -> Path:
+    """The repository `make test-models` built: small networks of each family (random weights), or,
+    with ``full``, the shipped architectures at full size (random weights)."""
+    variable, default = (TEST_FULL_MODEL_REPOSITORY, DEFAULT_FULL_TEST_REPOSITORY) if full \
+        else (TEST_MODEL_REPOSITORY, DEFAULT_TEST_REPOSITORY)
+    path = Path(os.environ.get(variable, default))
     if not (path / "resnet" / "config.pbtxt").is_file():
         raise RuntimeError(f"{path} holds no built test models: run `make test-models` (make test does)")
     return path
@@ -207,6 +213,7 @@ class Stack:
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
     _log: IO | None = None
+    _stopping: list[int] = field(default_factory=list)  # the processes a begun stop must see gone
     started_at: float = 0.0
     start_to_ping_s: float | None = None  # set by whoever waits for /ping (the benchmark)
 
@@ -267,17 +274,29 @@ class Stack:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
     def stop(self) -> int | None:
-        if self.proc is None:
-            return None
-        every = [self.proc.pid, *descendants(self.proc.pid)]
+        """SIGTERM, then wait for ``serve`` to exit; its exit status."""
+        self.begin_stop()
+        return self.finish_stop()
+
+    def begin_stop(self) -> None:
+        """SIGTERM to ``serve`` (Triton takes a few seconds to unload its models): ``finish_stop`` waits."""
+        if self.proc is None or self._stopping:
+            return
+        self._stopping = [self.proc.pid, *descendants(self.proc.pid)]
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
+
+    def finish_stop(self) -> int | None:
+        if self.proc is None:
+            return None
+        self.begin_stop()
+        if self.proc.poll() is None:
             try:
                 self.proc.wait(timeout=35)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        for pid in every:  # never leave anything behind, even when a test failed half-way
+        for pid in self._stopping:  # never leave anything behind, even when a test failed half-way
             if alive(pid):
                 try:
                     os.kill(pid, signal.SIGKILL)

@@ -49,8 +49,8 @@ def choose_weights(spec, recipe, options: Options, probe=None):
     probe = probe or weights.probe
     if spec.name in options.weights_files:
         return weights.WeightsChoice(weights.FILE, options.seed, options.weights_files[spec.name])
-    if options.weights == weights.RANDOM:
-        return weights.WeightsChoice(weights.RANDOM, options.seed)
+    if options.weights in (weights.RANDOM, weights.SMALL):
+        return weights.WeightsChoice(options.weights, options.seed)
     with step(spec.name, "probing the pretrained weights' host"):
         reason = probe(recipe.pretrained_url)
     if reason is None:
@@ -78,7 +78,7 @@ def load_module(spec, recipe, choice, options: Options):
             return recipe.from_file(spec, choice.path), choice
     with step(spec.name, f"building the model ({choice.describe()})"):
         torch.manual_seed(choice.seed)
-        return recipe.random(spec), choice
+        return (recipe.small if choice.source == weights.SMALL else recipe.random)(spec), choice
 
 
 def ensure_onnx(spec, recipe, choice, options: Options):
@@ -122,7 +122,7 @@ def _cache_hit(spec, choice, options: Options):
 def _weights_record(choice) -> dict:
     return {
         "weights": choice.source,
-        "seed": choice.seed if choice.source == "random" else None,
+        "seed": choice.seed if choice.source in ("random", "small") else None,
         "path": str(choice.path) if choice.path else None,
         "reason": choice.reason or None,
     }

@@ -51,7 +51,8 @@ TRITON_SERVER_BIN = "TRITON_SERVER_BIN"
 MALLOC_MMAP_THRESHOLD = "MALLOC_MMAP_THRESHOLD_"
 MALLOC_ARENA_MAX = "MALLOC_ARENA_MAX"
 # Development: the repository `make test-models` built, for the tests, the soak and the benchmark.
-TEST_MODEL_REPOSITORY = "TEST_MODEL_REPOSITORY"
+TEST_MODEL_REPOSITORY = "TEST_MODEL_REPOSITORY"  # the test suite's repository: small networks of each family
+TEST_FULL_MODEL_REPOSITORY = "TEST_FULL_MODEL_REPOSITORY"  # the same models at full size (a few tests)
 
 MIB = 1024 * 1024
 DEFAULT_MAX_BODY_BYTES = 6 * MIB  # SageMaker's real-time payload limit

@@ -47,8 +47,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="folder of the model descriptions (default: %(default)s)")
     parser.add_argument("--repository", type=Path,
                         help="output model repository (default: --source, in place)")
-    parser.add_argument("--weights", choices=("pretrained", "random"), default="pretrained",
-                        help="pretrained (falls back to random, loudly, when offline) or seeded random")
+    parser.add_argument("--weights", choices=("pretrained", "random", "small"), default="pretrained",
+                        help="pretrained (falls back to random, loudly, when offline), seeded random, or small: "
+                             "a small network of the model's family with seeded random weights (same inputs, "
+                             "outputs and processing; fewer layers and channels), for tests")
     parser.add_argument("--weights-file", action="append", default=[], metavar="NAME=PATH",
                         help="weights of one model: a torch state_dict (resnet, yolov5) or a "
                              "save_pretrained() directory (bert); repeatable")

@@ -53,6 +53,7 @@ class Tolerance:
 class Recipe:
     pretrained_url: str  # probed before any download is tried
     random: Callable[[ModelSpec], nn.Module]
+    small: Callable[[ModelSpec], nn.Module]  # the family's small network (tests): same inputs and outputs
     pretrained: Callable[[ModelSpec, Path], nn.Module]  # (spec, download folder)
     from_file: Callable[[ModelSpec, Path], nn.Module]
     sample_inputs: Callable[[ModelSpec, int, np.random.Generator], dict[str, np.ndarray]]
@@ -112,6 +113,21 @@ def _resnet_random(spec: ModelSpec) -> nn.Module:
     from torchvision.models import resnet50
 
     return _ranked(spec, resnet50(weights=None))
+
+
+def _resnet_small(spec: ModelSpec) -> nn.Module:
+    """A ResNet of two basic blocks and 16 to 64 channels (ResNet50: 16 bottlenecks, 64 to 2048)."""
+    from torchvision.models.resnet import BasicBlock, conv1x1
+
+    def block(inplanes: int, planes: int) -> nn.Module:
+        down = nn.Sequential(conv1x1(inplanes, planes, 2), nn.BatchNorm2d(planes))
+        return BasicBlock(inplanes, planes, stride=2, downsample=down)
+
+    classes = spec.outputs[0].dims[-1]
+    net = nn.Sequential(nn.Conv2d(3, 16, 7, 2, 3, bias=False), nn.BatchNorm2d(16), nn.ReLU(inplace=True),
+                        nn.MaxPool2d(3, 2, 1), block(16, 32), block(32, 64), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                        nn.Linear(64, classes))
+    return _ranked(spec, net)
 
 
 def _resnet_pretrained(spec: ModelSpec, downloads: Path) -> nn.Module:
@@ -187,6 +203,11 @@ def _yolo_random(spec: ModelSpec) -> nn.Module:
     return yolov5s.DetectionModel().eval()
 
 
+def _yolo_small(spec: ModelSpec) -> nn.Module:
+    """YOLOv5 at an eighth of YOLOv5s' width (8 to 64 channels): the same [B, 25200, 85] output."""
+    return yolov5s.DetectionModel(width=yolov5s.WIDTH_MULTIPLE / 8).eval()
+
+
 def _yolo_file(spec: ModelSpec, path: Path) -> nn.Module:
     return _load_into(_yolo_random(spec), _yolo_checkpoint_state(path), path)
 
@@ -230,6 +251,15 @@ def _bert_random(spec: ModelSpec) -> nn.Module:
     from transformers import BertConfig, BertForMaskedLM
 
     return _bert_wrap(spec, BertForMaskedLM(BertConfig(attn_implementation="eager")))
+
+
+def _bert_small(spec: ModelSpec) -> nn.Module:
+    """BERT with its real vocabulary (30522 word pieces) and two layers of width 32 (BERT base: 12 of 768)."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    config = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                        attn_implementation="eager")
+    return _bert_wrap(spec, BertForMaskedLM(config))
 
 
 def _bert_pretrained(spec: ModelSpec, downloads: Path) -> nn.Module:
@@ -319,6 +349,7 @@ def recipes() -> dict[str, Recipe]:
         "torchvision_resnet50": Recipe(
             pretrained_url=_resnet_url(),
             random=_resnet_random,
+            small=_resnet_small,
             pretrained=_resnet_pretrained,
             from_file=_resnet_file,
             sample_inputs=_normalized_inputs,
@@ -329,6 +360,7 @@ def recipes() -> dict[str, Recipe]:
         "yolov5s": Recipe(
             pretrained_url=YOLOV5S_URL,
             random=_yolo_random,
+            small=_yolo_small,
             pretrained=_yolo_pretrained,
             from_file=_yolo_file,
             sample_inputs=_image_inputs,
@@ -339,6 +371,7 @@ def recipes() -> dict[str, Recipe]:
         "bert_base_uncased_mlm": Recipe(
             pretrained_url=BERT_HUB_URL,
             random=_bert_random,
+            small=_bert_small,
             pretrained=_bert_pretrained,
             from_file=_bert_file,
             sample_inputs=_bert_inputs,

@@ -1,4 +1,5 @@
-"""Where a model's weights come from: pretrained (downloaded), a user's file, or seeded random."""
+"""Where a model's weights come from: pretrained (downloaded), a user's file, or seeded random (the
+model's own architecture, or, for tests, a small network of its family: ``small``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-PRETRAINED, RANDOM, FILE = "pretrained", "random", "file"
+PRETRAINED, RANDOM, FILE, SMALL = "pretrained", "random", "file", "small"
 PROBE_TIMEOUT_S = 3.0
 
 
@@ -17,15 +18,15 @@ PROBE_TIMEOUT_S = 3.0
 class WeightsChoice:
     """What the user asked for and what is used; ``reason`` says why they differ."""
 
-    source: str  # pretrained | random | file
+    source: str  # pretrained | random | file | small
     seed: int
     path: Path | None = None
     reason: str = ""
 
     @property
     def cache_key(self) -> str:
-        if self.source == RANDOM:
-            return f"random-seed{self.seed}"
+        if self.source in (RANDOM, SMALL):
+            return f"{self.source}-seed{self.seed}"
         if self.source == FILE:
             return f"file-{fingerprint(self.path)[:16]}"
         return PRETRAINED
@@ -33,6 +34,8 @@ class WeightsChoice:
     def describe(self) -> str:
         if self.source == RANDOM:
             return f"random weights, seed {self.seed}"
+        if self.source == SMALL:
+            return f"a small network of the family, random weights, seed {self.seed}"
         if self.source == FILE:
             return f"weights from {self.path}"
         return "pretrained weights"

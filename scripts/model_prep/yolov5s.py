@@ -136,12 +136,12 @@ class Detect(nn.Module):
             mi.bias = nn.Parameter(b.view(-1), requires_grad=True)
 
 
-def _depth(n: int) -> int:
-    return max(round(n * DEPTH_MULTIPLE), 1) if n > 1 else n
+def _depth(n: int, multiple: float = DEPTH_MULTIPLE) -> int:
+    return max(round(n * multiple), 1) if n > 1 else n
 
 
-def _width(c: int) -> int:
-    return int(math.ceil(c * WIDTH_MULTIPLE / 8) * 8)
+def _width(c: int, multiple: float = WIDTH_MULTIPLE) -> int:
+    return int(math.ceil(c * multiple / 8) * 8)
 
 
 # yolov5s.yaml v7.0: (from, repeats, module, args before width/depth scaling).
@@ -176,13 +176,14 @@ _HEAD = (
 )
 
 
-def _make_layer(f, n: int, module: type, args: tuple, ch: list[int]) -> tuple[nn.Module, int]:
+def _make_layer(f, n: int, module: type, args: tuple, ch: list[int], width: float = WIDTH_MULTIPLE,
+                depth: float = DEPTH_MULTIPLE) -> tuple[nn.Module, int]:
     """One layer from its yaml row; ``ch``: output channels of the layers so far (``f`` indexes it)."""
     if module in (Conv, C3, SPPF):
-        c1, c2 = ch[f], _width(args[0])
+        c1, c2 = ch[f], _width(args[0], width)
         extra = args[1:]
         if module is C3:
-            return module(c1, c2, _depth(n), *extra), c2
+            return module(c1, c2, _depth(n, depth), *extra), c2
         return module(c1, c2, *extra), c2
     if module is Concat:
         return module(*args), sum(ch[x] for x in f)
@@ -192,13 +193,14 @@ def _make_layer(f, n: int, module: type, args: tuple, ch: list[int]) -> tuple[nn
 
 
 class DetectionModel(nn.Module):
-    """YOLOv5s v7.0 with the official layer indices (``self.model[24]`` is Detect)."""
+    """YOLOv5s v7.0 with the official layer indices (``self.model[24]`` is Detect). Other width and
+    depth multiples give the family's other sizes (YOLOv5n: 0.25 and 0.33), the same inputs and outputs."""
 
-    def __init__(self, in_channels: int = 3):
+    def __init__(self, in_channels: int = 3, width: float = WIDTH_MULTIPLE, depth: float = DEPTH_MULTIPLE):
         super().__init__()
         layers, ch, save = [], [], []
         for i, (f, n, module, args) in enumerate(_BACKBONE + _HEAD):
-            layer, c2 = _make_layer(f, n, module, args, ch or [in_channels])
+            layer, c2 = _make_layer(f, n, module, args, ch or [in_channels], width, depth)
             layer.i, layer.f = i, f
             save.extend(x % i for x in ([f] if isinstance(f, int) else f) if x != -1)
             layers.append(layer)

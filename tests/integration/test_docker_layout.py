@@ -147,7 +147,7 @@ def test_dockerignore_matching():
     assert not ignored_by(patterns, "models/resnet/config.pbtxt")
 
 
-def test_assembled_image_starts_from_its_workdir_and_pings_200(repository, tmp_path):
+def test_assembled_image_starts_from_its_workdir_and_pings_200(repository, tmp_path, stopping):
     layout = parse_dockerfile(DOCKERFILE.read_text())
     root = tmp_path / "image"
     assemble(layout, root)
@@ -158,6 +158,7 @@ def test_assembled_image_starts_from_its_workdir_and_pings_200(repository, tmp_p
     model_dir = root / "opt" / "ml" / "model"
     copy_tree(repository, model_dir, [])
     stack = ImageStack(model_dir, root, layout).start(tmp_path)
+    stopping.append(stack)
     try:
         stack.wait_healthy(timeout=240)
         response = stack.ping()
@@ -167,4 +168,4 @@ def test_assembled_image_starts_from_its_workdir_and_pings_200(repository, tmp_p
         router = stack.pids()["router"]
         assert router and Path(os.readlink(f"/proc/{router[0]}/cwd")) == workdir
     finally:
-        stack.stop()
+        stack.begin_stop()

@@ -1,8 +1,9 @@
 """Schemathesis against the live stack with app/router/openapi.json: generated requests (valid and
 invalid), none answered with a 5xx, every response as the description documents it.
 
-Marked ``fuzz`` (deselect with ``-m "not fuzz"``); ``make fuzz`` runs only this. FUZZ_EXAMPLES sets
-the examples per operation (default 1000: about 1,200 requests, under two minutes on two cores).
+Marked ``fuzz`` (deselect with ``-m "not fuzz"``); ``make fuzz`` runs it (with the v2 body fuzz) and
+nothing else. FUZZ_EXAMPLES sets the examples per operation: 300 in ``make test`` (about 400 requests),
+1000 in ``make fuzz`` (about 1,300 requests, under a minute here).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from app.router import OPENAPI_PATH
 
 pytestmark = [pytest.mark.integration, pytest.mark.fuzz]
 
-MIN_REQUESTS = 1000
 CHECKS = (
     "not_a_server_error",
     "status_code_conformance",
@@ -43,7 +43,7 @@ def description_for(models: list[str], path: Path) -> Path:
 
 def test_schemathesis_finds_no_5xx_and_no_undocumented_response(stack, tmp_path: Path):
     models = sorted(stack.ping().json()["models"])
-    examples = os.environ.get("FUZZ_EXAMPLES", "1000")
+    examples = os.environ.get("FUZZ_EXAMPLES", "300")
     argv = [
         sys.executable, "-m", "schemathesis.cli", "run", str(description_for(models, tmp_path / "openapi.json")),
         "--url", stack.url, "--max-examples", examples, "--checks", ",".join(CHECKS), "--seed", "6",
@@ -56,5 +56,5 @@ def test_schemathesis_finds_no_5xx_and_no_undocumented_response(stack, tmp_path:
     count = int(generated.group(1))
     print(f"schemathesis sent {count} generated requests; exit status {run.returncode}")
     assert run.returncode == 0, "schemathesis found failures (see its output above)"
-    assert count >= MIN_REQUESTS
+    assert count >= int(examples)  # at least as many requests as examples asked per operation
     assert stack.ping().status_code == 200

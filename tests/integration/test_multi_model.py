@@ -64,25 +64,35 @@ def urls(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     return made
 
 
-def multi_model_stack(logs: Path, **env: str):
+def multi_model_stack(logs: Path, stopping: list[Stack], **env: str):
     started = Stack(logs, env_extra={"SAGEMAKER_MULTI_MODEL": "true", "MULTI_MODEL_DIR": str(logs / "state"),
                                      **env}).start(logs)
-    try:
-        started.wait_healthy()
-        yield started
-    finally:
-        started.stop()
+    stopping.append(started)
+    started.wait_healthy()
+    yield started
+    started.begin_stop()
 
 
 @pytest.fixture(scope="module")
-def mme(tmp_path_factory: pytest.TempPathFactory):
-    yield from multi_model_stack(tmp_path_factory.mktemp("mme-logs"))
+def mme(tmp_path_factory: pytest.TempPathFactory, stopping):
+    yield from multi_model_stack(tmp_path_factory.mktemp("mme-logs"), stopping)
 
 
 @pytest.fixture(scope="module")
-def small(urls, tmp_path_factory: pytest.TempPathFactory):
-    limit = files_size(urls["bert"], urls["resnet"]) + 16 * MIB  # bert and resnet fit by their files
-    yield from multi_model_stack(tmp_path_factory.mktemp("small-logs"), MODEL_SERVER_TIMEOUT="1",
+def full_urls(full_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """bert and resnet at full size: what Triton takes for them, against what their files weigh."""
+    root = tmp_path_factory.mktemp("opt-ml-models-full")
+    made = {"bert": link_copy(full_repository / "bert_base", root / "bert" / "model")}
+    for folder in ("resnet", "resnet_preprocess", "resnet_pipeline"):
+        link_copy(full_repository / folder, root / "resnet" / "model" / folder)
+    made["resnet"] = root / "resnet" / "model"
+    return made
+
+
+@pytest.fixture(scope="module")
+def small(full_urls, tmp_path_factory: pytest.TempPathFactory, stopping):
+    limit = files_size(full_urls["bert"], full_urls["resnet"]) + 16 * MIB  # bert and resnet fit by their files
+    yield from multi_model_stack(tmp_path_factory.mktemp("small-logs"), stopping, MODEL_SERVER_TIMEOUT="1",
                                  MODEL_MEMORY_LIMIT_BYTES=str(limit))
 
 
@@ -234,27 +244,27 @@ def test_the_model_api_is_off_on_a_one_endpoint_stack(stack):
     assert r.status_code == 404 and "SAGEMAKER_MULTI_MODEL=true" in r.json()["error"]["message"]
 
 
-def test_loads_have_their_own_timeout_and_count_what_triton_took(small, urls):
+def test_loads_have_their_own_timeout_and_count_what_triton_took(small, full_urls):
     """Loads are bounded by MODEL_LOAD_TIMEOUT (360 s, SageMaker's wait), not MODEL_SERVER_TIMEOUT:
     with requests cut at 1 s, resnet's three folders (~5 s here) load through NGINX and answer.
     The memory bound fits bert and resnet by their files. Loaded, bert's ONNX Runtime session (in
     its stub process) takes more than its files: the load is undone and answered 507. Beside what
     resnet took, bert's files no longer fit: 507 before anything loads."""
-    r = load(small, "bert", urls["bert"])
+    r = load(small, "bert", full_urls["bert"])
     assert (r.status_code, r.json()["error"]["code"]) == (507, "insufficient_memory"), r.text
     took = float(r.json()["error"]["message"].split("'bert' took ")[1].split(" MiB")[0])
-    assert took * MIB > files_size(urls["bert"]), r.text
+    assert took * MIB > files_size(full_urls["bert"]), r.text
     assert requests.get(f"{small.url}/models", timeout=5).json() == {"models": []}
 
     begun = time.monotonic()
-    r = load(small, "resnet", urls["resnet"])
+    r = load(small, "resnet", full_urls["resnet"])
     assert r.status_code == 200, r.text
     assert time.monotonic() - begun > 1
     r = invoke(small, "resnet", data=real_photos()["dog.jpg"], headers={"Content-Type": "image/jpeg"})
     assert r.status_code == 200, r.text
 
-    r = load(small, "bert", urls["bert"])
+    r = load(small, "bert", full_urls["bert"])
     assert r.status_code == 507 and "the models loaded take" in r.text, r.text
     taken = float(r.json()["error"]["message"].split("the models loaded take ")[1].split(" MiB")[0])
-    assert taken * MIB > files_size(urls["resnet"]) + 16 * MIB, r.text  # files alone would have let bert in
+    assert taken * MIB > files_size(full_urls["resnet"]) + 16 * MIB, r.text  # files alone would have let bert in
     assert requests.delete(f"{small.url}/models/resnet", timeout=120).status_code == 200

@@ -51,11 +51,11 @@ def ping_status(url: str) -> int | None:
 
 
 def test_ping_503_while_triton_loads(small_repository: Path, tmp_path: Path, new_stack):
-    # The same model, made to take 8 s to load: the router is up long before Triton is ready.
+    # The same model, made to take 3 s longer to load: the router is up long before Triton is ready.
     repo = tmp_path / "slow"
     shutil.copytree(small_repository, repo)
     model_py = repo / "yolov5" / "1" / "model.py"
-    model_py.write_text(model_py.read_text() + "\nimport time\n\ntime.sleep(8)\n")
+    model_py.write_text(model_py.read_text() + "\nimport time\n\ntime.sleep(3)\n")
     stack = new_stack(repo)
     seen = []
     deadline = time.monotonic() + 120
@@ -74,7 +74,7 @@ def test_ping_503_while_triton_loads(small_repository: Path, tmp_path: Path, new
     print(f"{len(unready)} answers of 503 while Triton loaded; first 200 after {seen[-1][0]:.1f} s")
     assert unready, seen
     assert all(body["status"] == "unhealthy" and body["models"]["yolov5"] != "READY" for _, _, body, _ in unready)
-    assert seen[-1][1] == 200 and seen[-1][0] > 8
+    assert seen[-1][1] == 200 and seen[-1][0] > 3
     assert seen[-1][2] == {"status": "healthy", "models": {"yolov5": "READY"}}
 
 
@@ -167,8 +167,8 @@ def test_what_a_caller_sees_while_a_dead_triton_takes_the_stack_down(small_repos
     assert set(counts) <= {"200 ok", "503 triton_unavailable", "503 router_unavailable", "connection refused"}, counts
 
 
-def test_sigterm_drains_requests_in_flight(small_repository: Path, new_stack):
-    stack = new_stack(small_repository)
+def test_sigterm_drains_requests_in_flight(full_detector_repository: Path, new_stack):
+    stack = new_stack(full_detector_repository)  # the full-size detector: requests that take seconds
     stack.wait_healthy(timeout=120)
     everything = [stack.proc.pid, *descendants(stack.proc.pid)]
     body = {"modelname": "yolov5", "payload": {"img": [base64.b64encode(jpeg(seed=i)).decode() for i in range(4)]}}
@@ -216,10 +216,10 @@ def test_triton_ports_answer_on_loopback_only(stack):
     assert _listening_addresses(stack.port) in ({"00000000"}, {"00000000000000000000000000000000"})
 
 
-def test_ping_answers_within_2s_while_every_worker_is_busy(small_repository: Path, new_stack):
-    # One worker with two threads, six long requests: every thread is taken and four requests
-    # queue behind them. SageMaker's ping must not queue with them.
-    stack = new_stack(small_repository, MODEL_SERVER_WORKERS="1", MODEL_SERVER_THREADS="2")
+def test_ping_answers_within_2s_while_every_worker_is_busy(full_detector_repository: Path, new_stack):
+    # One worker with two threads, six long requests (the full-size detector): every thread is
+    # taken and four requests queue behind them. SageMaker's ping must not queue with them.
+    stack = new_stack(full_detector_repository, MODEL_SERVER_WORKERS="1", MODEL_SERVER_THREADS="2")
     stack.wait_healthy(timeout=120)
     # 24 images: three batches of the detector each (a request of 8 took ~1 s on a fast day, too short).
     body = {"modelname": "yolov5", "payload": {"img": [base64.b64encode(jpeg(320, 240, seed=i)).decode()

@@ -12,8 +12,9 @@ TARGETS = ("python", "onnxruntime", "tensorrt")
 
 
 def build_repository(repository: Path, target: str, *extra: str) -> None:
-    """``prepare_models`` for a target with random weights; tensorrt with ``--config-only`` (no GPU)."""
-    argv = ["--target", target, "--weights", "random", "--repository", str(repository), *extra]
+    """``prepare_models`` for a target with the small networks (their configs are the shipped models':
+    same tensors); tensorrt with ``--config-only`` (no GPU)."""
+    argv = ["--target", target, "--weights", "small", "--repository", str(repository), *extra]
     if target == "tensorrt":
         argv.append("--config-only")
     assert prepare_models.main(argv) == 0

@@ -1,6 +1,7 @@
 """Issue check 3: the fill-mask client, running the built bert_base ONNX (ONNX Runtime standing in
 for Triton), equals Hugging Face's ``FillMaskPipeline`` on the same weights: the build's seeded
-random ``BertForMaskedLM`` (scripts/model_prep/recipes.py), rebuilt here from the seed recorded in
+random ``BertForMaskedLM`` (scripts/model_prep/recipes.py: the small network of the test repository, or
+the full-size one), rebuilt here from the seed recorded in
 the repository's source.json, with ``BertTokenizerFast`` on the model's own vocab.txt."""
 
 from __future__ import annotations
@@ -10,12 +11,13 @@ import json
 import numpy as np
 import pytest
 import torch
-from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast, FillMaskPipeline
+from transformers import BertTokenizerFast, FillMaskPipeline
 
 from app.core.settings import Settings
 from app.core.spec import load_spec
 from clients.fill_mask import FillMaskClient
 from scripts.devtools import built_test_repository
+from scripts.model_prep.recipes import recipes
 from tests.references import OnnxTriton
 
 SENTENCES = [
@@ -48,9 +50,11 @@ def client(repository) -> FillMaskClient:
 @pytest.fixture(scope="module")
 def pipeline(repository) -> FillMaskPipeline:
     source = json.loads((repository / "bert_base" / "source.json").read_text())
-    assert source["weights"] == "random", "these tests rebuild the build's random weights from its seed"
-    torch.manual_seed(source["seed"])  # as scripts/prepare_models.py does before recipe.random()
-    model = BertForMaskedLM(BertConfig(attn_implementation="eager")).eval()
+    assert source["weights"] in ("random", "small"), "these tests rebuild the build's random weights from its seed"
+    recipe = recipes()[load_spec(repository / "bert_base").export["builder"]]
+    torch.manual_seed(source["seed"])  # as scripts/prepare_models.py does before building the network
+    build = recipe.small if source["weights"] == "small" else recipe.random
+    model = build(load_spec(repository / "bert_base")).net.eval()  # the BertForMaskedLM inside the top-k wrapper
     # transformers 5 names the vocabulary argument ``vocab`` (a ``vocab_file=`` keyword is silently
     # ignored and gives an empty vocabulary): check that the file really was read.
     tokenizer = BertTokenizerFast(vocab=str(repository / "bert_base" / "vocab.txt"), do_lower_case=True)

@@ -49,7 +49,7 @@ def test_config_follows_the_spec(repositories, model):
         assert config.max_batch_size == spec.max_batch_size
         assert config.dynamic_batching.max_queue_delay_microseconds == spec.max_queue_delay_microseconds
         assert [g.count for g in config.instance_group] == [spec.instance_count]
-        assert config.parameters["weights_source"].string_value == "random"
+        assert config.parameters["weights_source"].string_value == "small"  # the repositories conftest builds
         if target == "python":
             assert config.parameters["ort_intra_op_threads"].string_value == str(spec.threads)
         # warmed up at load on one batch of the largest size, every input zeros of its dtype and dims
@@ -87,7 +87,7 @@ def test_data_files_and_source_travel_with_the_model(repositories, model):
         assert (folder / name).read_bytes() == (SOURCE / model / name).read_bytes()
     source = json.loads((folder / "source.json").read_text())
     onnx_bytes = (folder / "1" / "model.onnx").read_bytes()
-    assert source["weights"] == "random" and source["seed"] == 0
+    assert source["weights"] == "small" and source["seed"] == 0
     assert source["onnx_sha256"] == hashlib.sha256(onnx_bytes).hexdigest()
     assert all(source["max_abs_diff"][n] <= source["tolerance"][n] for n in source["max_abs_diff"])
 

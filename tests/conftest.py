@@ -1,13 +1,87 @@
-"""Fixtures shared by the integration tests: the real stack, started once per session."""
+"""Fixtures shared by the integration tests (the real stack, started once per session) and by the unit
+tests (moto's AWS), and the guard that a run without integration tests starts no stack.
+
+The guard records every argv ``subprocess.Popen`` is given during the run (and looks at the run's
+processes still alive at its end); when no selected test is marked ``integration``, a program of the
+stack (``serve``, ``tritonserver``, ``gunicorn``, ``nginx``) among them fails the run."""
 
 from __future__ import annotations
 
+import os
+import shlex
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from scripts.devtools import Stack, built_test_repository
+from scripts.devtools import Stack, built_test_repository, cmdline, descendants
+from tests.support import REGION
+
+STACK_PROGRAMS = frozenset({"serve", "tritonserver", "gunicorn", "nginx"})
+_started: list[str] = []  # every command line given to subprocess.Popen in this run
+_STACK_STARTED = pytest.StashKey[list]()  # what the guard found, for the summary
+_popen_init = subprocess.Popen.__init__
+
+
+def _recording_init(self, args, *rest, **kwargs):
+    command = args if isinstance(args, (str, bytes, os.PathLike)) else shlex.join(os.fsdecode(a) for a in args)
+    _started.append(os.fsdecode(command))
+    _popen_init(self, args, *rest, **kwargs)
+
+
+def stack_programs(command: str) -> set[str]:
+    """The programs of the stack a command line names (as its program, its script or a module)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    return {Path(word).name for word in words} & STACK_PROGRAMS
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    subprocess.Popen.__init__ = _recording_init
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    subprocess.Popen.__init__ = _popen_init
+
+
+def _stack_processes(session: pytest.Session) -> list[str]:
+    """What a run without integration tests started of the stack (nothing when it has integration tests)."""
+    if any(item.get_closest_marker("integration") for item in session.items):
+        return []
+    alive = [cmdline(pid) for pid in descendants(os.getpid())]
+    return [command for command in [*_started, *alive] if stack_programs(command)]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    found = _stack_processes(session)
+    session.config.stash[_STACK_STARTED] = found
+    if found and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    found = config.stash.get(_STACK_STARTED, [])
+    if found:
+        terminalreporter.section("a run without integration tests started the stack", sep="=", red=True)
+        for command in found:
+            terminalreporter.line(command)
+
+
+@pytest.fixture
+def aws(monkeypatch):
+    """moto in place of AWS, with test credentials (never a profile of the machine's) in REGION."""
+    from moto import mock_aws
+
+    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    with mock_aws():
+        yield
 
 
 @pytest.fixture(scope="session")

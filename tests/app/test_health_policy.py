@@ -9,12 +9,12 @@ import pytest
 from app.core.settings import LIVE_PING, Settings
 from app.core.spec import SpecError, load_spec
 from app.router import create_app
-from tests.app.conftest import make_repository
+from tests.support import make_spec_repository
 
 
 @pytest.fixture(scope="module")
 def optional_yolov5(tmp_path_factory):
-    root = make_repository(tmp_path_factory.mktemp("optional"))
+    root = make_spec_repository(tmp_path_factory.mktemp("optional"))
     spec = root / "yolov5" / "model.toml"
     spec.write_text("required = false\n" + spec.read_text())
     return root

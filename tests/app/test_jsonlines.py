@@ -12,7 +12,7 @@ from PIL import Image
 
 from app.core.settings import Settings
 from app.router import create_app
-from tests.app.test_router import assert_error, b64, image_bytes
+from tests.support import assert_error, b64, solid_image
 
 JSONL = "application/jsonlines"
 
@@ -36,12 +36,12 @@ def answer_lines(response) -> list[dict]:
 def mixed_lines() -> list[dict]:
     colors = [(i * 40, 255 - i * 30, 90) for i in range(6)]
     return [
-        envelope("resnet", img=b64(image_bytes(color=colors[0]))),
+        envelope("resnet", img=b64(solid_image(color=colors[0]))),
         envelope("bert_base", text="paris is the [MASK] of france."),
-        envelope("yolov5", img=[b64(image_bytes(320, 200, colors[1])), b64(image_bytes(200, 320, colors[2]))]),
-        envelope("resnet", img=[b64(image_bytes(color=colors[3])), b64(image_bytes(color=colors[4]))], topk=2),
+        envelope("yolov5", img=[b64(solid_image(320, 200, colors[1])), b64(solid_image(200, 320, colors[2]))]),
+        envelope("resnet", img=[b64(solid_image(color=colors[3])), b64(solid_image(color=colors[4]))], topk=2),
         envelope("bert_base", text=["a [MASK] b", "the [MASK] sat"], topk=3),
-        envelope("yolov5", img=b64(image_bytes(color=colors[5])), conf_threshold=0.7),
+        envelope("yolov5", img=b64(solid_image(color=colors[5])), conf_threshold=0.7),
     ]
 
 
@@ -81,9 +81,9 @@ def test_x_jsonlines_and_crlf_lines_are_taken(client):
 
 
 def test_items_of_one_model_across_lines_share_triton_calls(client, triton):
-    lines = [envelope("resnet", img=b64(image_bytes(color=(i, 2 * i, 3 * i)))) for i in range(10)]
+    lines = [envelope("resnet", img=b64(solid_image(color=(i, 2 * i, 3 * i)))) for i in range(10)]
     lines.insert(4, envelope("bert_base", text="a [MASK] here"))
-    lines.insert(6, envelope("resnet", img=[b64(image_bytes(color=(9, 9, 9)))] * 3, topk=1))
+    lines.insert(6, envelope("resnet", img=[b64(solid_image(color=(9, 9, 9)))] * 3, topk=1))
     response = post_lines(client, lines)
     assert response.status_code == 200, response.get_data(as_text=True)
     assert len(answer_lines(response)) == 12
@@ -99,7 +99,7 @@ def test_items_of_one_model_across_lines_share_triton_calls(client, triton):
     ('["not", "an", "object"]', 400, "invalid_json", "JSON object"),
     (json.dumps(envelope("nope", img="x")), 404, "unknown_model", "'nope'"),
     (json.dumps(envelope("resnet", img="not base64!")), 400, "invalid_input", "payload.img"),
-    (json.dumps(envelope("yolov5", img=b64(image_bytes()), conf_threshold=3)), 400, "invalid_input",
+    (json.dumps(envelope("yolov5", img=b64(solid_image()), conf_threshold=3)), 400, "invalid_input",
      "conf_threshold"),
     (json.dumps(envelope("bert_base", text="no mask")), 400, "invalid_input", "[MASK]"),
 ])
@@ -117,7 +117,7 @@ def test_an_image_refused_inside_triton_names_its_line_and_item(client, triton):
     Image.fromarray(noise).save(buffer, format="JPEG")
     broken = buffer.getvalue()[: len(buffer.getvalue()) // 2]  # the header reads, the pixels do not
     lines = mixed_lines()
-    lines.insert(2, envelope("resnet", img=[b64(image_bytes()), b64(broken)]))
+    lines.insert(2, envelope("resnet", img=[b64(solid_image()), b64(broken)]))
     error = assert_error(post_lines(client, lines), 400, "invalid_input", "line 3: payload.img[1]", "decodable")
     assert error["line"] == 3
 
@@ -152,7 +152,7 @@ def test_accept_json_answers_lines_as_a_json_list(client):
 
 def test_a_raw_body_can_be_answered_in_json_lines(client):
     headers = {"Content-Type": "image/png", "Accept": JSONL, "X-Amzn-SageMaker-Custom-Attributes": "modelname=resnet"}
-    response = client.post("/invocations", data=image_bytes(), headers=headers)
+    response = client.post("/invocations", data=solid_image(), headers=headers)
     assert response.status_code == 200 and response.mimetype == JSONL
     assert [a["modelname"] for a in answer_lines(response)] == ["resnet"]
 
@@ -179,7 +179,7 @@ def test_the_default_concurrency_is_two_requests_per_router_worker():
 @pytest.mark.parametrize("bad", ["not base64!", b64(b"GIF89a not ours"), ""], ids=["base64", "format", "empty"])
 def test_an_image_refused_by_its_header_stops_the_body_before_any_inference(client, triton, bad):
     lines = mixed_lines()
-    lines.append(envelope("yolov5", img=[b64(image_bytes()), bad]))  # line 7: yolov5's lines run last
+    lines.append(envelope("yolov5", img=[b64(solid_image()), bad]))  # line 7: yolov5's lines run last
     error = assert_error(post_lines(client, lines), 400, "invalid_input", "line 7: payload.img[1]")
     assert error["line"] == 7
     assert triton.calls == []  # no line's inference was spent on a body that is refused

@@ -10,7 +10,7 @@ import pytest
 
 from app.core.settings import Settings
 from app.router import create_app
-from tests.app.test_router import b64, image_bytes
+from tests.support import b64, solid_image
 
 
 def test_default_settings_build_from_the_repository(repository, triton):
@@ -64,7 +64,7 @@ def test_a_fourth_model_is_configured_not_coded(tmp_path, fake_triton_class, pip
 
     fake._image_classification = classify
     app = create_app(Settings(model_repository=tmp_path), triton=fake)
-    data = image_bytes(400, 300, (255, 0, 128))
+    data = solid_image(400, 300, (255, 0, 128))
     response = app.test_client().post("/invocations", json={"modelname": "tiny", "payload": {"img": b64(data)}})
     assert response.status_code == 200, response.get_data(as_text=True)
     assert len(response.get_json()["result"]) == 2

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import io
 import socket
 import time
@@ -17,33 +16,14 @@ from app.core.errors import InferenceTimeout, InternalError, ModelNotReady, Trit
 from app.router import create_app
 from clients.triton import TritonClient
 from scripts.devtools import free_ports
+from tests.support import assert_error, b64, solid_image
 
 ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
-
-
-def image_bytes(width=64, height=48, color=(200, 30, 30), mode="RGB", fmt="PNG") -> bytes:
-    buffer = io.BytesIO()
-    Image.new(mode, (width, height), color).save(buffer, format=fmt)
-    return buffer.getvalue()
-
-
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
 
 
 def invoke(client, modelname="resnet", payload=None, **envelope):
     body = {"modelname": modelname, "payload": payload if payload is not None else {}, **envelope}
     return client.post("/invocations", json=body)
-
-
-def assert_error(response, status, code, *fragments):
-    assert response.status_code == status, response.get_data(as_text=True)
-    assert response.mimetype == "application/json"
-    error = response.get_json()["error"]
-    assert error["code"] == code
-    for fragment in fragments:
-        assert fragment in error["message"], error["message"]
-    return error
 
 
 # ---- /ping ----------------------------------------------------------------------------------
@@ -114,7 +94,7 @@ def test_ping_with_real_client_answers_fast(settings, triton, hang):
 
 
 def test_resnet_single_image(client, triton):
-    response = invoke(client, payload={"img": b64(image_bytes())})
+    response = invoke(client, payload={"img": b64(solid_image())})
     assert response.status_code == 200, response.get_data(as_text=True)
     body = response.get_json()
     assert body["modelname"] == "resnet" and body["version"] == "1"
@@ -124,13 +104,13 @@ def test_resnet_single_image(client, triton):
     assert result[0]["score"] > result[1]["score"] >= result[2]["score"]
     assert result[0]["label"] == f"class {result[0]['index']}"
     # the Triton pipeline: the encoded image goes to the ensemble unread
-    assert triton.calls == [("resnet_pipeline", {"image": (1, len(image_bytes())), "image_length": (1, 1)}, None)]
+    assert triton.calls == [("resnet_pipeline", {"image": (1, len(solid_image())), "image_length": (1, 1)}, None)]
 
 
 def test_list_gives_list_in_order(client):
     colors = [(0, 0, 0), (255, 255, 255), (120, 10, 200)]
-    singles = [invoke(client, payload={"img": b64(image_bytes(color=c))}).get_json()["result"] for c in colors]
-    response = invoke(client, payload={"img": [b64(image_bytes(color=c)) for c in colors], "topk": 2})
+    singles = [invoke(client, payload={"img": b64(solid_image(color=c))}).get_json()["result"] for c in colors]
+    response = invoke(client, payload={"img": [b64(solid_image(color=c)) for c in colors], "topk": 2})
     assert response.status_code == 200
     listed = response.get_json()["result"]
     assert [r[0]["index"] for r in listed] == [s[0]["index"] for s in singles]
@@ -139,7 +119,7 @@ def test_list_gives_list_in_order(client):
 
 
 def test_long_list_is_split_into_batches(client, triton):
-    images = [b64(image_bytes(color=(i, i, i))) for i in range(20)]
+    images = [b64(solid_image(color=(i, i, i))) for i in range(20)]
     response = invoke(client, payload={"img": images})
     assert response.status_code == 200
     assert len(response.get_json()["result"]) == 20
@@ -147,7 +127,7 @@ def test_long_list_is_split_into_batches(client, triton):
 
 
 def test_list_over_limit_is_refused(client, triton):
-    response = invoke(client, payload={"img": [b64(image_bytes())] * 65})
+    response = invoke(client, payload={"img": [b64(solid_image())] * 65})
     assert_error(response, 400, "invalid_input", "payload.img", "65")
     assert triton.calls == []
 
@@ -167,7 +147,7 @@ def test_an_image_that_decodes_only_in_triton_is_named_as_the_caller_sent_it(cli
 
 def test_yolov5_detections_in_image_pixels(client):
     # a 1280x640 image letterboxed to 640x320 with 160 px of padding above and below
-    response = invoke(client, "yolov5", {"img": b64(image_bytes(1280, 640))})
+    response = invoke(client, "yolov5", {"img": b64(solid_image(1280, 640))})
     assert response.status_code == 200, response.get_data(as_text=True)
     result = response.get_json()["result"]
     assert (result["width"], result["height"]) == (1280, 640)
@@ -179,9 +159,9 @@ def test_yolov5_detections_in_image_pixels(client):
 
 
 def test_yolov5_options(client):
-    response = invoke(client, "yolov5", {"img": b64(image_bytes()), "conf_threshold": 0.7})
+    response = invoke(client, "yolov5", {"img": b64(solid_image()), "conf_threshold": 0.7})
     assert [d["class_id"] for d in response.get_json()["result"]["detections"]] == [16]
-    response = invoke(client, "yolov5", {"img": b64(image_bytes()), "max_detections": 1, "iou_threshold": 0})
+    response = invoke(client, "yolov5", {"img": b64(solid_image()), "max_detections": 1, "iou_threshold": 0})
     assert len(response.get_json()["result"]["detections"]) == 1
 
 
@@ -218,14 +198,14 @@ def test_bert_errors(client):
 def test_raw_image_with_custom_attributes(client, triton):
     response = client.post(
         "/invocations",
-        data=image_bytes(fmt="JPEG"),
+        data=solid_image(fmt="JPEG"),
         headers={"Content-Type": "image/jpeg", ATTRIBUTES: "trace=abc, modelname=resnet,topk=2,flag"},
     )
     assert response.status_code == 200, response.get_data(as_text=True)
     assert len(response.get_json()["result"]) == 2
     response = client.post(
         "/invocations",
-        data=image_bytes(),
+        data=solid_image(),
         headers={"Content-Type": "application/octet-stream", ATTRIBUTES: "modelname=yolov5,conf_threshold=0.7"},
     )
     assert len(response.get_json()["result"]["detections"]) == 1
@@ -243,15 +223,15 @@ def test_raw_text(client):
 
 def test_raw_option_errors(client):
     headers = {"Content-Type": "image/png", ATTRIBUTES: "modelname=yolov5,conf_threshold=abc"}
-    assert_error(client.post("/invocations", data=image_bytes(), headers=headers), 400, "invalid_input",
+    assert_error(client.post("/invocations", data=solid_image(), headers=headers), 400, "invalid_input",
                  "conf_threshold")
     headers[ATTRIBUTES] = "modelname=yolov5,conf_threshold=1.5"
-    assert_error(client.post("/invocations", data=image_bytes(), headers=headers), 400, "invalid_input",
+    assert_error(client.post("/invocations", data=solid_image(), headers=headers), 400, "invalid_input",
                  "conf_threshold", "between 0 and 1")
 
 
 def test_raw_wrong_content_type_is_415(client):
-    response = client.post("/invocations", data=image_bytes(),
+    response = client.post("/invocations", data=solid_image(),
                            headers={"Content-Type": "image/png", ATTRIBUTES: "modelname=bert_base"})
     assert_error(response, 415, "unsupported_media_type", "bert_base", "image/png")
     response = client.post("/invocations", data=b"[MASK]",
@@ -263,7 +243,7 @@ def test_raw_wrong_content_type_is_415(client):
 
 
 def test_raw_without_modelname_is_404(client):
-    response = client.post("/invocations", data=image_bytes(), headers={"Content-Type": "image/png"})
+    response = client.post("/invocations", data=solid_image(), headers={"Content-Type": "image/png"})
     assert_error(response, 404, "unknown_model", "bert_base, resnet, yolov5")
 
 
@@ -298,10 +278,10 @@ def test_payload_errors(client, settings):
     assert_error(invoke(client, payload={"img": 3}), 400, "invalid_input", "payload.img")
     assert_error(invoke(client, payload={"img": []}), 400, "invalid_input", "payload.img")
     assert_error(invoke(client, payload={"img": "%%%not base64"}), 400, "invalid_input", "payload.img", "base64")
-    images = [b64(image_bytes())] * 2 + [b64(b"garbage bytes")]
+    images = [b64(solid_image())] * 2 + [b64(b"garbage bytes")]
     assert_error(invoke(client, payload={"img": images}), 400, "invalid_input",
                  "payload.img[2] is not a decodable image")
-    big = b64(image_bytes(1001, 1000))  # the fixture's limit is 1,000,000 pixels
+    big = b64(solid_image(1001, 1000))  # the fixture's limit is 1,000,000 pixels
     assert_error(invoke(client, payload={"img": big}), 400, "invalid_input", "payload.img", "1001x1000")
 
 
@@ -314,22 +294,22 @@ def test_payload_errors(client, settings):
     ({"colour": 1}, "payload.colour"),
 ])
 def test_option_errors(client, payload, fragment):
-    response = invoke(client, payload={"img": b64(image_bytes()), **payload})
+    response = invoke(client, payload={"img": b64(solid_image()), **payload})
     assert_error(response, 400, "invalid_input", fragment)
 
 
 def test_options_at_their_bounds(client):
-    assert len(invoke(client, payload={"img": b64(image_bytes()), "topk": 1000}).get_json()["result"]) == 1000
-    response = invoke(client, "yolov5", {"img": b64(image_bytes()), "conf_threshold": 0, "iou_threshold": 1,
+    assert len(invoke(client, payload={"img": b64(solid_image()), "topk": 1000}).get_json()["result"]) == 1000
+    response = invoke(client, "yolov5", {"img": b64(solid_image()), "conf_threshold": 0, "iou_threshold": 1,
                                          "max_detections": 1000})
     assert response.status_code == 200
 
 
 def test_version_is_passed_and_echoed(client, triton):
-    response = invoke(client, payload={"img": b64(image_bytes())}, version="2")
+    response = invoke(client, payload={"img": b64(solid_image())}, version="2")
     assert response.get_json()["version"] == "2"
     assert triton.calls[-1][2] == "2"
-    assert_error(invoke(client, payload={"img": b64(image_bytes())}, version="latest"), 400, "invalid_input",
+    assert_error(invoke(client, payload={"img": b64(solid_image())}, version="latest"), 400, "invalid_input",
                  "version")
 
 
@@ -375,12 +355,12 @@ def test_an_http_error_without_a_class_gets_a_code_from_its_name(settings, trito
 ])
 def test_triton_errors(client, triton, error, status, code):
     triton.error = error
-    assert_error(invoke(client, payload={"img": b64(image_bytes())}), status, code)
+    assert_error(invoke(client, payload={"img": b64(solid_image())}), status, code)
 
 
 def test_bug_is_opaque_500(client, triton, caplog):
     triton.error = RuntimeError("secret detail")
-    response = invoke(client, payload={"img": b64(image_bytes())})
+    response = invoke(client, payload={"img": b64(solid_image())})
     error = assert_error(response, 500, "internal_error")
     assert "secret" not in response.get_data(as_text=True)
     error_id = error["message"].rsplit(" ", 1)[-1]

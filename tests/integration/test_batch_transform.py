@@ -7,14 +7,15 @@ import io
 import json
 import math
 
+import pytest
 import requests
 from PIL import Image
 
 from app.core.settings import BODY_LIMIT, CONCURRENT_TRANSFORMS, SERVER_TIMEOUT
-from tests.integration.openapi_check import assert_conforms
-from tests.integration.test_errors import assert_error, post
-from tests.integration.test_invocations import b64
 from tests.references import darknet_photos
+from tests.support import assert_conforms, assert_error, b64, post
+
+pytestmark = pytest.mark.integration
 
 MIB = 1024 * 1024
 ASYNC_ENV = {BODY_LIMIT: str(64 * MIB), SERVER_TIMEOUT: "600", CONCURRENT_TRANSFORMS: "1"}

@@ -7,19 +7,17 @@ that is loading, hung or gone: they are in test_faults.py.
 
 from __future__ import annotations
 
-import json
 import struct
 import zlib
 
 import pytest
 import requests
 
-from tests.integration.openapi_check import assert_conforms
-from tests.integration.test_invocations import b64, image_bytes
+from tests.support import assert_conforms, assert_error, b64, noise_image, post
 
 pytestmark = pytest.mark.integration
 
-JPEG = image_bytes(64, 48, 0)
+JPEG = noise_image(64, 48, 0)
 TRUNCATED_JPEG = JPEG[: len(JPEG) // 2]
 OVER_6_MIB = 6 * 1024 * 1024 + 1
 
@@ -39,25 +37,6 @@ def json_of_size(size: int) -> bytes:
     """A JSON envelope of exactly ``size`` bytes."""
     head, tail = b'{"modelname": "resnet", "payload": {"img": "', b'"}}'
     return head + b"A" * (size - len(head) - len(tail)) + tail
-
-
-def post(stack, body, content_type="application/json", attributes=None) -> requests.Response:
-    headers = {"Content-Type": content_type}
-    if attributes is not None:
-        headers["X-Amzn-SageMaker-Custom-Attributes"] = attributes
-    data = body if isinstance(body, (bytes, str)) else json.dumps(body)
-    return requests.post(f"{stack.url}/invocations", data=data, headers=headers, timeout=60)
-
-
-def assert_error(r: requests.Response, status: int, code: str, *mentions: str):
-    assert r.status_code == status, r.text
-    assert r.headers["Content-Type"].startswith("application/json")
-    body = r.json()
-    assert set(body) == {"error"} and body["error"]["code"] == code, body
-    message = body["error"]["message"]
-    assert "Traceback" not in message
-    for word in mentions:
-        assert word in message, f"{word!r} not in {message!r}"
 
 
 CASES = [

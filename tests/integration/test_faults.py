@@ -21,9 +21,7 @@ import pytest
 import requests
 
 from scripts.devtools import alive, start_triton
-from tests.integration.test_errors import assert_error
-from tests.integration.test_invocations import b64, image_bytes
-from tests.integration.test_supervision import ping_status, wait_until
+from tests.support import assert_error, b64, noise_image, ping_status, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +40,7 @@ def test_hung_then_back_then_dead_triton(own_triton, small_repository: Path, new
     stack = new_stack(small_repository, TRITON_GRPC_URL=f"127.0.0.1:{ports[1]}",
                       TRITON_TIMEOUT_S=str(TRITON_TIMEOUT_S))
     stack.wait_healthy(timeout=120)
-    body = {"modelname": "yolov5", "payload": {"img": b64(image_bytes(320, 240, 0))}}
+    body = {"modelname": "yolov5", "payload": {"img": b64(noise_image(320, 240, 0))}}
     assert requests.post(f"{stack.url}/invocations", json=body, timeout=30).status_code == 200
 
     # Hung: SIGSTOP. Invocations give up at the deadline with a 504; /ping says 503 within 2 s.
@@ -102,7 +100,7 @@ def test_a_bug_is_an_opaque_500_with_an_id_in_the_log(repository: Path, tmp_path
     stack = new_stack(repo)
     stack.wait_healthy(timeout=120)
     r = requests.post(f"{stack.url}/invocations", timeout=30,
-                      json={"modelname": "resnet", "payload": {"img": b64(image_bytes(64, 64, 0))}})
+                      json={"modelname": "resnet", "payload": {"img": b64(noise_image(64, 64, 0))}})
     assert_error(r, 500, "internal_error")
     message = r.json()["error"]["message"]
     error_id = message.split()[-1]
@@ -119,7 +117,7 @@ def test_a_killed_worker_is_replaced_and_the_next_100_requests_answer_200(small_
     master, *workers = stack.pids()["router"]
     assert len(workers) == 2
     os.kill(workers[0], signal.SIGKILL)
-    body = {"modelname": "yolov5", "payload": {"img": b64(image_bytes(160, 120, 5))}}
+    body = {"modelname": "yolov5", "payload": {"img": b64(noise_image(160, 120, 5))}}
     with ThreadPoolExecutor(8) as pool:  # eight at a time, as callers would: Triton batches them
         statuses = list(pool.map(lambda _: requests.post(f"{stack.url}/invocations", json=body, timeout=60).status_code,
                                  range(100)))

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import base64
 import io
 import json
 import math
@@ -31,14 +30,11 @@ from PIL import Image
 from app.core.settings import PROJECT_ROOT
 from scripts.devtools import rss_kib
 from tests.references import darknet_photos, skimage_photos
+from tests.support import b64
 
 pytestmark = pytest.mark.integration
 
 MB = 2**20
-
-
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
 
 
 def triton_get(stack, path: str) -> dict:

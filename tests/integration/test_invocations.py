@@ -2,35 +2,21 @@
 
 from __future__ import annotations
 
-import base64
-import io
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import boto3
-import numpy as np
 import pytest
 import requests
 from botocore.config import Config
-from PIL import Image
+
+from tests.support import b64, noise_image
 
 pytestmark = pytest.mark.integration
 
 TEXT = "The capital of France is [MASK]."
 TWO_MASKS = "The [MASK] sat on the [MASK]."
-
-
-def image_bytes(width: int, height: int, seed: int, fmt: str = "JPEG") -> bytes:
-    rng = np.random.default_rng(seed)
-    pixels = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
-    buf = io.BytesIO()
-    Image.fromarray(pixels).save(buf, format=fmt)
-    return buf.getvalue()
-
-
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
 
 
 def invoke(stack, body: dict) -> requests.Response:
@@ -72,7 +58,7 @@ def assert_fill_mask(result, topk: int = 5, masks: int = 1):
 
 
 def test_resnet_json_envelope(stack):
-    r = invoke(stack, {"modelname": "resnet", "payload": {"img": b64(image_bytes(768, 576, 1))}})
+    r = invoke(stack, {"modelname": "resnet", "payload": {"img": b64(noise_image(768, 576, 1))}})
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["modelname"] == "resnet" and body["version"] == "1"
@@ -80,7 +66,7 @@ def test_resnet_json_envelope(stack):
 
 
 def test_a_list_of_three_images_gives_three_results_in_order(stack):
-    images = [image_bytes(300 + 100 * i, 200 + 50 * i, seed=i) for i in range(3)]
+    images = [noise_image(300 + 100 * i, 200 + 50 * i, seed=i) for i in range(3)]
     single = [invoke(stack, {"modelname": "yolov5", "payload": {"img": b64(im), "conf_threshold": 0.01}}).json()
               for im in images]
     listed = invoke(stack, {"modelname": "yolov5", "payload": {"img": [b64(im) for im in images],
@@ -106,7 +92,7 @@ def test_a_list_of_three_images_gives_three_results_in_order(stack):
 
 
 def test_yolov5_json_envelope(stack):
-    r = invoke(stack, {"modelname": "yolov5", "payload": {"img": b64(image_bytes(768, 576, 2)),
+    r = invoke(stack, {"modelname": "yolov5", "payload": {"img": b64(noise_image(768, 576, 2)),
                                                           "conf_threshold": 0.01, "max_detections": 20}})
     assert r.status_code == 200, r.text
     result = r.json()["result"]
@@ -129,7 +115,7 @@ def test_bert_json_envelope_one_and_two_masks(stack):
 @pytest.mark.parametrize("fmt,content_type", [("JPEG", "image/jpeg"), ("PNG", "image/png"),
                                                ("JPEG", "application/octet-stream")])
 def test_image_models_raw_body(stack, fmt: str, content_type: str):
-    data = image_bytes(500, 400, 3, fmt)
+    data = noise_image(500, 400, 3, fmt)
     r = requests.post(f"{stack.url}/invocations", data=data, timeout=60, headers={
         "Content-Type": content_type, "X-Amzn-SageMaker-Custom-Attributes": "modelname=resnet,topk=4,trace=abc"})
     assert r.status_code == 200, r.text
@@ -157,8 +143,8 @@ def runtime(stack):
 
 
 @pytest.mark.parametrize("modelname,payload", [
-    ("resnet", {"img": b64(image_bytes(640, 480, 4))}),
-    ("yolov5", {"img": b64(image_bytes(640, 480, 5)), "conf_threshold": 0.01}),
+    ("resnet", {"img": b64(noise_image(640, 480, 4))}),
+    ("yolov5", {"img": b64(noise_image(640, 480, 5)), "conf_threshold": 0.01}),
     ("bert_base", {"text": TEXT}),
 ])
 def test_boto3_invoke_endpoint_json(runtime, modelname: str, payload: dict):
@@ -172,7 +158,7 @@ def test_boto3_invoke_endpoint_json(runtime, modelname: str, payload: dict):
 
 def test_boto3_invoke_endpoint_raw_with_custom_attributes(runtime):
     response = runtime.invoke_endpoint(EndpointName="local", ContentType="image/jpeg",
-                                       Body=image_bytes(320, 240, 6), CustomAttributes="modelname=yolov5")
+                                       Body=noise_image(320, 240, 6), CustomAttributes="modelname=yolov5")
     assert_detection(json.loads(response["Body"].read())["result"], 320, 240)
     response = runtime.invoke_endpoint(EndpointName="local", ContentType="text/plain; charset=utf-8",
                                        Body=TWO_MASKS.encode(), CustomAttributes="modelname=bert_base,topk=2")
@@ -187,7 +173,7 @@ def model_stats(stack, model: str) -> tuple[int, int]:
 
 
 def test_sixteen_concurrent_requests_are_batched(stack):
-    body = {"modelname": "resnet", "payload": {"img": b64(image_bytes(400, 300, 7))}}
+    body = {"modelname": "resnet", "payload": {"img": b64(noise_image(400, 300, 7))}}
     before = model_stats(stack, "resnet")
     with ThreadPoolExecutor(16) as pool:
         statuses = list(pool.map(lambda _: invoke(stack, body).status_code, range(16)))

@@ -20,7 +20,7 @@ from app.router.requests import CUSTOM_ATTRIBUTES
 from scripts import invoke
 from scripts.invoke_async import split_s3
 from tests.references import real_photos
-from tests.unit.test_deploy import REGION, aws  # noqa: F401
+from tests.support import REGION
 
 pytestmark = pytest.mark.integration
 

@@ -13,12 +13,11 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.router import OPENAPI_PATH
-from tests.integration.openapi_check import assert_conforms
-from tests.integration.test_invocations import b64, image_bytes
+from tests.support import assert_conforms, b64, noise_image
 
 pytestmark = pytest.mark.integration
 
-JPEG = image_bytes(96, 64, 3)
+JPEG = noise_image(96, 64, 3)
 
 
 def metric_samples(stack) -> dict[tuple[str, tuple], float]:
@@ -81,7 +80,7 @@ def test_metrics_count_the_requests_sent_per_model_and_status(stack):
 def test_request_id_round_trips_and_the_log_has_one_line_per_request(stack):
     ours = f"sm-{uuid.uuid4().hex}"
     theirs = f"rq-{uuid.uuid4().hex}"
-    image = b64(image_bytes(80, 60, 11))
+    image = b64(noise_image(80, 60, 11))
     r = requests.post(f"{stack.url}/invocations", timeout=60,
                       json={"modelname": "yolov5", "payload": {"img": image}},
                       headers={"X-Amzn-SageMaker-Inference-Id": ours})

@@ -25,7 +25,7 @@ from app.core.pipeline import DETECTIONS, IMAGE, IMAGE_LENGTH, IMAGE_SIZE, NUM_D
 from clients import images
 from tests import yolov5_reference
 from tests.references import OnnxTriton, real_photos
-from tests.unit.test_yolov5_fidelity import assert_same_detections, reference_detections, untie
+from tests.support import assert_same_detections, reference_detections, untie
 
 pytestmark = pytest.mark.integration
 

@@ -22,6 +22,7 @@ import requests
 from PIL import Image
 
 from scripts.devtools import alive, descendants
+from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -31,23 +32,6 @@ def jpeg(width: int = 640, height: int = 480, seed: int = 0) -> bytes:
     buf = io.BytesIO()
     Image.fromarray(pixels).save(buf, format="JPEG", quality=90)
     return buf.getvalue()
-
-
-def wait_until(predicate, timeout: float, step: float = 0.05) -> float | None:
-    """Seconds until predicate() held, or None if it did not within timeout."""
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if predicate():
-            return time.monotonic() - start
-        time.sleep(step)
-    return None
-
-
-def ping_status(url: str) -> int | None:
-    try:
-        return requests.get(f"{url}/ping", timeout=2.5).status_code
-    except requests.RequestException:
-        return None
 
 
 def test_ping_503_while_triton_loads(small_repository: Path, tmp_path: Path, new_stack):

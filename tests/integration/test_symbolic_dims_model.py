@@ -5,7 +5,6 @@ and answers POST /invocations with detections."""
 
 from __future__ import annotations
 
-import base64
 import io
 import json
 from pathlib import Path
@@ -19,6 +18,7 @@ from PIL import Image
 
 from scripts import prepare_models
 from scripts.model_prep import onnx_export, triton_config
+from tests.support import b64
 
 pytestmark = pytest.mark.integration
 
@@ -112,10 +112,6 @@ def png(value: int, width: int = 128, height: int = 128) -> bytes:
     buffer = io.BytesIO()
     Image.new("RGB", (width, height), (value, value, value)).save(buffer, format="PNG")
     return buffer.getvalue()
-
-
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
 
 
 def expected(mean: float, scale: float) -> list[dict]:

@@ -1,23 +1,15 @@
-"""The built repositories of every target, shared by the config tests (model and pipeline)."""
+"""The built repositories of every target, shared by the config tests (model and pipeline), and the
+boto3 clients that record what deploy sends to moto."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import boto3
 import pytest
 
-from scripts import prepare_models
-
-TARGETS = ("python", "onnxruntime", "tensorrt")
-
-
-def build_repository(repository: Path, target: str, *extra: str) -> None:
-    """``prepare_models`` for a target with the small networks (their configs are the shipped models':
-    same tensors); tensorrt with ``--config-only`` (no GPU)."""
-    argv = ["--target", target, "--weights", "small", "--repository", str(repository), *extra]
-    if target == "tensorrt":
-        argv.append("--config-only")
-    assert prepare_models.main(argv) == 0
+from scripts import deploy
+from tests.support import REGION, TARGETS, build_repository
 
 
 @pytest.fixture(scope="session")
@@ -28,3 +20,16 @@ def repositories(tmp_path_factory) -> dict[str, Path]:
         built[target] = tmp_path_factory.mktemp(f"repository-{target}")
         build_repository(built[target], target)
     return built
+
+
+@pytest.fixture
+def sent(aws):
+    """Real boto3 clients (moto behind them) that record every request's parameters."""
+    calls: list[tuple[str, dict]] = []
+    session = boto3.session.Session(region_name=REGION)
+    clients = deploy.Clients(session.client("sagemaker"), session.client("application-autoscaling"),
+                             session.client("cloudwatch"))
+    for client in (clients.sagemaker, clients.autoscaling, clients.cloudwatch):
+        client.meta.events.register("provide-client-params.*.*",
+                                    lambda params, model, **_: calls.append((model.name, dict(params))))
+    return clients, calls

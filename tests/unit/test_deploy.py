@@ -7,51 +7,9 @@ import json
 import boto3
 import pytest
 import requests
-from moto import mock_aws
-from moto.core import DEFAULT_ACCOUNT_ID
 
 from scripts import deploy, invoke
-
-REGION = "us-east-1"
-IMAGE = f"{DEFAULT_ACCOUNT_ID}.dkr.ecr.{REGION}.amazonaws.com/multi-model:v1"
-ROLE = f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/SageMakerExecution"
-DATA = "s3://models-bucket/multi-model/model.tar.gz"
-RESOURCE = "endpoint/mm/variant/AllTraffic"
-
-
-@pytest.fixture
-def aws(monkeypatch):
-    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    with mock_aws():
-        yield
-
-
-@pytest.fixture
-def sent(aws):
-    """Real boto3 clients (moto behind them) that record every request's parameters."""
-    calls: list[tuple[str, dict]] = []
-    session = boto3.session.Session(region_name=REGION)
-    clients = deploy.Clients(session.client("sagemaker"), session.client("application-autoscaling"),
-                             session.client("cloudwatch"))
-    for client in (clients.sagemaker, clients.autoscaling, clients.cloudwatch):
-        client.meta.events.register("provide-client-params.*.*",
-                                    lambda params, model, **_: calls.append((model.name, dict(params))))
-    return clients, calls
-
-
-def params(calls, operation):
-    found = [p for name, p in calls if name == operation]
-    assert found, f"{operation} was not called"
-    return found[-1]
-
-
-def deploy_argv(*extra):
-    return ["--name", "mm", "--image-uri", IMAGE, "--role-arn", ROLE, "--model-data-url", DATA,
-            "--env", "MODEL_SERVER_WORKERS=2", "--poll-seconds", "0", *extra]
+from tests.support import DATA, IMAGE, REGION, RESOURCE, ROLE, deploy_argv, params
 
 
 def test_deploy_sends_the_parameters_and_scales(sent, capsys):

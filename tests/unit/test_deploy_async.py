@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from scripts import deploy
-from tests.unit.test_deploy import RESOURCE, aws, deploy_argv, params, sent  # noqa: F401
+from tests.support import RESOURCE, deploy_argv, params
 
 OUT = "s3://answers-bucket/mm/async"
 CAPTURE = "s3://capture-bucket/mm/"

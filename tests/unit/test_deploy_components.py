@@ -12,7 +12,7 @@ import pytest
 from botocore.stub import ANY, Stubber
 
 from scripts import deploy
-from tests.unit.test_deploy import IMAGE, REGION, ROLE
+from tests.support import IMAGE, REGION, ROLE
 
 PREFIX = "s3://models-bucket/per-model/"
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from scripts import deploy
-from tests.unit.test_deploy import IMAGE, ROLE, aws, params, sent  # noqa: F401
+from tests.support import IMAGE, ROLE, params
 
 PREFIX = "s3://models-bucket/mme/"
 

@@ -9,7 +9,7 @@ import pytest
 from botocore.stub import ANY, Stubber
 
 from scripts import deploy
-from tests.unit.test_deploy import DATA, IMAGE, REGION, ROLE, aws, params, sent  # noqa: F401
+from tests.support import DATA, IMAGE, REGION, ROLE, params
 
 INPUT = "s3://in-bucket/requests/"
 OUTPUT = "s3://out-bucket/answers"

@@ -20,6 +20,7 @@ from torchvision import transforms
 from app.core.errors import InvalidInput
 from clients import images
 from tests import yolov5_reference
+from tests.support import planted_output
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 LIMIT = 40_000_000
@@ -217,29 +218,6 @@ def reference_nms(prediction, conf_thres=0.25, iou_thres=0.45, max_det=300):
     found = yolov5_reference.non_max_suppression(torch.from_numpy(prediction)[None], conf_thres, iou_thres,
                                                  max_det=max_det)
     return found[0].numpy()
-
-
-def planted_output(seed: int, classes: int = 80, rows: int = 25200) -> np.ndarray:
-    """Raw YOLO output: low-score background plus clusters of overlapping boxes of several classes."""
-    rng = np.random.default_rng(seed)
-    out = np.zeros((rows, 5 + classes), dtype=np.float32)
-    out[:, :2] = rng.uniform(0, 640, (rows, 2))
-    out[:, 2:4] = rng.uniform(4, 200, (rows, 2))
-    out[:, 4] = rng.uniform(0, 0.3, rows)
-    out[:, 5:] = rng.uniform(0, 0.3, (rows, classes))
-    row = 0
-    for cluster in range(30):
-        cx, cy, w, h = rng.uniform(50, 590), rng.uniform(50, 590), rng.uniform(20, 200), rng.uniform(20, 200)
-        cls = int(rng.integers(0, classes))
-        for _ in range(int(rng.integers(2, 12))):
-            out[row, :4] = (cx + rng.normal(0, w / 8), cy + rng.normal(0, h / 8), w * rng.uniform(0.8, 1.2),
-                            h * rng.uniform(0.8, 1.2))
-            out[row, 4] = rng.uniform(0.5, 1.0)
-            out[row, 5:] = rng.uniform(0, 0.1, classes)
-            # the same place under another class too: class-aware NMS keeps both
-            out[row, 5 + (cls if cluster % 3 else (cls + row) % classes)] = rng.uniform(0.4, 1.0)
-            row += 1
-    return out
 
 
 @pytest.mark.parametrize("seed, conf, iou, max_det", [(0, 0.25, 0.45, 300), (1, 0.1, 0.45, 300), (2, 0.5, 0.3, 5),

@@ -14,7 +14,7 @@ from botocore.stub import ANY, Stubber
 from PIL import Image
 
 from scripts import invoke, invoke_async
-from tests.unit.test_deploy import REGION, aws  # noqa: F401
+from tests.support import REGION
 
 BUCKET = "inputs-bucket"
 PREFIX = f"s3://{BUCKET}/queue/"

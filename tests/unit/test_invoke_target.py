@@ -14,7 +14,7 @@ from botocore.stub import Stubber
 from urllib3.response import HTTPResponse
 
 from scripts import invoke
-from tests.unit.test_deploy import REGION
+from tests.support import REGION
 
 ANSWER = {"modelname": "resnet", "version": "1",
           "result": [{"label": "malamute, malemute, Alaskan malamute", "index": 249, "score": 0.41}]}

@@ -13,7 +13,7 @@ from app.core.spec import find_specs
 from scripts import prepare_models
 from scripts.model_prep import triton_config
 from scripts.model_prep.onnx_export import graph_tensors
-from tests.unit.conftest import TARGETS, build_repository
+from tests.support import TARGETS, build_repository
 
 SOURCE = prepare_models.DEFAULT_SOURCE
 MODELS = sorted(find_specs(SOURCE))

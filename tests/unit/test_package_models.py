@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import tarfile
 
 import boto3
@@ -10,27 +9,12 @@ import pytest
 from moto import mock_aws
 
 from scripts import package_models
-
-
-def make_repository(root, outside):
-    outside.mkdir()
-    (outside / "export.onnx").write_bytes(b"onnx bytes")
-    for name in ("resnet", "yolov5"):
-        version = root / name / "1"
-        version.mkdir(parents=True)
-        (root / name / "config.pbtxt").write_text(f'name: "{name}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n')
-        (root / name / "model.toml").write_text(f'name = "{name}"\n')
-        (version / "__pycache__").mkdir()
-        (version / "__pycache__" / "model.cpython-311.pyc").write_bytes(b"cache")
-    (root / "resnet" / "1" / "model.onnx").symlink_to(outside / "export.onnx")  # a symlink
-    os.link(outside / "export.onnx", root / "yolov5" / "1" / "model.onnx")  # a hard link, as make models does
-    (root / "resnet" / "labels.txt").write_text("tench\n")
-    return root
+from tests.support import make_package_repository
 
 
 @pytest.fixture
 def repo(tmp_path):
-    return make_repository(tmp_path / "repo", tmp_path / "outside")
+    return make_package_repository(tmp_path / "repo", tmp_path / "outside")
 
 
 def test_tarball_holds_plain_files_at_the_top_level(repo, tmp_path):

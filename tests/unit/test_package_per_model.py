@@ -10,8 +10,7 @@ import boto3
 import pytest
 
 from scripts import package_models
-from tests.unit.test_deploy import REGION, aws  # noqa: F401
-from tests.unit.test_package_models import make_repository
+from tests.support import REGION, make_package_repository
 
 IDENTITY_CONFIG = 'name: "identity"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 4\n'
 
@@ -29,7 +28,7 @@ def add_pipeline(root, name):
 
 @pytest.fixture
 def repo(tmp_path):
-    root = make_repository(tmp_path / "repo", tmp_path / "outside")
+    root = make_package_repository(tmp_path / "repo", tmp_path / "outside")
     add_pipeline(root, "resnet")
     plain = root / "identity"  # a plain Triton model: no model.toml
     (plain / "1").mkdir(parents=True)

@@ -13,8 +13,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from app.core import pbtxt
 from app.core.pipeline import SOURCE_PARAMETER, ensemble_model
-from tests.unit.conftest import TARGETS
-from tests.unit.test_pipeline_config import IMAGE_MODELS, wiring_problems
+from tests.support import IMAGE_MODELS, TARGETS, wiring_problems
 
 PREFIX = "tenant-a.1234abcd--"
 

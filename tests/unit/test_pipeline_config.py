@@ -6,66 +6,12 @@ dtype and dims, every required input is fed, and the ensemble's outputs are prod
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import pytest
-from tritonclient.grpc import model_config_pb2 as mc
 
 from app.core.pipeline import ensemble_model, postprocess_model, preprocess_model
 from scripts.model_prep import triton_config
-from tests.unit.conftest import TARGETS
-
-IMAGE_MODELS = ("resnet", "yolov5")
-
-
-def _tensor(t) -> tuple[str, tuple[int, ...]]:
-    return mc.DataType.Name(t.data_type).removeprefix("TYPE_"), tuple(t.dims)
-
-
-def _agrees(produced: tuple[str, tuple[int, ...]], taken: tuple[str, tuple[int, ...]]) -> bool:
-    """Same dtype and rank; a dim the taker leaves open (-1) takes any size, else the sizes match."""
-    (dtype, dims), (want_dtype, want_dims) = produced, taken
-    return dtype == want_dtype and len(dims) == len(want_dims) and all(
-        want in (-1, got) for got, want in zip(dims, want_dims))
-
-
-def wiring_problems(repository: Path, ensemble: str) -> list[str]:
-    config = triton_config.read_config(repository / ensemble / "config.pbtxt")
-    if config.platform != "ensemble":
-        return [f"{ensemble}: platform {config.platform!r}, not an ensemble"]
-    problems = []
-    tensors = {t.name: _tensor(t) for t in config.input}
-    for number, step in enumerate(config.ensemble_scheduling.step):
-        where = f"{ensemble} step {number} ({step.model_name})"
-        path = repository / step.model_name / "config.pbtxt"
-        if not path.is_file():
-            problems.append(f"{where}: no such model in the repository")
-            continue
-        model = triton_config.read_config(path)
-        if model.max_batch_size < config.max_batch_size:
-            problems.append(f"{where}: max_batch_size {model.max_batch_size} < the ensemble's {config.max_batch_size}")
-        inputs, outputs = {t.name: t for t in model.input}, {t.name: _tensor(t) for t in model.output}
-        for name, source in step.input_map.items():
-            if name not in inputs:
-                problems.append(f"{where}: takes {name!r}, which is not one of its inputs {sorted(inputs)}")
-            elif source not in tensors:
-                problems.append(f"{where}: {name} <- {source!r}, which no earlier step or input gives")
-            elif not _agrees(tensors[source], _tensor(inputs[name])):
-                problems.append(f"{where}: {name} {_tensor(inputs[name])} <- {source} {tensors[source]}")
-        for name, tensor in inputs.items():
-            if name not in step.input_map and not tensor.optional:
-                problems.append(f"{where}: its input {name!r} is not fed")
-        for name, target in step.output_map.items():
-            if name not in outputs:
-                problems.append(f"{where}: gives {name!r}, which is not one of its outputs {sorted(outputs)}")
-            else:
-                tensors[target] = outputs[name]
-    for output in config.output:
-        if output.name not in tensors:
-            problems.append(f"{ensemble}: output {output.name!r} is produced by no step")
-        elif not _agrees(tensors[output.name], _tensor(output)):
-            problems.append(f"{ensemble}: output {output.name} {_tensor(output)} <- {tensors[output.name]}")
-    return problems
+from tests.support import IMAGE_MODELS, TARGETS, wiring_problems
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -26,10 +26,9 @@ from clients.vision import Displayed
 from scripts.devtools import built_test_repository
 from tests import yolov5_reference
 from tests.references import OnnxTriton, real_photos
-from tests.unit.test_images import planted_output
+from tests.support import assert_same_detections, planted_output, reference_detections, untie
 
 PHOTOS = real_photos()
-MIN_IOU, SCORE_ATOL = 0.999, 1e-5
 
 
 @pytest.fixture(scope="module")
@@ -40,63 +39,6 @@ def client() -> DetectionClient:
 
 def pixels_of(data: bytes) -> np.ndarray:
     return np.asarray(images.decode_image(data, "img", 40_000_000), dtype=np.uint8)
-
-
-def reference_detections(output: np.ndarray, image_shape: tuple[int, int], conf: float, iou: float, max_det: int):
-    """YOLOv5's detect.py after the forward pass: non_max_suppression, then scale_boxes to the image."""
-    found = yolov5_reference.non_max_suppression(torch.from_numpy(output.copy())[None], conf, iou, max_det=max_det)[0]
-    found[:, :4] = yolov5_reference.scale_boxes((640, 640), found[:, :4], image_shape)
-    return found.numpy()
-
-
-def untie(output: np.ndarray) -> np.ndarray:
-    """The raw output with exact score ties broken: row i's objectness times 1 + k_i * 2**-20,
-    k a fixed permutation of the rows (at most +2.4%).
-
-    With random weights, cells that see the same pixels (the grey letterbox bands, flat regions)
-    give bit-identical boxes and scores (1,200 candidates of the dog photo hold 27 distinct
-    scores), and greedy NMS then keeps whichever tied box its sort puts first: numpy's stable
-    sort and torch's sort order ties differently, and neither is wrong. Steps of 2**-20 are 8
-    float32 ulps, so every row's score becomes distinct; both sides then get the very same array.
-    """
-    untied = output.copy()
-    steps = np.random.default_rng(0).permutation(len(untied)).astype(np.float64) * 2.0**-20
-    untied[:, 4] = (untied[:, 4].astype(np.float64) * (1 + steps)).astype(np.float32)
-    return untied
-
-
-def canonical(rows: np.ndarray) -> np.ndarray:
-    """Rows ``x1, y1, x2, y2, score, class`` best first, exact score ties in a fixed order.
-
-    With random weights many grid cells give bit-identical scores; both sides sort by score, but
-    numpy's stable sort and torch's sort order such ties differently, and the order among equal
-    scores means nothing. Which boxes are kept is still compared exactly.
-    """
-    order = np.lexsort((rows[:, 3], rows[:, 2], rows[:, 1], rows[:, 0], rows[:, 5], -rows[:, 4]))
-    return rows[order]
-
-
-def assert_same_detections(result: dict, theirs: np.ndarray, what: str) -> None:
-    detections = result["detections"]
-    assert len(detections) == len(theirs), what
-    if not len(theirs):
-        return
-    ours = np.array([[*d["box"], d["score"], d["class_id"]] for d in detections], dtype=np.float32)
-    scores = ours[:, 4]
-    assert np.all(scores[:-1] >= scores[1:]), "best first"
-    ours, theirs = canonical(ours), canonical(theirs)
-    ours_boxes = torch.from_numpy(ours[:, :4])
-    ious = yolov5_reference.box_iou(ours_boxes, torch.from_numpy(theirs[:, :4])).diagonal()
-    # a box clipped to zero width or height has IoU 0 even with itself: those are compared exactly
-    degenerate = (ours_boxes[:, 2] <= ours_boxes[:, 0]) | (ours_boxes[:, 3] <= ours_boxes[:, 1])
-    np.testing.assert_allclose(ours[degenerate.numpy(), :4], theirs[degenerate.numpy(), :4], rtol=0, atol=1e-3)
-    assert ours[:, 5].tolist() == theirs[:, 5].tolist(), what
-    score_diff = float(np.max(np.abs(ours[:, 4] - theirs[:, 4])))
-    min_iou = float(ious[~degenerate].min()) if bool((~degenerate).any()) else 1.0
-    print(f"{what}: {len(theirs)} boxes of {len(set(theirs[:, 5].tolist()))} classes, "
-          f"min IoU {min_iou:.7f}, max |score diff| {score_diff:.2e}")
-    assert min_iou >= MIN_IOU, what
-    assert score_diff <= SCORE_ATOL, what
 
 
 @pytest.mark.parametrize("name", sorted(PHOTOS))

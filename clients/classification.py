@@ -32,7 +32,15 @@ import numpy as np
 from app.core.spec import SpecError
 from clients import images
 from clients.base import Option
-from clients.vision import IMAGE_CONTENT_TYPES, Displayed, ImageClient, read_labels
+from clients.vision import (
+    IMAGE_CONTENT_TYPES,
+    Displayed,
+    ImageClient,
+    pad_color,
+    read_labels,
+    setting_flag,
+    setting_int,
+)
 
 __all__ = ["IMAGE_CONTENT_TYPES", "ImageClassificationClient", "ImageClient", "read_labels", "softmax"]
 
@@ -59,24 +67,24 @@ class ImageClassificationClient(ImageClient):
         self.labels = read_labels(spec, spec.outputs[0].dims[-1], exact=not self.ranked)
         super().configure()
         pre, where = spec.preprocess, f"{spec.folder}/model.toml: [preprocess]"
-        self.letterbox = bool(pre.get("letterbox", False))
+        self.letterbox = setting_flag(pre, "letterbox", where)
         if self.height != self.width:
-            raise SpecError(f"{spec.folder}: the input is {self.height}x{self.width}; this family takes square inputs")
+            raise SpecError(f"{spec.folder}/model.toml: inputs[0].dims {list(spec.inputs[0].dims)}: the image is "
+                            f"{self.height}x{self.width}; this family takes square inputs")
         if self.letterbox:
             if "resize" in pre or "crop" in pre:
                 raise SpecError(f"{where} letterbox fits the whole image: resize and crop do not apply")
-            self.pad_color = tuple(int(c) for c in pre.get("pad_color", images.LETTERBOX_COLOR))
+            self.size = self.width
+            self.pad_color = pad_color(pre, where)
         else:
             if "pad_color" in pre:
                 raise SpecError(f"{where} pad_color applies to letterbox only")
-            self.crop = int(pre.get("crop", self.width))
-            self.resize = int(pre.get("resize", self.crop))
+            self.crop = setting_int(pre, "crop", self.width, where)
+            self.resize = setting_int(pre, "resize", self.crop, where)
             if self.crop != self.width or self.resize < self.crop:
                 raise SpecError(f"{where} crop {self.crop} / resize {self.resize} do not fit the input "
                                 f"{list(spec.inputs[0].dims)}")
-        self.fast_path = pre.get("fast_path", False)
-        if not isinstance(self.fast_path, bool):
-            raise SpecError(f"{where} fast_path must be true or false")
+        self.fast_path = setting_flag(pre, "fast_path", where)
         if self.fast_path and self.letterbox:
             raise SpecError(f"{where} fast_path applies to resize and crop, not letterbox")
         if self.fast_path:
@@ -91,7 +99,7 @@ class ImageClassificationClient(ImageClient):
     def fit(self, image) -> np.ndarray:
         """The decoded image fitted to the input's size, as HWC uint8 RGB."""
         if self.letterbox:
-            pixels, _, _ = images.letterbox(np.asarray(image, dtype=np.uint8), self.width, self.pad_color)
+            pixels, _, _ = images.letterbox(np.asarray(image, dtype=np.uint8), self.size, self.pad_color)
             return pixels
         if self.fast_path:
             return np.asarray(images.resize_crop(image, self.resize, self.crop), dtype=np.uint8)

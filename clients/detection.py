@@ -19,7 +19,7 @@ from app.core.pipeline import DETECTION_OPTIONS, DETECTIONS, NUM_DETECTIONS
 from app.core.spec import SpecError, TensorSpec
 from clients import images
 from clients.base import Option
-from clients.vision import Displayed, ImageClient, read_labels
+from clients.vision import Displayed, ImageClient, pad_color, read_labels, setting_int
 
 
 # The request's options as the ensemble's one-element tensors, and what it answers (app.core.pipeline).
@@ -48,15 +48,17 @@ class DetectionClient(ImageClient):
     PREPROCESS_KEYS = ImageClient.INPUT_KEYS | {"size", "pad_color"}
     POSTPROCESS_KEYS = frozenset({"labels"})
     DEFAULT_SCALE = 1 / 255
+    letterbox = True  # a detector always letterboxes its image to its square input (size)
 
     def configure(self) -> None:
         spec = self.spec
         self.labels = read_labels(spec, spec.outputs[0].dims[-1] - 5)
         super().configure()
-        self.size = int(spec.preprocess.get("size", self.width))
+        where = f"{spec.folder}/model.toml: [preprocess]"
+        self.size = setting_int(spec.preprocess, "size", self.width, where)
         if (self.height, self.width) != (self.size, self.size):
-            raise SpecError(f"{spec.folder}: size {self.size} does not fit the input {list(spec.inputs[0].dims)}")
-        self.pad_color = tuple(int(c) for c in spec.preprocess.get("pad_color", images.LETTERBOX_COLOR))
+            raise SpecError(f"{where} size {self.size} does not fit the input dims {list(spec.inputs[0].dims)}")
+        self.pad_color = pad_color(spec.preprocess, where)
 
     def fit(self, image) -> np.ndarray:
         pixels, _, _ = images.letterbox(np.asarray(image, dtype=np.uint8), self.size, self.pad_color)

@@ -10,6 +10,12 @@ Spec ``[preprocess]`` settings read here (every image family):
   (``v * scale + offset`` on 0..255 values). A UINT8 input takes the pixels as they are, with none.
 - The input dtype is the ``[[inputs]]`` dtype (FP32, FP16 or UINT8).
 
+The settings are checked once, at construction (a bad one is a SpecError naming the file and the
+key), and kept on the client as plain values (``layout``, ``channels``, ``dtype``, ``height``,
+``width``, ``mean``/``std`` or ``scale``/``offset`` per channel, a family's ``letterbox``, ``size``,
+``pad_color``, ``resize``, ``crop``): the pipeline's DALI step (``scripts/model_prep/dali_pipeline.py``)
+takes its parameters from them.
+
 On the Triton pipeline (``app.core.pipeline``) the router only opens the image's header (the pixel
 limit, the displayed size) and sends the encoded bytes; the pipeline's preprocessing step runs this
 same ``preprocess`` inside Triton (``scripts/model_prep/triton_image_steps.py``).
@@ -17,6 +23,7 @@ same ``preprocess`` inside Triton (``scripts/model_prep/triton_image_steps.py``)
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
@@ -47,6 +54,42 @@ class Displayed:
 IMAGE_TENSORS = (TensorSpec(IMAGE, "UINT8", (-1,)), TensorSpec(IMAGE_LENGTH, "INT64", (1,)))
 
 
+def setting_int(pre: Mapping[str, Any], key: str, default: int, where: str) -> int:
+    """``[preprocess] key``: a positive integer (``default`` when absent)."""
+    value = pre.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise SpecError(f"{where} {key}: a positive integer expected, got {value!r}")
+    return value
+
+
+def setting_flag(pre: Mapping[str, Any], key: str, where: str) -> bool:
+    """``[preprocess] key``: true or false (false when absent)."""
+    value = pre.get(key, False)
+    if not isinstance(value, bool):
+        raise SpecError(f"{where} {key} must be true or false, got {value!r}")
+    return value
+
+
+def per_channel(pre: Mapping[str, Any], key: str, default: Any, where: str) -> tuple[float, ...]:
+    """``[preprocess] key``: one finite number (for every channel) or three, as three floats."""
+    value = pre.get(key, default)
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    if len(items) not in (1, 3) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in items
+    ):
+        raise SpecError(f"{where} {key}: one number or three expected, got {value!r}")
+    return tuple(float(v) for v in items) * (3 if len(items) == 1 else 1)
+
+
+def pad_color(pre: Mapping[str, Any], where: str) -> tuple[int, int, int]:
+    """``[preprocess] pad_color``: the letterbox's padding, three integers 0 to 255 (RGB)."""
+    value = pre.get("pad_color", images.LETTERBOX_COLOR)
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    if len(items) != 3 or not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 255 for c in items):
+        raise SpecError(f"{where} pad_color: three integers 0 to 255 (red, green, blue) expected, got {value!r}")
+    return items[0], items[1], items[2]
+
+
 def read_labels(spec: ModelSpec, count: int | None, exact: bool = True) -> list[str]:
     """The spec's labels file, which must name exactly ``count`` classes (when given), or at least
     ``count`` when not ``exact`` (a graph that ranks gives the best ``count`` of all its classes)."""
@@ -71,6 +114,12 @@ class ImageClient(ModelClient[Any]):
     INPUT_KEYS: ClassVar[frozenset[str]] = frozenset({"layout", "channels", *NORMALISATION_KEYS})
     DEFAULT_SCALE: ClassVar[float | None] = None  # the family's scale when the spec gives no normalisation
     draft_size: int | None = None  # a family that downscales to a known size sets it (decode_image's draft_size)
+    # the checked settings (configure), per channel in the model's channel order: mean and std, or
+    # scale and offset, the other two None (all four for a UINT8 input)
+    mean: tuple[float, ...] | None
+    std: tuple[float, ...] | None
+    scale: tuple[float, ...] | None
+    offset: tuple[float, ...] | None
 
     def configure(self) -> None:
         super().configure()
@@ -83,30 +132,43 @@ class ImageClient(ModelClient[Any]):
             raise SpecError(f"{where} layout must be one of {LAYOUTS} and channels one of {CHANNEL_ORDERS}")
         channel_axis = 0 if self.layout == "NCHW" else 2
         if len(tensor.dims) != 3 or tensor.dims[channel_axis] != 3:
-            raise SpecError(f"{spec.folder}: input {tensor.name} {list(tensor.dims)} is not a 3-channel {self.layout} image")
+            raise SpecError(f"{spec.folder}/model.toml: inputs[0].dims {list(tensor.dims)}: not a 3-channel image "
+                            f"in layout {self.layout}")
         self.height, self.width = (tensor.dims[1:] if self.layout == "NCHW" else tensor.dims[:2])
-        self.lut = self._lut(spec, where)
+        self.dtype = tensor.dtype
+        self._normalisation(spec, where)
+        self.lut = None if self.dtype == "UINT8" else images.normalize_lut(self.mean, self.std, self.scale, self.offset)
 
-    def _lut(self, spec: ModelSpec, where: str) -> np.ndarray | None:
-        pre, dtype = spec.preprocess, spec.inputs[0].dtype
+    def _normalisation(self, spec: ModelSpec, where: str) -> None:
+        """``mean`` and ``std``, or ``scale`` and ``offset`` (per channel, in the model's channel
+        order), the others None; all four None for a UINT8 input."""
+        pre = spec.preprocess
+        self.mean = self.std = self.scale = self.offset = None
         given = [key for key in NORMALISATION_KEYS if key in pre]
-        if dtype == "UINT8":
+        if self.dtype == "UINT8":
             if given:
                 raise SpecError(f"{where} {given[0]}: a UINT8 input takes the pixels as they are, without normalisation")
-            return None
-        if dtype not in FLOAT_INPUTS:
-            raise SpecError(f"{spec.folder}: image input dtype {dtype} is not one of {('UINT8', *FLOAT_INPUTS)}")
-        if ("mean" in pre or "std" in pre) and ("scale" in pre or "offset" in pre):
-            raise SpecError(f"{where} give mean and std, or scale and offset, not both")
-        try:
-            return images.normalize_lut(
-                mean=pre.get("mean"),
-                std=pre.get("std"),
-                scale=pre.get("scale", None if "mean" in pre else self.DEFAULT_SCALE),
-                offset=pre.get("offset", 0.0),
-            )
-        except ValueError as error:
-            raise SpecError(f"{where} {error}") from None
+            return
+        if self.dtype not in FLOAT_INPUTS:
+            raise SpecError(f"{spec.folder}/model.toml: inputs[0].dtype {self.dtype}: an image input is one of "
+                            f"{('UINT8', *FLOAT_INPUTS)}")
+        if "mean" in pre or "std" in pre:
+            if "scale" in pre or "offset" in pre:
+                raise SpecError(f"{where} {'scale' if 'scale' in pre else 'offset'}: give mean and std, or scale "
+                                "and offset, not both")
+            missing = "std" if "mean" in pre else "mean"
+            if missing not in pre:
+                raise SpecError(f"{where} {missing}: missing (mean and std go together)")
+            self.mean, self.std = per_channel(pre, "mean", None, where), per_channel(pre, "std", None, where)
+            if 0 in self.std:
+                raise SpecError(f"{where} std: zero")
+            return
+        if pre.get("scale", self.DEFAULT_SCALE) is None:
+            raise SpecError(f"{where} mean, std or scale: normalisation needs mean and std, or scale (and offset)")
+        self.scale = per_channel(pre, "scale", self.DEFAULT_SCALE, where)
+        self.offset = per_channel(pre, "offset", 0.0, where)
+        if 0 in self.scale:
+            raise SpecError(f"{where} scale: zero")
 
     def _encoded(self, item: Any, where: str) -> Any:
         if not isinstance(item, (str, bytes)):

@@ -20,23 +20,28 @@ pixels (``clients.images``):
 
 ``preprocess_graph`` is the one definition: ``pipeline_file`` copies its source into the model's
 ``dali.py`` (run on the GPU, decoding on ``mixed``, by the backend's autoserialization, where this
-project is not installed), and ``build_cpu_pipeline`` runs it with DALI's CPU operators.
+project is not installed), and ``build_cpu_pipeline`` runs it with DALI's CPU operators. Its
+parameters (``preprocess_params``) are the settings the family's client checked and holds
+(``clients.registry.offline_client``), copied into ``PARAMS`` as plain values.
 """
 
 from __future__ import annotations
 
 import inspect
 import pprint
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 from tritonclient.grpc import model_config_pb2 as mc
 
 from app.core.pipeline import IMAGE, IMAGE_LENGTH, IMAGE_SIZE, preprocess_model
+from app.core.settings import Settings
 from app.core.spec import ModelSpec, SpecError
+from clients.classification import ImageClassificationClient
+from clients.detection import DetectionClient
+from clients.registry import offline_client
 from scripts.model_prep.triton_config import data_type, to_text
 
-CLASSIFICATION, DETECTION = "image_classification", "detection"
-LETTERBOX_COLOR = (114, 114, 114)
+DALI_FAMILIES = (ImageClassificationClient.family, DetectionClient.family)
 DALI_TYPES = {"FP32": "FLOAT", "FP16": "FLOAT16", "UINT8": "UINT8"}  # Triton dtype -> nvidia.dali.types
 PIPELINE_FILE = "dali.py"  # what the DALI backend autoserializes from the version folder
 GPU_THREADS = 4  # CPU threads of the GPU pipeline (Huffman decoding, argument arithmetic)
@@ -103,108 +108,40 @@ def preprocess_graph(params, device):
     return tensor, shape[0:2]
 
 
-def _floats(value: Any, where: str, count: tuple[int, ...] = (1, 3)) -> list[float]:
-    """One number (for each channel) or three, as floats; ``where`` names the key."""
-    items = list(value) if isinstance(value, (list, tuple)) else [value]
-    try:
-        values = [float(v) for v in items if not isinstance(v, bool)]
-    except (TypeError, ValueError):
-        values = []
-    if len(values) != len(items) or len(values) not in count:
-        raise SpecError(f"{where}: {' or '.join(map(str, count))} numbers expected, got {value!r}")
-    return values * 3 if len(values) == 1 else values
-
-
-def _int(pre: Mapping[str, Any], key: str, default: int, where: str) -> int:
-    value = pre.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise SpecError(f"{where} {key}: a positive integer expected, got {value!r}")
-    return value
-
-
 def preprocess_params(spec: ModelSpec) -> dict[str, Any]:
-    """The spec's ``[preprocess]`` as the plain values ``preprocess_graph`` takes; a SpecError
-    names the key of a value it cannot take (the router's client takes the same settings)."""
-    pre, tensor = spec.preprocess, spec.inputs[0]
-    toml = f"{spec.folder}/model.toml:"
-    where, dims = f"{toml} [preprocess]", f"{toml} inputs[0].dims {list(tensor.dims)}"
-    layout, channels = str(pre.get("layout", "NCHW")).upper(), str(pre.get("channels", "RGB")).upper()
-    if layout not in ("NCHW", "NHWC"):
-        raise SpecError(f"{where} layout: NCHW or NHWC expected, got {pre['layout']!r}")
-    if channels not in ("RGB", "BGR"):
-        raise SpecError(f"{where} channels: RGB or BGR expected, got {pre['channels']!r}")
-    if tensor.dtype not in DALI_TYPES:
-        raise SpecError(f"{toml} inputs[0].dtype {tensor.dtype} is not one of {sorted(DALI_TYPES)}")
-    channel_axis = 0 if layout == "NCHW" else 2
-    if len(tensor.dims) != 3 or tensor.dims[channel_axis] != 3:
-        raise SpecError(f"{dims}: not a 3-channel image in layout {layout}")
-    height, width = tensor.dims[1:] if layout == "NCHW" else tensor.dims[:2]
-    if height != width:
-        raise SpecError(f"{dims}: the image is {height}x{width}; square inputs only")
-    if spec.family not in (CLASSIFICATION, DETECTION):
-        raise SpecError(f"{toml} family {spec.family}: no DALI preprocessing for it")
-    letterbox = pre.get("letterbox", False)
-    if not isinstance(letterbox, bool):
-        raise SpecError(f"{where} letterbox: true or false expected, got {letterbox!r}")
-    letterbox = letterbox or spec.family == DETECTION  # a detector always letterboxes
+    """The plain values ``preprocess_graph`` takes, from the settings the family's client checked
+    (``clients.vision``, ``clients.classification``, ``clients.detection``): a SpecError names the
+    file and the key of a value the model cannot take, as at the router's start."""
+    if spec.family not in DALI_FAMILIES:
+        raise SpecError(f"{spec.folder}/model.toml: family {spec.family}: no DALI preprocessing for it "
+                        f"(families: {', '.join(DALI_FAMILIES)})")
+    client = offline_client(spec, Settings())
     params: dict[str, Any] = {
-        "image": IMAGE, "image_length": IMAGE_LENGTH, "channels": channels, "layout": layout[1:], "dtype": DALI_TYPES[tensor.dtype],
-        "image_size": spec.family == DETECTION, "letterbox": letterbox,
+        "image": IMAGE, "image_length": IMAGE_LENGTH, "channels": client.channels, "layout": client.layout[1:],
+        "dtype": DALI_TYPES[client.dtype], "image_size": isinstance(client, DetectionClient),
+        "letterbox": client.letterbox,
     }
-    if letterbox:
-        for key in ("resize", "crop", "fast_path"):
-            if key in pre:
-                raise SpecError(f"{where} {key}: applies to resize and crop, not to letterbox")
-        params["size"] = _int(pre, "size", width, where)
-        if params["size"] != width:
-            raise SpecError(f"{where} size {params['size']} does not fit the input {list(tensor.dims)}")
-        color = _floats(pre.get("pad_color", LETTERBOX_COLOR), f"{where} pad_color", count=(3,))
-        if not all(0 <= c <= 255 for c in color):
-            raise SpecError(f"{where} pad_color: values 0 to 255 expected, got {pre['pad_color']!r}")
-        params["pad_color"] = color[::-1] if channels == "BGR" else color  # given in RGB, as the router's
+    if client.letterbox:
+        params["size"] = client.size
+        # given in RGB, as the router pads before its channel order; DALI pads the decoded channels
+        params["pad_color"] = list(client.pad_color[::-1] if client.channels == "BGR" else client.pad_color)
     else:
-        if "pad_color" in pre or "size" in pre:
-            raise SpecError(f"{where} {'pad_color' if 'pad_color' in pre else 'size'}: applies to letterbox only")
-        params["crop"] = _int(pre, "crop", width, where)
-        params["resize"] = _int(pre, "resize", params["crop"], where)
-        if params["crop"] != width:
-            raise SpecError(f"{where} crop {params['crop']} does not fit the input {list(tensor.dims)}")
-        if params["resize"] < params["crop"]:
-            raise SpecError(f"{where} resize {params['resize']} is smaller than crop {params['crop']}")
+        params["resize"], params["crop"] = client.resize, client.crop
     # crop_mirror_normalize computes (v - mean) / std on 0..255 values, in the model's channel order
-    given = [key for key in ("mean", "std", "scale", "offset") if key in pre]
-    if tensor.dtype == "UINT8":
-        if given:
-            raise SpecError(f"{where} {given[0]}: a UINT8 input takes the pixels as they are, without normalisation")
+    if client.mean is not None:  # (v / 255 - mean) / std == (v - 255 * mean) / (255 * std)
+        params["mean"], params["std"] = [255 * m for m in client.mean], [255 * s for s in client.std]
+    elif client.scale is not None:  # v * scale + offset == (v - (-offset / scale)) / (1 / scale)
+        params["mean"] = [-o / s if o else 0.0 for o, s in zip(client.offset, client.scale)]
+        params["std"] = [1 / s for s in client.scale]
+    else:  # a UINT8 input: the pixels as they are
         params["mean"], params["std"] = [0.0] * 3, [1.0] * 3
-    elif "mean" in pre or "std" in pre:
-        if "scale" in pre or "offset" in pre:
-            raise SpecError(f"{where} {'scale' if 'scale' in pre else 'offset'}: give mean and std, or scale "
-                            "and offset, not both")
-        missing = "std" if "mean" in pre else "mean"
-        if missing not in pre:
-            raise SpecError(f"{where} {missing}: missing (mean and std go together)")
-        params["mean"] = [255 * m for m in _floats(pre["mean"], f"{where} mean")]
-        params["std"] = [255 * s for s in _floats(pre["std"], f"{where} std")]
-        if 0 in params["std"]:
-            raise SpecError(f"{where} std: zero")
-    else:  # v * scale + offset == (v - (-offset / scale)) / (1 / scale)
-        default = 1 / 255 if spec.family == DETECTION else None
-        if pre.get("scale", default) is None:
-            raise SpecError(f"{where} mean, std or scale: normalisation needs mean and std, or scale (and offset)")
-        scale = _floats(pre.get("scale", default), f"{where} scale")
-        offset = _floats(pre.get("offset", 0.0), f"{where} offset")
-        if 0 in scale:
-            raise SpecError(f"{where} scale: zero")
-        params["mean"] = [-o / s if o else 0.0 for o, s in zip(offset, scale)]
-        params["std"] = [1 / s for s in scale]
     return params
 
 
 def _outputs(spec: ModelSpec) -> list[tuple[str, str, Sequence[int]]]:
     """(name, Triton dtype, dims) of the step's outputs, in the pipeline's order."""
     outputs = [(spec.inputs[0].name, spec.inputs[0].dtype, spec.inputs[0].dims)]
-    if spec.family == DETECTION:
+    if spec.family == DetectionClient.family:
         outputs.append((IMAGE_SIZE, "INT64", (2,)))
     return outputs
 

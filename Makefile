@@ -57,11 +57,11 @@ nginx:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx; }
 
 models: $(VENV)/.serving $(VENV)/.models
-	$(PY) -m scripts.prepare_models --target $(TARGET) --weights $(WEIGHTS)
+	$(PY) -m scripts.model_prep --target $(TARGET) --weights $(WEIGHTS)
 
 test-models: $(VENV)/.serving $(VENV)/.models
-	$(PY) -m scripts.prepare_models --target python --weights small --repository $(TEST_REPOSITORY)
-	$(PY) -m scripts.prepare_models --target python --weights random --repository $(TEST_FULL_REPOSITORY)
+	$(PY) -m scripts.model_prep --target python --weights small --repository $(TEST_REPOSITORY)
+	$(PY) -m scripts.model_prep --target python --weights random --repository $(TEST_FULL_REPOSITORY)
 
 run: models nginx
 	SAGEMAKER_BIND_TO_PORT=$(PORT) ./serve
@@ -70,7 +70,7 @@ test: deps nginx test-models samples lint-imports
 	TEST_MODEL_REPOSITORY=$(abspath $(TEST_REPOSITORY)) TEST_FULL_MODEL_REPOSITORY=$(abspath $(TEST_FULL_REPOSITORY)) \
 		$(PY) -m pytest tests $(PYTEST_ARGS)
 
-# The layers contract in pyproject.toml: router | serve -> clients -> app.core, no Flask below the router.
+# The layers contracts in pyproject.toml: router | serve | triton -> clients -> app.core, no Flask below the router.
 lint-imports: $(VENV)/.serving $(VENV)/.dev
 	$(VENV)/bin/lint-imports
 

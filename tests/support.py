@@ -24,7 +24,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from app.core.settings import PROJECT_ROOT
 from app.router import OPENAPI_PATH
-from scripts import prepare_models
+from scripts.model_prep import cli as prepare_models
 from scripts.model_prep import triton_config
 
 # ---- images ---------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 A plan (``model.plan``) is compiled for one GPU architecture: an engine built on a g4dn (T4,
 compute capability 7.5) does not run on a g5 (A10G, 8.6), and Triton's own error says little.
-``scripts/prepare_models.py --target tensorrt`` therefore writes which GPU it built on into a
+``python -m scripts.model_prep --target tensorrt`` therefore writes which GPU it built on into a
 record beside the plan (``model.plan.gpu.json``), and ``serve`` compares that record with the
 GPUs it finds, refusing to start with a message that says what to rebuild where.
 
@@ -146,6 +146,6 @@ def check_engines(repository: Path, detect: Callable[[], Sequence[GpuInfo]] | No
         unique = list(dict.fromkeys(problems))
         raise EngineMismatch(
             "TensorRT engines built for another GPU type: " + "; ".join(unique)
-            + ". Rebuild them on this instance type (scripts/prepare_models.py --target tensorrt, "
+            + ". Rebuild them on this instance type (python -m scripts.model_prep --target tensorrt, "
               "see the README's 'Deploying to SageMaker') and deploy the new repository."
         )

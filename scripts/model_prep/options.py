@@ -1,4 +1,4 @@
-"""``scripts.prepare_models``' command line: its arguments, read into one frozen ``Options``."""
+"""``python -m scripts.model_prep``'s command line: its arguments, read into one frozen ``Options``."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     from scripts.model_prep.triton_config import TARGETS
 
     parser = argparse.ArgumentParser(
-        prog="prepare_models",
+        prog="python -m scripts.model_prep",
         description="Export the models to ONNX and write a Triton model repository for one target.",
     )
     parser.add_argument("--target", choices=TARGETS, default="python",

@@ -28,6 +28,7 @@ from app.core.pipeline import (
     preprocess_model,
 )
 from app.core.spec import ModelSpec, TensorSpec
+from app.triton import IMAGE_STEPS
 from clients.detection import DETECTION_TENSORS, OPTION_TENSORS  # what the router sends and reads: one definition
 from clients.vision import IMAGE_TENSORS
 from scripts.model_prep.triton_config import Tuning, data_type
@@ -38,7 +39,7 @@ STEP_FILE, DALI_FILE = "model.py", "dali.py"
 # An ensemble has no model file, but Triton needs its version folder: a file in it keeps the folder
 # through copies that drop empty ones (S3 holds no empty folders; aws s3 sync, many copy helpers).
 ENSEMBLE_NOTE = "ENSEMBLE.txt"
-STEP_SOURCE = Path(__file__).with_name("triton_image_steps.py")
+STEP_SOURCE = IMAGE_STEPS
 
 SIZE_TENSOR = TensorSpec(IMAGE_SIZE, "INT64", (2,))
 
@@ -73,7 +74,7 @@ def ensemble_outputs(spec: ModelSpec) -> tuple[TensorSpec, ...]:
 
 
 def python_step_config(spec: ModelSpec, step: str, tuning: Tuning, instances: int) -> mc.ModelConfig:
-    """A python-backend step (``triton_image_steps.py``) of the pipeline."""
+    """A python-backend step (``app/triton/image_steps.py``) of the pipeline."""
     name = preprocess_model(spec.name) if step == PREPROCESS else postprocess_model(spec.name)
     config = mc.ModelConfig(name=name, backend="python", max_batch_size=tuning.max_batch_size)
     if step == PREPROCESS:

@@ -3,7 +3,7 @@
 The fake answers with arrays of each spec's output shapes, computed from the inputs so that
 results can be told apart (and their order checked), and records every call. An image model's
 ensemble (``<name>_pipeline``) runs the real python-backend steps
-(``scripts/model_prep/triton_image_steps.py``) around the fake network, as Triton would.
+(``app/triton/image_steps.py``) around the fake network, as Triton would.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from app.core.pipeline import DETECTION_OPTIONS, DETECTIONS, ENSEMBLE_SUFFIX, IM
 from app.core.settings import Settings
 from app.core.spec import find_specs
 from app.router import create_app
-from scripts.model_prep.triton_image_steps import load_client, postprocess_batch, preprocess_batch
+from app.triton.image_steps import load_client, postprocess_batch, preprocess_batch
 from tests.support import make_spec_repository
 
 

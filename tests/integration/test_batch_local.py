@@ -1,6 +1,6 @@
-"""scripts/batch_local.py against the real stack: a 300-line JSON Lines file mixing the three models
-comes back as 300 lines, each what a single application/json call of that line answers; a broken
-line 137 stops the job with that line number, and no output file.
+"""scripts/caller/batch_local.py against the real stack: a 300-line JSON Lines file mixing the three
+models comes back as 300 lines, each what a single application/json call of that line answers; a
+broken line 137 stops the job with that line number, and no output file.
 
 The lines repeat 24 distinct envelopes (each model, single items and lists, with and without
 options), so that one single call per envelope gives what each of its lines must answer; the
@@ -19,7 +19,7 @@ import pytest
 import requests
 from PIL import Image
 
-from scripts import batch_local
+from scripts.caller import batch_local
 from tests.references import real_photos
 
 pytestmark = pytest.mark.integration

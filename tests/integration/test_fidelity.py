@@ -142,7 +142,7 @@ def readme_example() -> tuple[str, str]:
     section = text[text.index("\n## Adding a model\n"):]
     block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
     setup, _, rest = block.partition("# 4.")
-    build = next(line for line in rest.splitlines() if "-m scripts.prepare_models" in line)
+    build = next(line for line in rest.splitlines() if "-m scripts.model_prep" in line)
     return setup, build
 
 
@@ -158,7 +158,7 @@ def fourth_model(repository, tmp_path_factory):
     subprocess.run(["bash", "-euo", "pipefail", "-c", setup.replace(".venv/bin/python", python)],
                    cwd=work, check=True)
     command = build.replace(".venv/bin/python", python).replace(
-        "-m scripts.prepare_models", f"-m scripts.prepare_models --source {work / 'models'}")
+        "-m scripts.model_prep", f"-m scripts.model_prep --source {work / 'models'}")
     done = subprocess.run(["bash", "-c", command], cwd=work, capture_output=True, text=True)
     print(done.stdout + done.stderr)
     assert done.returncode == 0, done.stdout + done.stderr

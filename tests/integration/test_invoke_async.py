@@ -1,8 +1,8 @@
-"""scripts/invoke.py --async end to end: moto's S3 holds the objects, the real stack answers, and the
-test plays SageMaker's asynchronous fabric in between. On InvokeEndpointAsync it reads the input
-object, posts it to the stack's /invocations with the content type and the custom attributes the
-call carried, and a moment later writes the answer to the output location (a refusal to the failure
-location), as SageMaker does. What invoke prints must be what a real-time call prints."""
+"""python -m scripts.caller invoke --async end to end: moto's S3 holds the objects, the real stack
+answers, and the test plays SageMaker's asynchronous fabric in between. On InvokeEndpointAsync it
+reads the input object, posts it to the stack's /invocations with the content type and the custom
+attributes the call carried, and a moment later writes the answer to the output location (a refusal
+to the failure location), as SageMaker does. What invoke prints must be what a real-time call prints."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import requests
 from botocore.awsrequest import AWSResponse
 
 from app.router.requests import CUSTOM_ATTRIBUTES
-from scripts import invoke
-from scripts.invoke_async import split_s3
+from scripts.caller import invoke
+from scripts.caller.invoke_async import split_s3
 from tests.references import real_photos
 from tests.support import REGION
 

@@ -1,5 +1,5 @@
-"""scripts/invoke.py --endpoint-url <the running stack> prints a result for each model, and the
-container's own JSON error when a call fails."""
+"""python -m scripts.caller invoke --endpoint-url <the running stack> prints a result for each model,
+and the container's own JSON error when a call fails."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from app.core.settings import PROJECT_ROOT
 
 pytestmark = pytest.mark.integration
 
-SCRIPT = PROJECT_ROOT / "scripts" / "invoke.py"
+COMMAND = ("-m", "scripts.caller", "invoke")
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,8 @@ def sample_image(tmp_path_factory) -> Path:
 
 
 def run_invoke(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, *COMMAND, *args], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                          timeout=120)
 
 
 def test_prints_a_result_for_each_model(stack, sample_image):

@@ -174,8 +174,9 @@ def test_malformed_v2_bodies_are_4xx_on_a_loaded_model(mme):
 def test_invoke_py_target_model_calls_a_loaded_model(mme, tmp_path):
     photo = tmp_path / "dog.jpg"
     photo.write_bytes(real_photos()["dog.jpg"])
-    run = subprocess.run([sys.executable, "-m", "scripts.invoke", "--endpoint-url", mme.url, "--target-model", "resnet",
-                          f"resnet={photo}"], capture_output=True, text=True, timeout=120, cwd=PROJECT_ROOT)
+    run = subprocess.run([sys.executable, "-m", "scripts.caller", "invoke", "--endpoint-url", mme.url,
+                          "--target-model", "resnet", f"resnet={photo}"],
+                         capture_output=True, text=True, timeout=120, cwd=PROJECT_ROOT)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "resnet (version 1):" in run.stdout
 

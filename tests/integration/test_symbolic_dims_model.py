@@ -1,5 +1,5 @@
 """A detector added by configuration whose ONNX file declares its output dims symbolic ([-1, -1, -1],
-as many detector exports do) is prepared with ``scripts.prepare_models`` (checked by ONNX Runtime
+as many detector exports do) is prepared with ``python -m scripts.model_prep`` (checked by ONNX Runtime
 at batch 2, not refused for its declared dims), served by the real stack (Triton, gunicorn, NGINX)
 and answers POST /invocations with detections."""
 
@@ -16,7 +16,7 @@ import requests
 from onnx import TensorProto, helper, numpy_helper
 from PIL import Image
 
-from scripts import prepare_models
+from scripts.model_prep import cli as prepare_models
 from scripts.model_prep import onnx_export, triton_config
 from tests.support import b64
 

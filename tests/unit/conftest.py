@@ -8,7 +8,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from scripts import deploy
+from scripts.sagemaker import deploy
 from tests.support import REGION, TARGETS, build_repository
 
 

@@ -1,4 +1,4 @@
-"""scripts/batch_local.py against a fake container in a thread that speaks the Batch Transform
+"""scripts/caller/batch_local.py against a fake container in a thread that speaks the Batch Transform
 protocol: GET /execution-parameters, and POST /invocations in application/jsonlines answered one
 line per input line, a bad line refusing the whole request with its line number in the body."""
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from scripts import batch_local
-from scripts.batch_local import MIB, Batch, Progress, read_lines, refusal, split_batches
+from scripts.caller import batch_local
+from scripts.caller.batch_local import MIB, Batch, Progress, read_lines, refusal, split_batches
 
 
 class FakeContainer(ThreadingHTTPServer):

@@ -52,7 +52,7 @@ def pipeline(repository) -> FillMaskPipeline:
     source = json.loads((repository / "bert_base" / "source.json").read_text())
     assert source["weights"] in ("random", "small"), "these tests rebuild the build's random weights from its seed"
     recipe = recipes()[load_spec(repository / "bert_base").export["builder"]]
-    torch.manual_seed(source["seed"])  # as scripts/prepare_models.py does before building the network
+    torch.manual_seed(source["seed"])  # as scripts/model_prep/cli.py does before building the network
     build = recipe.small if source["weights"] == "small" else recipe.random
     model = build(load_spec(repository / "bert_base")).net.eval()  # the BertForMaskedLM inside the top-k wrapper
     # transformers 5 names the vocabulary argument ``vocab`` (a ``vocab_file=`` keyword is silently

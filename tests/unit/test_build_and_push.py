@@ -10,9 +10,9 @@ import pytest
 from moto import mock_aws
 
 from app.core.settings import PROJECT_ROOT
-from scripts import build_and_push
+from scripts.sagemaker import build_and_push
 
-SCRIPT = PROJECT_ROOT / "scripts" / "build_and_push.py"
+COMMAND = ("-m", "scripts.sagemaker", "build-and-push")
 URI = "111122223333.dkr.ecr.eu-west-1.amazonaws.com/multi-model:v1"
 
 
@@ -26,8 +26,8 @@ def aws_env(monkeypatch):
 
 def test_dry_run_prints_login_build_tag_push(aws_env):
     env = {**os.environ, "AWS_ACCOUNT_ID": "111122223333", "AWS_REGION": "eu-west-1"}
-    result = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--repository", "multi-model", "--tag", "v1"],
-                            capture_output=True, text=True, env=env, timeout=60)
+    result = subprocess.run([sys.executable, *COMMAND, "--dry-run", "--repository", "multi-model", "--tag", "v1"],
+                            cwd=PROJECT_ROOT, capture_output=True, text=True, env=env, timeout=60)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
     assert len(lines) == 5

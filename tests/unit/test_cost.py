@@ -1,11 +1,12 @@
-"""scripts/cost.py: three single-model endpoints against one shared endpoint, every number a parameter."""
+"""scripts/sagemaker/cost.py: three single-model endpoints against one shared endpoint, every number a
+parameter."""
 
 from __future__ import annotations
 
 import pytest
 
 from app.core.settings import PROJECT_ROOT
-from scripts import cost
+from scripts.sagemaker import cost
 
 
 def test_default_table(capsys):

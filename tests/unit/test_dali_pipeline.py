@@ -389,10 +389,10 @@ def test_bad_spec_raises_spec_error_naming_the_key(model, changes, key):
         dali_pipeline.preprocess_config(spec, 8)
 
 
-# --- scripts/bench/preprocessing.py, a smoke run --------------------------------------------------
+# --- python -m scripts.bench.preprocessing, a smoke run -------------------------------------------
 
 def test_preprocessing_bench_runs(capsys):
-    from scripts.bench import preprocessing
+    from scripts.bench.preprocessing import cli as preprocessing
 
     photo = PROJECT_ROOT / "build" / "samples" / "dog.jpg"  # real_photos() made sure it is there
     assert preprocessing.main(["--models", "resnet,yolov5", "--images", str(photo), "--threads", "1", "--batch", "2",

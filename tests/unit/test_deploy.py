@@ -8,7 +8,8 @@ import boto3
 import pytest
 import requests
 
-from scripts import deploy, invoke
+from scripts.caller import invoke
+from scripts.sagemaker import deploy
 from tests.support import DATA, IMAGE, REGION, RESOURCE, ROLE, deploy_argv, params
 
 

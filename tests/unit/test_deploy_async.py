@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from scripts import deploy
+from scripts.sagemaker import deploy
 from tests.support import RESOURCE, deploy_argv, params
 
 OUT = "s3://answers-bucket/mm/async"

@@ -11,7 +11,7 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
-from scripts import deploy
+from scripts.sagemaker import deploy
 from tests.support import IMAGE, REGION, ROLE
 
 PREFIX = "s3://models-bucket/per-model/"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from scripts import deploy
+from scripts.sagemaker import deploy
 from tests.support import IMAGE, ROLE, params
 
 PREFIX = "s3://models-bucket/mme/"

@@ -8,7 +8,7 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
-from scripts import deploy
+from scripts.sagemaker import deploy
 from tests.support import DATA, IMAGE, REGION, ROLE, params
 
 INPUT = "s3://in-bucket/requests/"

@@ -13,8 +13,8 @@ from botocore.response import StreamingBody
 from botocore.stub import Stubber
 from PIL import Image
 
-from scripts import invoke
-from scripts.drawing import PALETTE, NotDrawable, draw_answer, line_width
+from scripts.caller import invoke
+from scripts.caller.drawing import PALETTE, NotDrawable, draw_answer, line_width
 
 GREY = (128, 128, 128)
 

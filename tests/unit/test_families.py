@@ -24,7 +24,7 @@ from clients.base import ModelClient
 from clients.classification import ImageClassificationClient
 from clients.registry import FAMILIES
 from clients.vision import ImageClient
-from scripts import prepare_models
+from scripts.model_prep import cli as prepare_models
 
 TINY_TOML = """
 family = "{family}"

@@ -13,7 +13,7 @@ import requests
 from botocore.stub import ANY, Stubber
 from PIL import Image
 
-from scripts import invoke, invoke_async
+from scripts.caller import invoke, invoke_async
 from tests.support import REGION
 
 BUCKET = "inputs-bucket"

@@ -13,7 +13,7 @@ from botocore.response import StreamingBody
 from botocore.stub import Stubber
 from urllib3.response import HTTPResponse
 
-from scripts import invoke
+from scripts.caller import invoke
 from tests.support import REGION
 
 ANSWER = {"modelname": "resnet", "version": "1",

@@ -10,7 +10,7 @@ import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
 from app.core.spec import find_specs
-from scripts import prepare_models
+from scripts.model_prep import cli as prepare_models
 from scripts.model_prep import triton_config
 from scripts.model_prep.onnx_export import graph_tensors
 from tests.support import TARGETS, build_repository

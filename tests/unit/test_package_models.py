@@ -8,7 +8,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from scripts import package_models
+from scripts.sagemaker import package_models
 from tests.support import make_package_repository
 
 

@@ -9,7 +9,7 @@ import tarfile
 import boto3
 import pytest
 
-from scripts import package_models
+from scripts.sagemaker import package_models
 from tests.support import REGION, make_package_repository
 
 IDENTITY_CONFIG = 'name: "identity"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 4\n'
@@ -101,5 +101,5 @@ def test_upload_puts_each_archive_under_the_prefix(aws, repo, tmp_path, capsys):
     sizes = {o["Key"]: o["Size"] for o in s3.list_objects_v2(Bucket="models-bucket")["Contents"]}
     assert sizes == {f"mme/{p.name}": p.stat().st_size for p in out.iterdir()}
     captured = capsys.readouterr()
-    assert "scripts/deploy.py --multi-model s3://models-bucket/mme/" in captured.out
+    assert "python -m scripts.sagemaker deploy --multi-model s3://models-bucket/mme/" in captured.out
     assert "uploading resnet.tar.gz to s3://models-bucket/mme/" in captured.err

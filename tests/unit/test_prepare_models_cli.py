@@ -3,25 +3,27 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
 from app.core.settings import PROJECT_ROOT
-from scripts import prepare_models
+from scripts.model_prep import cli as prepare_models
 from scripts.model_prep import options as prepare_options
 from scripts.model_prep import triton_config, weights
 
 ROOT = PROJECT_ROOT
 
 
-@pytest.mark.parametrize(
-    "command",
-    [[str(ROOT / "scripts" / "prepare_models.py"), "--help"], ["-m", "scripts.prepare_models", "--help"]],
-)
-def test_help_runs_as_a_file_and_as_a_module(command):
-    result = subprocess.run([sys.executable, *command], cwd=ROOT, capture_output=True, text=True, timeout=60)
+@pytest.mark.parametrize("elsewhere", [False, True], ids=["in-the-project", "elsewhere"])
+def test_help_runs_as_a_module_from_any_folder(elsewhere, tmp_path):
+    """``python -m scripts.model_prep --help`` in the project, and from another folder with the
+    project on the path (as installed)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)} if elsewhere else None
+    result = subprocess.run([sys.executable, "-m", "scripts.model_prep", "--help"], cwd=tmp_path if elsewhere else ROOT,
+                            env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0
     assert "--target" in result.stdout and "--weights-file" in result.stdout
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from app.core.settings import PROJECT_ROOT
-from scripts import prepare_models
+from scripts.model_prep import cli as prepare_models
 from scripts.model_prep.tensorrt_engine import load_engine, missing_requirements
 
 MISSING = missing_requirements()
@@ -17,9 +17,9 @@ MISSING = missing_requirements()
 @pytest.mark.skipif(MISSING is None, reason="TensorRT and a GPU are present: the engine is built instead")
 def test_without_tensorrt_or_gpu_it_exits_with_one_line_and_no_plan(tmp_path):
     result = subprocess.run(
-        [sys.executable, str(PROJECT_ROOT / "scripts" / "prepare_models.py"),
+        [sys.executable, "-m", "scripts.model_prep",
          "--target", "tensorrt", "--weights", "random", "--models", "resnet", "--repository", str(tmp_path)],
-        capture_output=True, text=True, timeout=120,
+        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120,
     )
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from scripts.model_prep import triton_python_model as backend
+from app.triton import onnx_model as backend
 
 
 def _feeds(sizes):

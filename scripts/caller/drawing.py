@@ -1,5 +1,6 @@
 """An image model's answer drawn on its image: a detector's boxes with their labels and scores, a
-classifier's top-k written in a box at the top left. ``scripts/invoke.py --draw out.png`` uses it.
+classifier's top-k written in a box at the top left. ``python -m scripts.caller invoke --draw
+out.png`` uses it.
 
 The image is shown as the model saw it (EXIF orientation applied), so a detection's box, given in
 that image's pixels, falls where the answer says: its outline's outer edge is the box's

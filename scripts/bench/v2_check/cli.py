@@ -87,7 +87,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  {label:<52} {us:8.1f} us  ({us / BUDGET_US:.2f} of the budget)")
     print(f"worst {worst:.1f} us: {'within' if worst < BUDGET_US else 'OVER'} the {BUDGET_US:g} us budget")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Package a Triton model repository as the model.tar.gz SageMaker's ModelDataUrl points at.
 
 SageMaker extracts the tarball into /opt/ml/model, where `serve` finds the repository, so the
@@ -10,20 +9,22 @@ regular files and folders only: symlinks (which fail SageMaker's extraction) and
 `make models` uses) are stored as the files they point at; caches are left out; every file is
 readable by the image's non-root user.
 
-    scripts/package_models.py --repository models --output build/model.tar.gz
-    scripts/package_models.py --upload s3://my-bucket/multi-model/model.tar.gz
-    scripts/package_models.py --check-only
+    python -m scripts.sagemaker package-models --repository models --output build/model.tar.gz
+    python -m scripts.sagemaker package-models --upload s3://my-bucket/multi-model/model.tar.gz
+    python -m scripts.sagemaker package-models --check-only
 
 --per-model writes one <NAME>.tar.gz per served model instead, for a multi-model endpoint or an
-endpoint of inference components (scripts/deploy.py --multi-model / --inference-components): a model
-with a model.toml together with the steps of its Triton pipeline that the repository holds
+endpoint of inference components (python -m scripts.sagemaker deploy --multi-model /
+--inference-components): a model with a model.toml together with the steps of its Triton pipeline
+that the repository holds
 (<NAME>_preprocess, <NAME>_postprocess, the ensemble <NAME>_pipeline), and every other model folder
 (a plain Triton model, without model.toml) on its own. The folders sit at each archive's top level:
 SageMaker extracts it to /opt/ml/models/<hash>/model/ (a multi-model endpoint) or /opt/ml/model (an
 inference component), and the container serves the folders it finds there.
 
-    scripts/package_models.py --per-model --output build/per-model/
-    scripts/package_models.py --per-model --upload s3://my-bucket/models/     # s3://my-bucket/models/<NAME>.tar.gz
+    python -m scripts.sagemaker package-models --per-model --output build/per-model/
+    python -m scripts.sagemaker package-models --per-model --upload s3://my-bucket/models/
+        # -> s3://my-bucket/models/<NAME>.tar.gz
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from app.core.settings import PROJECT_ROOT
 from scripts.model_prep import triton_config
-from scripts.sagemaker_resources import ARCHIVE_SUFFIX, folder, split_s3
+from scripts.sagemaker.resources import ARCHIVE_SUFFIX, folder, split_s3
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -103,7 +104,7 @@ def validate(repository: Path, plain: bool = False) -> list[Path]:
         name = model.name
         config = model / "config.pbtxt"
         if not config.is_file():
-            problems.append(f"{name}: no config.pbtxt (run scripts/prepare_models.py for the target)")
+            problems.append(f"{name}: no config.pbtxt (run python -m scripts.model_prep for the target)")
         if not (model / SPEC).is_file() and name not in steps and not plain:
             problems.append(f"{name}: no model.toml (the router reads the model's settings from it)")
         versions = sorted(p for p in model.iterdir() if p.is_dir() and p.name.isdigit())
@@ -240,7 +241,8 @@ def upload(output: Path, url: str, region: str | None, endpoint_url: str | None,
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m scripts.sagemaker package-models", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repository", type=Path, default=PROJECT_ROOT / "models",
                         help="the Triton model repository (default: models/)")
     parser.add_argument("--output", type=Path,
@@ -250,7 +252,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                                                            "name); with --per-model, the prefix the archives go under")
     parser.add_argument("--per-model", action="store_true",
                         help="one <NAME>.tar.gz per served model (with its Triton pipeline's folders; a plain Triton "
-                             "model folder on its own), for scripts/deploy.py --multi-model / --inference-components")
+                             "model folder on its own), for python -m scripts.sagemaker deploy --multi-model / "
+                             "--inference-components")
     parser.add_argument("--check-only", action="store_true", help="validate the repository, write nothing")
     parser.add_argument("--region", help="AWS region for the upload")
     parser.add_argument("--endpoint-url", help="S3 endpoint (tests, S3-compatible stores)")
@@ -286,7 +289,7 @@ def package_per_model(args: argparse.Namespace, files: Sequence[Path]) -> None:
     for archive in archives:
         progress(f"uploading {archive.name} to {prefix}")
         upload(archive, prefix, args.region, args.endpoint_url, log=progress)
-    print(f"{len(archives)} archives under {prefix}: scripts/deploy.py --multi-model {prefix} "
+    print(f"{len(archives)} archives under {prefix}: python -m scripts.sagemaker deploy --multi-model {prefix} "
           f"(or --inference-components {prefix} --component NAME ...)")
 
 
@@ -302,7 +305,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"package_models: {e}", file=sys.stderr)
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

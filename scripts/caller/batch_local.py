@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Run a JSON Lines file through the local stack the way a SageMaker Batch Transform job does
 (SplitType Line, BatchStrategy MultiRecord, AssembleWith Line), to try a job before paying for one.
 
@@ -9,8 +8,8 @@ them as application/jsonlines with up to MaxConcurrentTransforms requests in fli
 answers in input order to the output file, one line per input line, only when every batch succeeded
 (never a partial file). Progress goes to stderr, a summary line to stdout.
 
-    scripts/batch_local.py requests.jsonl answers.jsonl
-    scripts/batch_local.py requests.jsonl answers.jsonl --concurrency 4 --max-payload-mb 2
+    python -m scripts.caller batch-local requests.jsonl answers.jsonl
+    python -m scripts.caller batch-local requests.jsonl answers.jsonl --concurrency 4 --max-payload-mb 2
 
 A refused batch is reported with the line number in the input file, and the exit status is 1:
 
@@ -201,7 +200,8 @@ def positive(kind):
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m scripts.caller batch-local", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("input", type=Path, help="the JSON Lines file: one request envelope per line")
     parser.add_argument("output", type=Path, help="where the answers go, one line per input line, in order")
     parser.add_argument("--endpoint-url", default="http://localhost:8080", metavar="URL",
@@ -251,7 +251,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: {args.endpoint_url}: {type(error).__name__}: {error}", file=sys.stderr)
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

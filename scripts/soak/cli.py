@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Soak: start the stack, send the three models requests at a fixed concurrency for a while, and
 check that it loses nothing and leaks nothing.
 
@@ -11,8 +10,8 @@ not grow by more than --max-fd-growth (default 2). File descriptors are counted 
 paused and nothing in flight (at the warm-up's end and at the end): a socket of a request in
 flight is no leak. Prints these figures.
 
-    scripts/soak.py                       # 10 minutes at concurrency 8 (make soak)
-    scripts/soak.py --duration 30         # a quick try
+    python -m scripts.soak                       # 10 minutes at concurrency 8 (make soak)
+    python -m scripts.soak --duration 30         # a quick try
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ import itertools
 import os
 import re
 import statistics
-import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -58,7 +56,8 @@ class Sample:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m scripts.soak", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duration", type=float, default=600.0, help="seconds of load after the warm-up (600)")
     parser.add_argument("--warmup", type=float, default=120.0,
                         help="seconds of load before the measured part, after one request of the largest batch "
@@ -297,7 +296,3 @@ def report(args, load: Load, roles, baseline, final, trace, replaced, seconds: f
         print(f"FAIL: {failure}")
     print("PASS: no errors, memory and file descriptors flat" if not failures else f"{len(failures)} failures")
     return 1 if failures else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

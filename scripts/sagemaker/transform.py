@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.settings import CONCURRENT_TRANSFORMS, MIB, TRANSFORM_MAX_PAYLOAD_MB, Settings
-from scripts import sagemaker_resources as common
-from scripts.sagemaker_resources import Clients, ContainerSpec, DeployError, Log, Sleep
+from scripts.sagemaker import resources as common
+from scripts.sagemaker.resources import Clients, ContainerSpec, DeployError, Log, Sleep
 
 JSONLINES = "application/jsonlines"
 # GET /execution-parameters spells the strategy as SageMaker's container contract does; the API as its enum.
@@ -119,7 +119,8 @@ def _delete_model_if_ended(sm, job: str, model: str, log: Log) -> None:
     if status in JOB_ENDED:
         common.delete_models(sm, [model], log)
     else:
-        log(f"model {model} kept: the job is {status}; `deploy.py transform --delete` removes it once it has ended")
+        log(f"model {model} kept: the job is {status}; `python -m scripts.sagemaker deploy transform --delete` "
+            "removes it once it has ended")
 
 
 def delete(clients: Clients, name: str, log: Log = print) -> None:

@@ -1,35 +1,37 @@
-#!/usr/bin/env python3
 """Call each model of an endpoint with a file and print a readable result.
 
 Each MODEL=FILE pair sends the file's bytes as the raw body (image/jpeg, image/png, or text for a
 .txt file), the model named in the custom attributes, exactly as boto3's sagemaker-runtime does
 for any caller. Without pairs: resnet and yolov5 get --image, bert_base gets --text.
 
-    scripts/invoke.py --endpoint-name multi-model resnet=dog.jpg yolov5=dog.jpg bert_base=sentence.txt
-    scripts/invoke.py --endpoint-url http://localhost:8080 --image build/samples/dog.jpg
-    scripts/invoke.py --endpoint-url http://localhost:8080 --option conf_threshold=0.5 yolov5=dog.jpg
-    scripts/invoke.py --endpoint-url http://localhost:8080 --draw out.png yolov5=dog.jpg
+    python -m scripts.caller invoke --endpoint-name multi-model resnet=dog.jpg yolov5=dog.jpg \\
+        bert_base=sentence.txt
+    python -m scripts.caller invoke --endpoint-url http://localhost:8080 --image build/samples/dog.jpg
+    python -m scripts.caller invoke --endpoint-url http://localhost:8080 --option conf_threshold=0.5 yolov5=dog.jpg
+    python -m scripts.caller invoke --endpoint-url http://localhost:8080 --draw out.png yolov5=dog.jpg
 
---draw PATH writes each image model's answer drawn on its image (scripts/drawing.py): a detector's
-boxes with labels and scores, a classifier's top-k; with several image calls, one file each,
-named PATH with the model's name added (out-resnet.png, out-yolov5.png).
+--draw PATH writes each image model's answer drawn on its image (scripts/caller/drawing.py): a
+detector's boxes with labels and scores, a classifier's top-k; with several image calls, one file
+each, named PATH with the model's name added (out-resnet.png, out-yolov5.png).
 
---async s3://BUCKET/PREFIX/ calls an asynchronous endpoint (scripts/deploy.py --async): each body is
-uploaded under that prefix, queued with InvokeEndpointAsync, and the answer SageMaker writes to S3 is
-waited for (progress on stderr) and printed as a real-time answer is; a failure object is printed, and
-the exit status is then 1.
+--async s3://BUCKET/PREFIX/ calls an asynchronous endpoint (python -m scripts.sagemaker deploy
+--async): each body is uploaded under that prefix, queued with InvokeEndpointAsync, and the answer
+SageMaker writes to S3 is waited for (progress on stderr) and printed as a real-time answer is; a
+failure object is printed, and the exit status is then 1.
 
-    scripts/invoke.py --endpoint-name mm-async --async s3://BUCKET/inputs/ yolov5=dog.jpg --draw out.png
-    scripts/invoke.py --endpoint-name mm-async --async s3://BUCKET/inputs/ --invocation-timeout 1800 \
-        --wait-timeout 3600 bert_base=sentence.txt
+    python -m scripts.caller invoke --endpoint-name mm-async --async s3://BUCKET/inputs/ yolov5=dog.jpg \\
+        --draw out.png
+    python -m scripts.caller invoke --endpoint-name mm-async --async s3://BUCKET/inputs/ \\
+        --invocation-timeout 1800 --wait-timeout 3600 bert_base=sentence.txt
 
---target-model NAME.tar.gz calls that model of a multi-model endpoint (scripts/deploy.py --multi-model;
-TargetModel, the X-Amzn-SageMaker-Target-Model header), --inference-component NAME that component of an
-endpoint of inference components (scripts/deploy.py --inference-components; InferenceComponentName).
-Every MODEL=FILE pair goes to it. InvokeEndpointAsync takes neither, so neither goes with --async.
+--target-model NAME.tar.gz calls that model of a multi-model endpoint (python -m scripts.sagemaker
+deploy --multi-model; TargetModel, the X-Amzn-SageMaker-Target-Model header), --inference-component
+NAME that component of an endpoint of inference components (python -m scripts.sagemaker deploy
+--inference-components; InferenceComponentName). Every MODEL=FILE pair goes to it.
+InvokeEndpointAsync takes neither, so neither goes with --async.
 
-    scripts/invoke.py --endpoint-name mm-mme --target-model resnet.tar.gz resnet=dog.jpg
-    scripts/invoke.py --endpoint-name mm-ic --inference-component mm-ic-yolov5 yolov5=dog.jpg
+    python -m scripts.caller invoke --endpoint-name mm-mme --target-model resnet.tar.gz resnet=dog.jpg
+    python -m scripts.caller invoke --endpoint-name mm-ic --inference-component mm-ic-yolov5 yolov5=dog.jpg
 
 With --endpoint-url (the local stack) dummy credentials are used. A model's error is printed as the
 container's JSON error, and the exit status is then 1.
@@ -43,8 +45,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from scripts import invoke_async
-from scripts.sagemaker_resources import int_range, s3_uri
+from scripts.caller import invoke_async
+from scripts.sagemaker.resources import int_range, s3_uri
 
 CONTENT_TYPES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png",
                  ".txt": "text/plain; charset=utf-8"}
@@ -185,7 +187,8 @@ def _pairs(items: Sequence[str]) -> list[tuple[str, Path]]:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m scripts.caller invoke", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("calls", nargs="*", metavar="MODEL=FILE", help="a model and the file to send it")
     parser.add_argument("--endpoint-name", default="local", help="SageMaker endpoint (default: local)")
     parser.add_argument("--endpoint-url", help="e.g. http://localhost:8080: the local stack instead of SageMaker")
@@ -201,8 +204,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="a multi-model endpoint's model to call: its archive under the endpoint's prefix "
                              "(TargetModel)")
     parser.add_argument("--inference-component", metavar="NAME",
-                        help="the inference component to call (InferenceComponentName; scripts/deploy.py "
-                             "--inference-components names them <endpoint>-<model>)")
+                        help="the inference component to call (InferenceComponentName; python -m scripts.sagemaker "
+                             "deploy --inference-components names them <endpoint>-<model>)")
     parser.add_argument("--async", dest="async_prefix", type=s3_uri, metavar="s3://BUCKET/PREFIX/",
                         help="call an asynchronous endpoint: upload each body under this prefix, wait for the answer")
     parser.add_argument("--invocation-timeout", type=int_range(1, invoke_async.MAX_INVOCATION_TIMEOUT_S),
@@ -282,7 +285,7 @@ def main(argv: Sequence[str] | None = None, client=None, s3=None) -> int:
 
 
 def drawn(body: bytes, result: Any, path: Path, model: str) -> bool:
-    from scripts.drawing import NotDrawable, draw_answer, save
+    from scripts.caller.drawing import NotDrawable, draw_answer, save
 
     try:
         print(f"  drawn: {save(draw_answer(body, result), path)}", flush=True)
@@ -290,7 +293,3 @@ def drawn(body: bytes, result: Any, path: Path, model: str) -> bool:
         print(f"invoke: {model}: nothing drawn: {error}", file=sys.stderr)
         return False
     return True
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
-"""Asynchronous inference for scripts/invoke.py: the body goes to S3, InvokeEndpointAsync queues it,
-and SageMaker writes the answer (or the failure) to S3 later; this waits for that object, showing
-the wait on stderr."""
+"""Asynchronous inference for ``python -m scripts.caller invoke --async``: the body goes to S3,
+InvokeEndpointAsync queues it, and SageMaker writes the answer (or the failure) to S3 later; this
+waits for that object, showing the wait on stderr."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable
 
-from scripts.sagemaker_resources import folder, split_s3
+from scripts.sagemaker.resources import folder, split_s3
 
 DEFAULT_INVOCATION_TIMEOUT_S = 900  # SageMaker's own default for InvocationTimeoutSeconds
 MAX_INVOCATION_TIMEOUT_S = 3600

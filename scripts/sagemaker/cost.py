@@ -1,18 +1,17 @@
-#!/usr/bin/env python3
 """Compare the cost of one endpoint per model with one shared endpoint; prints a markdown table.
 
 Every number is a parameter. The default price is an EXAMPLE: the on-demand price of a SageMaker
 real-time inference ml.g4dn.xlarge in us-east-1 (USD 0.7364 an hour, as listed in 2024). Look up
 your region's current price and pass it with --single-price / --shared-price.
 
-    scripts/cost.py
-    scripts/cost.py --hours 200 --shared-instances 2 --shared-price 1.408 --shared-instance-type ml.g5.xlarge
+    python -m scripts.sagemaker cost
+    python -m scripts.sagemaker cost --hours 200 --shared-instances 2 --shared-price 1.408 \\
+        --shared-instance-type ml.g5.xlarge
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -56,7 +55,8 @@ def table(single: Setup, shared: Setup, hours: float) -> str:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m scripts.sagemaker cost", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", type=int, default=3, help="models, one endpoint each in the first setup (default: 3)")
     parser.add_argument("--hours", type=float, default=HOURS_PER_MONTH,
                         help=f"hours the endpoints run (default: {HOURS_PER_MONTH}, a month around the clock)")
@@ -79,7 +79,3 @@ def main(argv: Sequence[str] | None = None) -> int:
                    1, args.shared_instances, args.shared_price)
     print(table(single, shared, args.hours))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

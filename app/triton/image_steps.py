@@ -1,10 +1,10 @@
 """Triton python-backend steps of an image model's pipeline (``app.core.pipeline``).
 
-Copied as ``<name>_preprocess/1/model.py`` and ``<name>_postprocess/1/model.py`` by
-scripts/prepare_models.py; the config's ``step`` parameter says which, ``source_model`` names the
-network whose ``model.toml`` (in the repository beside this model) describes the processing. Both
-steps run the router's own family client (``clients``), so the image is processed by one
-implementation wherever it runs:
+Copied as ``<name>_preprocess/1/model.py`` and ``<name>_postprocess/1/model.py`` by model
+preparation (scripts/model_prep/pipeline_config.py); the config's ``step`` parameter says which,
+``source_model`` names the network whose ``model.toml`` (in the repository beside this model)
+describes the processing. Both steps run the router's own family client (``clients``), so the
+image is processed by one implementation wherever it runs:
 
 - preprocess: encoded image bytes (UINT8, zero-padded; the length of each row's image beside
   them) -> the network's input tensor and the

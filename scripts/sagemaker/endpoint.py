@@ -1,7 +1,7 @@
 """A SageMaker endpoint for the image, real-time (one model, or a multi-model container) or
 asynchronous, with data capture when asked, and its deletion: model, endpoint configuration,
-endpoint, then auto scaling (scripts/sagemaker_scaling.py). An endpoint of inference components
-builds on these steps in scripts/sagemaker_components.py."""
+endpoint, then auto scaling (scripts/sagemaker/scaling.py). An endpoint of inference components
+builds on these steps in scripts/sagemaker/components.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from app.core.settings import ASYNC_MAX_BODY_BYTES, ASYNC_MAX_TIMEOUT_S, BODY_LIMIT, SERVER_TIMEOUT
-from scripts.sagemaker_resources import (
+from scripts.sagemaker.resources import (
     DEFAULT_INSTANCE_TYPE,
     Clients,
     ContainerSpec,
@@ -27,7 +27,7 @@ from scripts.sagemaker_resources import (
     wait_for,
     wait_gone,
 )
-from scripts.sagemaker_scaling import VARIANT, ScalingConfig, configure_scaling, remove_scaling
+from scripts.sagemaker.scaling import VARIANT, ScalingConfig, configure_scaling, remove_scaling
 
 # An asynchronous endpoint's container takes what SageMaker lets such an endpoint take (a 1 GB
 # request, an hour's processing), so that the request's own InvocationTimeoutSeconds and SageMaker's

@@ -1,7 +1,7 @@
 """An endpoint of inference components, and its deletion.
 
 Each served model is one inference component with its own SageMaker model (the image, that model's
-archive ``<prefix><name>.tar.gz`` from scripts/package_models.py --per-model, and
+archive ``<prefix><name>.tar.gz`` from python -m scripts.sagemaker package-models --per-model, and
 SAGEMAKER_TRITON_DEFAULT_MODEL_NAME naming the model), its own copies, the compute each copy
 reserves (CPU cores, accelerators, memory), and its own auto scaling of copies, on the instances the
 endpoint shares. The endpoint configuration names no model: ExecutionRoleArn sits on it, and its one
@@ -18,8 +18,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from app.core.settings import DEFAULT_MODEL_NAME
-from scripts.sagemaker_endpoint import DeployConfig, delete as delete_endpoint, refuse_existing, wait_in_service
-from scripts.sagemaker_resources import (
+from scripts.sagemaker.endpoint import DeployConfig, delete as delete_endpoint, refuse_existing, wait_in_service
+from scripts.sagemaker.resources import (
     ARCHIVE_SUFFIX,
     Clients,
     Log,
@@ -34,7 +34,7 @@ from scripts.sagemaker_resources import (
     wait_for,
     wait_gone,
 )
-from scripts.sagemaker_scaling import VARIANT, component_target, configure_component_scaling, remove_target_scaling
+from scripts.sagemaker.scaling import VARIANT, component_target, configure_component_scaling, remove_target_scaling
 
 DEFAULT_CPUS = 2.0
 DEFAULT_MEMORY_MB = 4096
@@ -128,9 +128,10 @@ def parse_component(text: str) -> Component:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--inference-components", type=archives_prefix, metavar="s3://BUCKET/PREFIX/",
                         help="an endpoint of inference components, one per --component, each serving "
-                             "<PREFIX><NAME>.tar.gz (scripts/package_models.py --per-model) with its own copies, "
-                             "compute and auto scaling on the shared instances (GPU instance types work); "
-                             "call one with scripts/invoke.py --inference-component <endpoint>-<NAME>")
+                             "<PREFIX><NAME>.tar.gz (python -m scripts.sagemaker package-models --per-model) with "
+                             "its own copies, compute and auto scaling on the shared instances (GPU instance types "
+                             "work); call one with python -m scripts.caller invoke --inference-component "
+                             "<endpoint>-<NAME>")
     parser.add_argument("--component", action="append", type=parse_component, default=[],
                         metavar="NAME[:KEY=VALUE,...]", help=COMPONENT_HELP)
     parser.add_argument("--invocations-per-copy", type=float, default=DEFAULT_INVOCATIONS_PER_COPY,
@@ -270,7 +271,7 @@ def components_of(sm, endpoint: str) -> list[str]:
 def delete(clients: Clients, name: str, *, poll_s: float = 10, timeout_s: float = 900,
            sleep: Sleep = time.sleep, log: Log = print) -> None:
     """The endpoint's inference components first (their auto scaling, then each component, waited
-    for until gone), then what scripts/sagemaker_endpoint.py's delete removes, the components'
+    for until gone), then what scripts/sagemaker/endpoint.py's delete removes, the components'
     models included."""
     sm = clients.sagemaker
     components = components_of(sm, name)

@@ -1,7 +1,7 @@
-"""What scripts/deploy.py's endpoint and Batch Transform paths share: the AWS clients, the model
-(image, model data, role, container environment; a multi-model container too), the status wait
-with its progress line, the wait for a deletion, the clean-up of models, and the command-line
-value types."""
+"""What deploy's endpoint and Batch Transform paths share (``scripts.sagemaker.deploy``): the AWS
+clients, the model (image, model data, role, container environment; a multi-model container too),
+the status wait with its progress line, the wait for a deletion, the clean-up of models, and the
+command-line value types."""
 
 from __future__ import annotations
 
@@ -215,7 +215,8 @@ def archives_prefix(text: str) -> str:
     s3_uri(text)
     if text.endswith(ARCHIVE_SUFFIX):
         raise argparse.ArgumentTypeError(f"{text!r} is one archive: give the prefix holding the <name>{ARCHIVE_SUFFIX} "
-                                         "archives (scripts/package_models.py --per-model --upload PREFIX)")
+                                         "archives (python -m scripts.sagemaker package-models --per-model "
+                                         "--upload PREFIX)")
     return folder(text)
 
 
@@ -223,8 +224,8 @@ def add_container_arguments(parser: argparse.ArgumentParser, role_env: str, role
                             instance_type_note: str = "") -> None:
     """The flags that describe the model and its instances, the same for an endpoint and a job;
     ``instance_type_note`` adds to --instance-type's help (another default in some mode)."""
-    parser.add_argument("--image-uri", help="the ECR image (scripts/build_and_push.py prints it)")
-    parser.add_argument("--model-data-url", help="s3:// URL of model.tar.gz (scripts/package_models.py); "
+    parser.add_argument("--image-uri", help="the ECR image (scripts/sagemaker/build_and_push.py prints it)")
+    parser.add_argument("--model-data-url", help="s3:// URL of model.tar.gz (scripts/sagemaker/package_models.py); "
                                                  "without it the image's own models/ are served")
     parser.add_argument("--role-arn", default=role_default, help=f"SageMaker execution role (default: ${role_env})")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scripts.sagemaker_resources import Clients, Log
+from scripts.sagemaker.resources import Clients, Log
 
 VARIANT = "AllTraffic"
 SERVICE = "sagemaker"

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Build the serving image and push it to Amazon ECR.
 
 Steps: log Docker in to the account's ECR registry, create the ECR repository if it is missing,
@@ -7,8 +6,8 @@ Docker); --dry-run prints them without running anything. The account comes from 
 $AWS_ACCOUNT_ID, or `sts get-caller-identity`; the region from --region, $AWS_REGION,
 $AWS_DEFAULT_REGION or the AWS configuration.
 
-    scripts/build_and_push.py --repository multi-model --tag v1
-    scripts/build_and_push.py --dry-run
+    python -m scripts.sagemaker build-and-push --repository multi-model --tag v1
+    python -m scripts.sagemaker build-and-push --dry-run
 """
 
 from __future__ import annotations
@@ -89,7 +88,8 @@ def run_command(command: str) -> None:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m scripts.sagemaker build-and-push", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repository", default=DEFAULT_REPOSITORY, help=f"ECR repository (default: {DEFAULT_REPOSITORY})")
     parser.add_argument("--tag", help="image tag (default: the git commit, e.g. 3f2c20d or 3f2c20d-dirty)")
     parser.add_argument("--region", help="AWS region (default: $AWS_REGION, $AWS_DEFAULT_REGION, AWS config)")
@@ -120,7 +120,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.dry_run:
         print(f"pushed {image_uri(account, region, args.repository, tag)}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Deploy the image as a SageMaker endpoint (real-time or asynchronous) with auto scaling, run it as a
 Batch Transform job, or delete what either made.
 
@@ -7,47 +6,52 @@ An endpoint: a model (image, ModelDataUrl, execution role, environment), an endp
 then registers the variant with Application Auto Scaling and puts a target-tracking policy on
 SageMakerVariantInvocationsPerInstance (invocations per instance per minute).
 
-    scripts/deploy.py --name multi-model --image-uri ACCOUNT.dkr.ecr.REGION.amazonaws.com/REPO:TAG \\
+    python -m scripts.sagemaker deploy --name multi-model \\
+        --image-uri ACCOUNT.dkr.ecr.REGION.amazonaws.com/REPO:TAG \\
         --model-data-url s3://BUCKET/multi-model/model.tar.gz --role-arn arn:aws:iam::ACCOUNT:role/ROLE
-    scripts/deploy.py --name multi-model --delete
+    python -m scripts.sagemaker deploy --name multi-model --delete
 
 --async s3://BUCKET/async/ makes it asynchronous: answers go there, failures under failures/; the
 container takes a request of up to 1 GiB and an hour (MAX_BODY_BYTES=1073741824, MODEL_SERVER_TIMEOUT=3600
 unless --env says otherwise); auto scaling goes down to zero instances on the backlog
 (ApproximateBacklogSizePerInstance) and back to one when requests wait with none running (a CloudWatch
-alarm on HasBacklogWithoutCapacity). Call it with scripts/invoke.py --async.
+alarm on HasBacklogWithoutCapacity). Call it with python -m scripts.caller invoke --async.
 
-    scripts/deploy.py --name mm-async --async s3://BUCKET/async/ --image-uri ... --role-arn ...
+    python -m scripts.sagemaker deploy --name mm-async --async s3://BUCKET/async/ \\
+        --image-uri ... --role-arn ...
 
 --capture s3://BUCKET/capture/ records requests and answers (--capture-percent of them), JSON ones as text.
 
-Several models the other ways SageMaker hosts them, from one archive per model
-(scripts/package_models.py --per-model --upload s3://BUCKET/models/ writes <NAME>.tar.gz there):
+Several models the other ways SageMaker hosts them, from one archive per model (python -m
+scripts.sagemaker package-models --per-model --upload s3://BUCKET/models/ writes <NAME>.tar.gz there):
 
 --multi-model s3://BUCKET/models/ makes a multi-model endpoint (a CPU instance type: SageMaker runs
 multi-model endpoints on GPUs only with its own Triton image): SageMaker loads NAME.tar.gz on its first
-call and unloads models when memory runs short. Call it with scripts/invoke.py --target-model NAME.tar.gz.
+call and unloads models when memory runs short. Call it with python -m scripts.caller invoke
+--target-model NAME.tar.gz.
 
-    scripts/deploy.py --name mm-mme --multi-model s3://BUCKET/models/ --image-uri ... --role-arn ...
+    python -m scripts.sagemaker deploy --name mm-mme --multi-model s3://BUCKET/models/ \\
+        --image-uri ... --role-arn ...
 
 --inference-components s3://BUCKET/models/ with one --component NAME[:copies=N,gpus=G,memory=MB,...] per
 model makes an endpoint of inference components (GPU instance types work): each model gets its own
 copies, compute and auto scaling of copies (SageMakerInferenceComponentInvocationsPerCopy), on instances
 that SageMaker adds and removes as the copies need them (between --min-capacity and --max-capacity).
-Call one with scripts/invoke.py --inference-component <name>-<NAME>.
+Call one with python -m scripts.caller invoke --inference-component <name>-<NAME>.
 
-    scripts/deploy.py --name mm-ic --inference-components s3://BUCKET/models/ --component resnet:copies=2 \\
-        --component yolov5 --component bert_base:cpus=4,memory=8192 --max-capacity 4 --image-uri ... --role-arn ...
+    python -m scripts.sagemaker deploy --name mm-ic --inference-components s3://BUCKET/models/ \\
+        --component resnet:copies=2 --component yolov5 --component bert_base:cpus=4,memory=8192 \\
+        --max-capacity 4 --image-uri ... --role-arn ...
 
 --delete removes the inference components (and their scaling), the scaling policies and target, the
 alarm, the endpoint, its endpoint configuration and its models (and any configuration or model this
 script left under that name after a failed deploy).
 
 A Batch Transform job over the JSON Lines objects under --input (one envelope per line, see
-`scripts/deploy.py transform --help`):
+`python -m scripts.sagemaker deploy transform --help`):
 
-    scripts/deploy.py transform --name multi-model --input s3://BUCKET/requests/ --output s3://BUCKET/answers/ \\
-        --image-uri ... --role-arn ... --delete-model
+    python -m scripts.sagemaker deploy transform --name multi-model --input s3://BUCKET/requests/ \\
+        --output s3://BUCKET/answers/ --image-uri ... --role-arn ... --delete-model
 """
 
 from __future__ import annotations
@@ -59,8 +63,9 @@ import time
 from dataclasses import replace
 from typing import Callable, Sequence
 
-from scripts import sagemaker_components, sagemaker_transform
-from scripts.sagemaker_endpoint import (
+from scripts.sagemaker import components as sagemaker_components
+from scripts.sagemaker import transform as sagemaker_transform
+from scripts.sagemaker.endpoint import (
     ASYNC_ENVIRONMENT,
     DEFAULT_ASYNC_CONCURRENCY,
     AsyncConfig,
@@ -70,7 +75,7 @@ from scripts.sagemaker_endpoint import (
     deploy,
     wait_in_service,
 )
-from scripts.sagemaker_resources import (
+from scripts.sagemaker.resources import (
     Clients,
     DeployError,
     add_container_arguments,
@@ -83,13 +88,14 @@ from scripts.sagemaker_resources import (
     make_clients,
     s3_uri,
 )
-from scripts.sagemaker_scaling import ScalingConfig, policy_name, resource_id
+from scripts.sagemaker.scaling import ScalingConfig, policy_name, resource_id
 
 __all__ = ["Clients", "DeployConfig", "DeployError", "delete", "deploy", "main", "policy_name", "resource_id",
            "wait_in_service"]
 
 ROLE_ENV = "SAGEMAKER_ROLE_ARN"
 MULTI_MODEL_INSTANCE_TYPE = "ml.m5.2xlarge"  # 8 vCPUs, 32 GiB: room to keep several models loaded
+PROG = "python -m scripts.sagemaker deploy"
 TRANSFORM = "transform"
 TRANSFORM_HELP = """Run the image as a SageMaker Batch Transform job over the JSON Lines objects under --input.
 
@@ -99,9 +105,10 @@ MaxConcurrentTransforms are what the container's GET /execution-parameters answe
 (MAX_BODY_BYTES, MAX_CONCURRENT_TRANSFORMS), unless the flags set them; without
 MAX_CONCURRENT_TRANSFORMS the job leaves MaxConcurrentTransforms to the container on the instance.
 
-    scripts/deploy.py transform --name multi-model --input s3://BUCKET/requests/ --output s3://BUCKET/answers/ \\
-        --image-uri ACCOUNT.dkr.ecr.REGION.amazonaws.com/REPO:TAG --role-arn arn:aws:iam::ACCOUNT:role/ROLE
-    scripts/deploy.py transform --name multi-model --delete     # the models earlier runs left
+    python -m scripts.sagemaker deploy transform --name multi-model --input s3://BUCKET/requests/ \\
+        --output s3://BUCKET/answers/ --image-uri ACCOUNT.dkr.ecr.REGION.amazonaws.com/REPO:TAG \\
+        --role-arn arn:aws:iam::ACCOUNT:role/ROLE
+    python -m scripts.sagemaker deploy transform --name multi-model --delete     # the models earlier runs left
 """
 
 
@@ -112,8 +119,9 @@ def _common(parser: argparse.ArgumentParser, no_wait_help: str, timeout_min: flo
 
 
 def endpoint_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=f"scripts/deploy.py {TRANSFORM} --help: the flags of a Batch Transform job")
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=f"{PROG} {TRANSFORM} --help: the flags of a Batch Transform job")
     parser.add_argument("--name", default="multi-model", help="endpoint name; model and configuration names derive from it")
     parser.add_argument("--delete", action="store_true",
                         help="delete the endpoint and everything this script made for it (alarm included)")
@@ -135,8 +143,9 @@ def endpoint_parser() -> argparse.ArgumentParser:
                         help="with --capture: the share of requests captured, 0..100 (default: 100)")
     parser.add_argument("--multi-model", type=archives_prefix, metavar="s3://BUCKET/PREFIX/",
                         help="a multi-model endpoint serving the <NAME>.tar.gz archives under this prefix "
-                             "(scripts/package_models.py --per-model), each loaded on its first call; CPU instance "
-                             "types only; call with scripts/invoke.py --target-model NAME.tar.gz")
+                             "(python -m scripts.sagemaker package-models --per-model), each loaded on its first "
+                             "call; CPU instance types only; call with python -m scripts.caller invoke "
+                             "--target-model NAME.tar.gz")
     parser.add_argument("--no-model-cache", action="store_true",
                         help="with --multi-model: ModelCacheSetting Disabled, every call loads its model anew "
                              "(for many models, each called rarely)")
@@ -157,7 +166,7 @@ def endpoint_parser() -> argparse.ArgumentParser:
 
 
 def transform_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=f"deploy.py {TRANSFORM}", description=TRANSFORM_HELP,
+    parser = argparse.ArgumentParser(prog=f"{PROG} {TRANSFORM}", description=TRANSFORM_HELP,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--name", default="multi-model", help="the job's and its model's names start with it")
     parser.add_argument("--delete", action="store_true", help="delete the models transform runs left under --name")
@@ -255,13 +264,14 @@ def run_endpoint(clients: Clients, args: argparse.Namespace, sleep: Callable[[fl
     state = "created (not waited for)" if args.no_wait else "InService"
     if config.asynchronous:
         return (f"endpoint {names['endpoint']} is {state}, asynchronous (answers in {config.asynchronous.output_path}, "
-                f"failures in {config.asynchronous.failure_path}): scripts/invoke.py --endpoint-name "
+                f"failures in {config.asynchronous.failure_path}): python -m scripts.caller invoke --endpoint-name "
                 f"{names['endpoint']} --async s3://BUCKET/inputs/ MODEL=FILE")
     if config.container.multi_model:
         return (f"endpoint {names['endpoint']} is {state}, multi-model (archives under "
-                f"{config.container.model_data_url}): scripts/invoke.py --endpoint-name {names['endpoint']} "
-                "--target-model NAME.tar.gz NAME=FILE")
-    return f"endpoint {names['endpoint']} is {state}: scripts/invoke.py --endpoint-name {names['endpoint']} ..."
+                f"{config.container.model_data_url}): python -m scripts.caller invoke --endpoint-name "
+                f"{names['endpoint']} --target-model NAME.tar.gz NAME=FILE")
+    return (f"endpoint {names['endpoint']} is {state}: python -m scripts.caller invoke --endpoint-name "
+            f"{names['endpoint']} ...")
 
 
 def _run_components(clients: Clients, args: argparse.Namespace, config: DeployConfig,
@@ -271,7 +281,7 @@ def _run_components(clients: Clients, args: argparse.Namespace, config: DeployCo
                                         timeout_s=args.timeout_minutes * 60, sleep=sleep)
     first = args.component[0].model
     return (f"endpoint {names['endpoint']} is InService with inference components {', '.join(names['components'])}: "
-            f"scripts/invoke.py --endpoint-name {names['endpoint']} --inference-component "
+            f"python -m scripts.caller invoke --endpoint-name {names['endpoint']} --inference-component "
             f"{sagemaker_components.component_name(names['endpoint'], first)} {first}=FILE")
 
 
@@ -304,7 +314,3 @@ def main(argv: Sequence[str] | None = None, clients: Clients | None = None,
     if done:
         print(done)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

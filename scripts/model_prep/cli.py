@@ -6,8 +6,8 @@ then write ``config.pbtxt`` and the target's artifact into ``<repository>/<model
 whose model.toml says ``[export] onnx = "model.onnx"`` brings its own ONNX file (and data files):
 it is checked and written the same way, without an export.
 
-    python -m scripts.prepare_models --target python --weights random
-    python -m scripts.prepare_models --target tensorrt --models resnet --max-batch-size 16
+    python -m scripts.model_prep --target python --weights random
+    python -m scripts.model_prep --target tensorrt --models resnet --max-batch-size 16
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
-from app.core.settings import PROJECT_ROOT
+from app.triton import ONNX_MODEL
 from scripts.model_prep.options import DEFAULT_SOURCE, Options, make_options, parse_args  # noqa: F401 (the CLI's API)
 
 VERSION = "1"
@@ -163,7 +163,7 @@ def write_artifact(spec, options: Options, export, tuning) -> None:
     for stale in ({"model.py"} | set(ARTIFACT.values())) - keep:
         (version / stale).unlink(missing_ok=True)
     if options.target == PYTHON:
-        shutil.copyfile(PROJECT_ROOT / "scripts" / "model_prep" / "triton_python_model.py", version / "model.py")
+        shutil.copyfile(ONNX_MODEL, version / "model.py")
     if options.config_only:
         return
     if options.target == TENSORRT:
@@ -296,7 +296,3 @@ def main(argv: list[str] | None = None) -> int:
     except (SpecError, ExportError, RecipeError, EngineError) as error:
         print(f"prepare_models: error: {error}", file=sys.stderr, flush=True)
         return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -204,7 +204,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{row['model']} {row['side']}: {row['errors']} errors, first: {row['first_error']}")
     print(f"({time.monotonic() - began:.0f} s)")
     return 1 if any(row["errors"] for row in rows) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

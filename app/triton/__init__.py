@@ -1,0 +1,12 @@
+"""Code that runs inside Triton's python backend: model preparation (``python -m scripts.model_prep``)
+copies these files into the model repository as ``<model>/1/model.py``, where Triton loads them.
+
+- ``onnx_model.py``: a network served by ONNX Runtime in the python backend (the python target).
+- ``image_steps.py``: the pre- and post-processing steps of an image model's Triton pipeline
+  (``app.core.pipeline``), running the router's own family clients.
+"""
+
+from pathlib import Path
+
+ONNX_MODEL = Path(__file__).with_name("onnx_model.py")
+IMAGE_STEPS = Path(__file__).with_name("image_steps.py")

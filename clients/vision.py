@@ -18,7 +18,7 @@ takes its parameters from them.
 
 On the Triton pipeline (``app.core.pipeline``) the router only opens the image's header (the pixel
 limit, the displayed size) and sends the encoded bytes; the pipeline's preprocessing step runs this
-same ``preprocess`` inside Triton (``scripts/model_prep/triton_image_steps.py``).
+same ``preprocess`` inside Triton (``app/triton/image_steps.py``).
 """
 
 from __future__ import annotations

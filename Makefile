@@ -14,13 +14,14 @@ WEIGHTS ?= pretrained
 # (seeded random weights; what most tests serve) and the shipped architectures at full size (a few tests).
 TEST_REPOSITORY ?= build/test-models
 TEST_FULL_REPOSITORY ?= build/test-models-full
-PYTEST_ARGS ?= --durations=15
+# Three pytest processes, each running whole modules (their stacks are shared within a module).
+PYTEST_ARGS ?= -n 3 --dist loadfile --durations=15
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 SAMPLES := build/samples
 
-.PHONY: help run test models test-models deps nginx samples clean bench soak fuzz audit lint-imports
+.PHONY: help run test models test-models deps nginx samples clean bench soak fuzz audit lint-imports lint
 
 help:
 	@echo "make run     install, prepare the models (TARGET=$(TARGET), WEIGHTS=$(WEIGHTS)), serve on :$(PORT)"
@@ -66,11 +67,16 @@ test-models: $(VENV)/.serving $(VENV)/.models
 run: models nginx
 	SAGEMAKER_BIND_TO_PORT=$(PORT) ./serve
 
-test: deps nginx test-models samples lint-imports
+test: deps nginx test-models samples lint lint-imports
 	TEST_MODEL_REPOSITORY=$(abspath $(TEST_REPOSITORY)) TEST_FULL_MODEL_REPOSITORY=$(abspath $(TEST_FULL_REPOSITORY)) \
 		$(PY) -m pytest tests $(PYTEST_ARGS)
 
 # The layers contracts in pyproject.toml: router | serve | triton -> clients -> app.core, no Flask below the router.
+# ruff, configured in pyproject.toml ([tool.ruff]): the linter and the formatter, both clean.
+lint: $(VENV)/.dev
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
 lint-imports: $(VENV)/.serving $(VENV)/.dev
 	$(VENV)/bin/lint-imports
 
@@ -107,7 +113,7 @@ soak: deps nginx test-models
 
 fuzz: deps nginx test-models
 	TEST_MODEL_REPOSITORY=$(abspath $(TEST_REPOSITORY)) FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) V2_FUZZ_EXAMPLES=$(V2_FUZZ_EXAMPLES) \
-		$(PY) -m pytest -s -m fuzz tests/integration/test_fuzz.py tests/integration/test_v2_fuzz.py $(PYTEST_ARGS)
+		$(PY) -m pytest -s -m fuzz tests/integration/test_fuzz.py tests/integration/test_v2_fuzz.py --durations=5
 
 # Needs the vulnerability database online.
 audit: $(VENV)/.dev

@@ -23,9 +23,10 @@ from __future__ import annotations
 import math
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Generic, Iterator, Mapping, Protocol, Sequence, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -59,7 +60,7 @@ class Option:
     maximum: float
     default: int | float
 
-    def _check_range(self, value: int | float, where: str) -> int | float:
+    def _check_range(self, value: float, where: str) -> int | float:
         if not (self.minimum <= value <= self.maximum):
             raise InvalidInput(f"{where} must be between {self.minimum:g} and {self.maximum:g}, got {value!r}")
         return value
@@ -152,7 +153,9 @@ class ModelClient(ABC, Generic[Context]):
         self.settings = settings
         self.output_names = tuple(t.name for t in spec.outputs)
         self.pipeline = spec.pipeline
-        self.triton_models = triton_models(spec.triton_name, spec.pipeline)  # what must be READY in Triton for this model
+        self.triton_models = triton_models(
+            spec.triton_name, spec.pipeline
+        )  # what must be READY in Triton for this model
         self.configure()
         limits = self.option_limits()
         self.options: dict[str, Option] = {o.name: self._bounded(o, limits) for o in self.OPTIONS}
@@ -240,13 +243,17 @@ class ModelClient(ABC, Generic[Context]):
             raise InvalidInput(f"{label} has {len(value)} items, over the limit of {self.settings.max_batch_items}")
         return [(item, f"{label}[{i}]") for i, item in enumerate(value)], False
 
-    def _stack(self, arrays: Sequence[Mapping[str, np.ndarray]], tensors: Sequence[TensorSpec] | None = None
-               ) -> dict[str, np.ndarray]:
+    def _stack(
+        self, arrays: Sequence[Mapping[str, np.ndarray]], tensors: Sequence[TensorSpec] | None = None
+    ) -> dict[str, np.ndarray]:
         """One Triton request's inputs; a model without batching (max_batch_size 0) has no batch axis."""
         batched = self.spec.max_batch_size > 0
         return {
-            tensor.name: (stack([a[tensor.name] for a in arrays], tensor.numpy_dtype) if batched
-                          else arrays[0][tensor.name].astype(tensor.numpy_dtype, copy=False))
+            tensor.name: (
+                stack([a[tensor.name] for a in arrays], tensor.numpy_dtype)
+                if batched
+                else arrays[0][tensor.name].astype(tensor.numpy_dtype, copy=False)
+            )
             for tensor in (self.spec.inputs if tensors is None else tensors)
         }
 
@@ -262,8 +269,10 @@ class ModelClient(ABC, Generic[Context]):
             array = outputs.get(tensor.name)
             expected = ((count,) if self.spec.max_batch_size > 0 else ()) + tuple(tensor.dims)
             shape = None if array is None else tuple(array.shape)
-            if shape is None or len(shape) != len(expected) or any(
-                want not in (-1, got) for want, got in zip(expected, shape)
+            if (
+                shape is None
+                or len(shape) != len(expected)
+                or any(want not in (-1, got) for want, got in zip(expected, shape))
             ):
                 raise RuntimeError(f"{self.name}: output {tensor.name!r} has shape {shape}, expected {expected}")
 
@@ -286,8 +295,9 @@ class ModelClient(ABC, Generic[Context]):
         """What can be refused of one item without computing it (a family's own; none by default).
         ``run`` refuses the same items anyway: this only refuses them sooner."""
 
-    def run(self, works: Sequence[Work], timings: dict[str, float] | None = None,
-            deadline: float | None = None) -> list[tuple[Any, str]]:
+    def run(
+        self, works: Sequence[Work], timings: dict[str, float] | None = None, deadline: float | None = None
+    ) -> list[tuple[Any, str]]:
         """Each work's result (a list for a list input) and the version that served it.
 
         Items of works that take the same route and version go to Triton together, in calls of
@@ -309,8 +319,9 @@ class ModelClient(ABC, Generic[Context]):
             for start in range(0, len(items), batch):
                 chunk = items[start : start + batch]
                 with timed(timings, "preprocess"):
-                    prepared = [_blamed(index, route.prepare, item, where, works[index].options)
-                                for index, item, where in chunk]
+                    prepared = [
+                        _blamed(index, route.prepare, item, where, works[index].options) for index, item, where in chunk
+                    ]
                     inputs = self._stack([arrays for arrays, _ in prepared], route.inputs)
                 if deadline is not None and time.monotonic() > deadline:
                     raise InferenceTimeout(
@@ -328,10 +339,10 @@ class ModelClient(ABC, Generic[Context]):
                 with timed(timings, "postprocess"):
                     for i, ((index, _, _), (_, context)) in enumerate(zip(chunk, prepared)):
                         results[index].append(
-                            _blamed(index, route.finish, self._unstack(outputs, i), context, works[index].options))
+                            _blamed(index, route.finish, self._unstack(outputs, i), context, works[index].options)
+                        )
                         served[index] = answered
-        return [(found[0] if work.single else found, version)
-                for work, found, version in zip(works, results, served)]
+        return [(found[0] if work.single else found, version) for work, found, version in zip(works, results, served)]
 
     def inference(
         self,

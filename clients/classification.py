@@ -25,7 +25,8 @@ back instead of every class's score). ``topk`` is then at most K.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -61,16 +62,20 @@ class ImageClassificationClient(ImageClient):
         spec = self.spec
         self.ranked = len(spec.outputs) == 2  # (probabilities, class indices) best first, from the graph
         if len(spec.outputs) > 2 or (self.ranked and spec.outputs[0].dims != spec.outputs[1].dims):
-            raise SpecError(f"{spec.folder}: a classifier has one output (class scores) or two of one shape "
-                            "(top-k probabilities and their class indices)")
+            raise SpecError(
+                f"{spec.folder}: a classifier has one output (class scores) or two of one shape "
+                "(top-k probabilities and their class indices)"
+            )
         # one label a class: the graph's K ranked classes are the best K of at least as many
         self.labels = read_labels(spec, spec.outputs[0].dims[-1], exact=not self.ranked)
         super().configure()
         pre, where = spec.preprocess, f"{spec.folder}/model.toml: [preprocess]"
         self.letterbox = setting_flag(pre, "letterbox", where)
         if self.height != self.width:
-            raise SpecError(f"{spec.folder}/model.toml: inputs[0].dims {list(spec.inputs[0].dims)}: the image is "
-                            f"{self.height}x{self.width}; this family takes square inputs")
+            raise SpecError(
+                f"{spec.folder}/model.toml: inputs[0].dims {list(spec.inputs[0].dims)}: the image is "
+                f"{self.height}x{self.width}; this family takes square inputs"
+            )
         if self.letterbox:
             if "resize" in pre or "crop" in pre:
                 raise SpecError(f"{where} letterbox fits the whole image: resize and crop do not apply")
@@ -82,8 +87,9 @@ class ImageClassificationClient(ImageClient):
             self.crop = setting_int(pre, "crop", self.width, where)
             self.resize = setting_int(pre, "resize", self.crop, where)
             if self.crop != self.width or self.resize < self.crop:
-                raise SpecError(f"{where} crop {self.crop} / resize {self.resize} do not fit the input "
-                                f"{list(spec.inputs[0].dims)}")
+                raise SpecError(
+                    f"{where} crop {self.crop} / resize {self.resize} do not fit the input {list(spec.inputs[0].dims)}"
+                )
         self.fast_path = setting_flag(pre, "fast_path", where)
         if self.fast_path and self.letterbox:
             raise SpecError(f"{where} fast_path applies to resize and crop, not letterbox")
@@ -105,12 +111,16 @@ class ImageClassificationClient(ImageClient):
             return np.asarray(images.resize_crop(image, self.resize, self.crop), dtype=np.uint8)
         return np.asarray(images.center_crop(images.resize_short_side(image, self.resize), self.crop), dtype=np.uint8)
 
-    def postprocess(self, outputs: Mapping[str, np.ndarray], context: Displayed, options: Mapping[str, Any]) -> list[dict]:
+    def postprocess(
+        self, outputs: Mapping[str, np.ndarray], context: Displayed, options: Mapping[str, Any]
+    ) -> list[dict]:
         scores = outputs[self.output_names[0]].reshape(-1)
         if self.ranked:
             indices = outputs[self.output_names[1]].reshape(-1)[: options["topk"]]
             if indices.size and not 0 <= int(indices.max()) < len(self.labels):
-                raise RuntimeError(f"{self.name}: class index {int(indices.max())} outside the {len(self.labels)} labels")
+                raise RuntimeError(
+                    f"{self.name}: class index {int(indices.max())} outside the {len(self.labels)} labels"
+                )
             return [{"label": self.labels[i], "index": int(i), "score": float(p)} for i, p in zip(indices, scores)]
         probabilities = softmax(scores) if self.apply_softmax else scores.astype(np.float64)
         top = np.argsort(-probabilities, kind="stable")[: options["topk"]]

@@ -11,7 +11,8 @@ boxes ``[x1, y1, x2, y2]`` in the pixels of the image as displayed, clipped to i
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -20,7 +21,6 @@ from app.core.spec import SpecError, TensorSpec
 from clients import images
 from clients.base import Option
 from clients.vision import Displayed, ImageClient, pad_color, read_labels, setting_int
-
 
 # The request's options as the ensemble's one-element tensors, and what it answers (app.core.pipeline).
 OPTION_TENSORS = tuple(TensorSpec(name, dtype, (1,)) for name, dtype in DETECTION_OPTIONS.items())
@@ -64,8 +64,9 @@ class DetectionClient(ImageClient):
         pixels, _, _ = images.letterbox(np.asarray(image, dtype=np.uint8), self.size, self.pad_color)
         return pixels
 
-    def postprocess(self, outputs: Mapping[str, np.ndarray], context: Displayed, options: Mapping[str, Any]
-                    ) -> dict[str, Any]:
+    def postprocess(
+        self, outputs: Mapping[str, np.ndarray], context: Displayed, options: Mapping[str, Any]
+    ) -> dict[str, Any]:
         found = detect(outputs[self.output_names[0]], self.size, (context.height, context.width), options)
         return self.answer(found, context)
 
@@ -90,14 +91,16 @@ class DetectionClient(ImageClient):
     def pipeline_outputs(self) -> tuple[TensorSpec, ...]:
         return DETECTION_TENSORS
 
-    def pipeline_preprocess(self, item: Any, where: str, options: Mapping[str, Any]
-                            ) -> tuple[dict[str, np.ndarray], Displayed]:
+    def pipeline_preprocess(
+        self, item: Any, where: str, options: Mapping[str, Any]
+    ) -> tuple[dict[str, np.ndarray], Displayed]:
         arrays, context = super().pipeline_preprocess(item, where, options)
         for tensor in OPTION_TENSORS:  # built once, not per request
             arrays[tensor.name] = np.array([options[tensor.name]], dtype=tensor.numpy_dtype)
         return arrays, context
 
-    def pipeline_postprocess(self, outputs: Mapping[str, np.ndarray], context: Displayed, options: Mapping[str, Any]
-                             ) -> dict[str, Any]:
+    def pipeline_postprocess(
+        self, outputs: Mapping[str, np.ndarray], context: Displayed, options: Mapping[str, Any]
+    ) -> dict[str, Any]:
         count = int(outputs[NUM_DETECTIONS].reshape(-1)[0])
         return self.answer(outputs[DETECTIONS][:count], context)

@@ -14,8 +14,9 @@ several, the other ``[MASK]`` tokens and ``[CLS]``/``[SEP]`` stay visible).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 from tokenizers import BertWordPieceTokenizer
@@ -65,8 +66,10 @@ class FillMaskClient(ModelClient[Encoded]):
             raise SpecError(f"{spec.folder}: the vocab has no {', '.join(missing)}")
         self.mask_id, self.pad_id, self.sep_id = ids[MASK_TOKEN], ids[PAD_TOKEN], ids[SEP_TOKEN]
         if not 2 <= len(spec.inputs) <= 3:
-            raise SpecError(f"{spec.folder}: the inputs must be token ids, attention mask and, optionally, "
-                            f"token type ids, in that order")
+            raise SpecError(
+                f"{spec.folder}: the inputs must be token ids, attention mask and, optionally, "
+                f"token type ids, in that order"
+            )
         self.input_ids_name, self.attention_mask_name = (t.name for t in spec.inputs[:2])
         self.token_type_ids_name = spec.inputs[2].name if len(spec.inputs) == 3 else None
         self.scores_name, self.token_ids_name = (t.name for t in spec.outputs[:2])

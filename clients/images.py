@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import io
-from typing import Sequence
+from collections.abc import Sequence
 
 import cv2
 import numpy as np
@@ -65,9 +65,7 @@ def open_image(data: str | bytes, where: str, max_pixels: int) -> tuple[bytes, I
         raise InvalidInput(f"{where} is not a decodable image (JPEG or PNG expected)") from None
     width, height = image.size
     if width * height > max_pixels:
-        raise InvalidInput(
-            f"{where} is {width}x{height} = {width * height} pixels, over the limit of {max_pixels}"
-        )
+        raise InvalidInput(f"{where} is {width}x{height} = {width * height} pixels, over the limit of {max_pixels}")
     return raw, image
 
 
@@ -247,9 +245,7 @@ def letterbox(
     return pixels, ratio, (dw, dh)
 
 
-def scale_boxes(
-    input_shape: tuple[int, int], boxes: np.ndarray, image_shape: tuple[int, int]
-) -> np.ndarray:
+def scale_boxes(input_shape: tuple[int, int], boxes: np.ndarray, image_shape: tuple[int, int]) -> np.ndarray:
     """YOLOv5's ``scale_boxes`` (``ratio_pad=None``) + ``clip_boxes``: xyxy boxes in the letterboxed
     input (height, width) -> the original image (height, width). Returns a new array."""
     gain = min(input_shape[0] / image_shape[0], input_shape[1] / image_shape[1])

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -39,17 +38,34 @@ JSON_HEADERS = {"Content-Type": "application/json"}
 # Fragments of the messages backends give when a model does not fit in memory (the stock
 # SageMaker Triton image answers a load that fails with one of them 507, as here).
 OUT_OF_MEMORY_HINTS = (
-    "CUDA out of memory", "CUDA_OUT_OF_MEMORY", "Out of memory", "Out Of Memory", "out of memory", "MemoryError",
-    "OutOfMemory", "bad_alloc", "Failed to allocate memory", "failed to allocate memory", "CNMEM_STATUS_OUT_OF_MEMORY",
-    "CUBLAS_STATUS_ALLOC_FAILED", "No space left on device",
+    "CUDA out of memory",
+    "CUDA_OUT_OF_MEMORY",
+    "Out of memory",
+    "Out Of Memory",
+    "out of memory",
+    "MemoryError",
+    "OutOfMemory",
+    "bad_alloc",
+    "Failed to allocate memory",
+    "failed to allocate memory",
+    "CNMEM_STATUS_OUT_OF_MEMORY",
+    "CUBLAS_STATUS_ALLOC_FAILED",
+    "No space left on device",
 )
 # Fragments of Triton's messages for a model it has never heard of ("Request for unknown model:
 # 'x' is not found"); one that failed to load or is unloaded says "... has no available versions".
 _UNKNOWN_HINTS = ("unknown model", "not found")
 # Triton answers some faults of the request itself with 500 (its JSON reader's errors are INTERNAL):
 # "Unable to parse 'data': Shape does not match true shape of 'data' field".
-_REQUEST_FAULT_HINTS = ("unable to parse", "failed to parse", "shape does not match", "invalid_argument",
-                        "invalid argument", "unexpected shape", "unexpected datatype")
+_REQUEST_FAULT_HINTS = (
+    "unable to parse",
+    "failed to parse",
+    "shape does not match",
+    "invalid_argument",
+    "invalid argument",
+    "unexpected shape",
+    "unexpected datatype",
+)
 
 
 @dataclass(frozen=True)
@@ -77,8 +93,10 @@ def refusal(status: int, message: str, model: str) -> ApiError:
         return UnknownModel(f"Triton serves no model {model!r}: {message}")
     refused = InvalidItem.decode(message)
     if refused is not None:  # a pipeline step refused an item: "item 0 refused: {item} is not a decodable image"
-        return InvalidInput(f"Triton refused the request for {model!r}: item {refused.index} of the batch: "
-                            f"{refused.message.replace(InvalidItem.WHERE, 'it')}")
+        return InvalidInput(
+            f"Triton refused the request for {model!r}: item {refused.index} of the batch: "
+            f"{refused.message.replace(InvalidItem.WHERE, 'it')}"
+        )
     if 400 <= status < 500 or any(hint in lowered for hint in _REQUEST_FAULT_HINTS):
         return InvalidInput(f"Triton refused the request for {model!r}: {message}")
     if status == 500:
@@ -95,18 +113,19 @@ class TritonHttp:
         self._contracts: dict[str, tuple[object, ModelContract]] = {}
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "TritonHttp":
+    def from_settings(cls, settings: Settings) -> TritonHttp:
         return cls(settings.triton_http_url, settings.triton_timeout_s)
 
-    def _request(self, path: str, body: bytes | None, headers: dict[str, str], timeout_s: float, what: str,
-              method: str = "POST") -> tuple[int, bytes, str | None]:
+    def _request(
+        self, path: str, body: bytes | None, headers: dict[str, str], timeout_s: float, what: str, method: str = "POST"
+    ) -> tuple[int, bytes, str | None]:
         """(status, body, the answer's JSON header size if any) of one request to Triton."""
         connection = http.client.HTTPConnection(self.host, self.port, timeout=timeout_s)
         try:
             connection.request(method, path, body, headers)
             response = connection.getresponse()
             return response.status, response.read(), response.getheader(HEADER_LENGTH)
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             raise InferenceTimeout(f"{what} did not answer within {timeout_s:g} s") from None
         except OSError as error:
             raise TritonUnavailable(f"Triton cannot be reached at {self.host}:{self.port}: {error}") from None
@@ -117,8 +136,9 @@ class TritonHttp:
         headers = {"Content-Type": "application/json" if json_size is None else "application/octet-stream"}
         if json_size is not None:
             headers[HEADER_LENGTH] = str(json_size)
-        status, data, size = self._request(f"/v2/models/{quote(model, safe='')}/infer", body, headers,
-                                        self.timeout_s, f"model {model!r}")
+        status, data, size = self._request(
+            f"/v2/models/{quote(model, safe='')}/infer", body, headers, self.timeout_s, f"model {model!r}"
+        )
         if status == 200:
             return Answer(data, int(size) if size else None)
         raise refusal(status, error_message(data), model)
@@ -130,8 +150,9 @@ class TritonHttp:
         kept = self._contracts.get(model)
         if kept is not None and kept[0] == load:
             return kept[1]
-        status, data, _ = self._request(f"/v2/models/{quote(model, safe='')}/config", None, {}, self.timeout_s,
-                                     f"model {model!r}", method="GET")
+        status, data, _ = self._request(
+            f"/v2/models/{quote(model, safe='')}/config", None, {}, self.timeout_s, f"model {model!r}", method="GET"
+        )
         if status != 200:
             raise refusal(status, error_message(data), model)
         contract = ModelContract.from_config(model, json.loads(data))
@@ -141,8 +162,9 @@ class TritonHttp:
     def load(self, model: str, timeout_s: float) -> None:
         """Load ``model`` from the repository (explicit model control); a failure for want of
         memory is a 507, any other a 400 with Triton's message."""
-        status, data, _ = self._request(f"/v2/repository/models/{quote(model, safe='')}/load", b"{}", JSON_HEADERS,
-                                     timeout_s, f"loading {model!r}")
+        status, data, _ = self._request(
+            f"/v2/repository/models/{quote(model, safe='')}/load", b"{}", JSON_HEADERS, timeout_s, f"loading {model!r}"
+        )
         if status != 200:
             message = error_message(data)
             if any(hint in message for hint in OUT_OF_MEMORY_HINTS):
@@ -152,7 +174,12 @@ class TritonHttp:
     def unload(self, model: str) -> None:
         """Unload ``model`` and the models only it used (an ensemble's steps)."""
         body = json.dumps({"parameters": {"unload_dependents": True}}).encode()
-        status, data, _ = self._request(f"/v2/repository/models/{quote(model, safe='')}/unload", body, JSON_HEADERS,
-                                     self.timeout_s, f"unloading {model!r}")
+        status, data, _ = self._request(
+            f"/v2/repository/models/{quote(model, safe='')}/unload",
+            body,
+            JSON_HEADERS,
+            self.timeout_s,
+            f"unloading {model!r}",
+        )
         if status != 200:
             raise TritonUnavailable(f"Triton could not unload {model!r}: {error_message(data)}")

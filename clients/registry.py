@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from app.core.settings import Settings
 from app.core.spec import ModelSpec, SpecError, find_specs

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import grpc
 import numpy as np
@@ -102,7 +103,7 @@ class TritonClient:
         self._pool_pid: int | None = None
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "TritonClient":
+    def from_settings(cls, settings: Settings) -> TritonClient:
         return cls(settings.triton_grpc_url, settings.triton_timeout_s, settings.ping_timeout_s)
 
     def _grpc(self) -> grpcclient.InferenceServerClient:

@@ -31,13 +31,26 @@ from app.core.settings import BODY_LIMIT
 BINARY_JSON_TYPE = "application/vnd.sagemaker-triton.binary+json"
 # Bytes per element of each v2 datatype; BYTES elements are a 4-byte little-endian length and the bytes.
 ITEM_BYTES: Mapping[str, int] = {
-    "BOOL": 1, "UINT8": 1, "UINT16": 2, "UINT32": 4, "UINT64": 8, "INT8": 1, "INT16": 2, "INT32": 4,
-    "INT64": 8, "FP16": 2, "BF16": 2, "FP32": 4, "FP64": 8, "BYTES": 4,
+    "BOOL": 1,
+    "UINT8": 1,
+    "UINT16": 2,
+    "UINT32": 4,
+    "UINT64": 8,
+    "INT8": 1,
+    "INT16": 2,
+    "INT32": 4,
+    "INT64": 8,
+    "FP16": 2,
+    "BF16": 2,
+    "FP32": 4,
+    "FP64": 8,
+    "BYTES": 4,
 }
 _CONFIG_TYPES = {f"TYPE_{name}": name for name in ITEM_BYTES} | {"TYPE_STRING": "BYTES"}
 _INT_RANGES = {
     name: ((0, 2 ** (8 * size) - 1) if name.startswith("U") else (-(2 ** (8 * size - 1)), 2 ** (8 * size - 1) - 1))
-    for name, size in ITEM_BYTES.items() if "INT" in name
+    for name, size in ITEM_BYTES.items()
+    if "INT" in name
 }
 _NO_JSON = frozenset({"FP16", "BF16"})  # Triton takes these as binary data only
 _SHARED_MEMORY = ("shared_memory_region", "shared_memory_offset", "shared_memory_byte_size")
@@ -70,9 +83,15 @@ class ModelContract:
         for tensor in config.get("input", ()):
             datatype = _CONFIG_TYPES.get(str(tensor.get("data_type", "")))
             if datatype is None:
-                raise ValueError(f"model {model!r}: input {tensor.get('name')!r} has datatype {tensor.get('data_type')!r}")
-            inputs[tensor["name"]] = TensorSpec(tensor["name"], datatype, tuple(int(d) for d in tensor.get("dims", ())),
-                                                bool(tensor.get("optional", False)))
+                raise ValueError(
+                    f"model {model!r}: input {tensor.get('name')!r} has datatype {tensor.get('data_type')!r}"
+                )
+            inputs[tensor["name"]] = TensorSpec(
+                tensor["name"],
+                datatype,
+                tuple(int(d) for d in tensor.get("dims", ())),
+                bool(tensor.get("optional", False)),
+            )
         outputs = frozenset(tensor["name"] for tensor in config.get("output", ()))
         return cls(model, int(config.get("max_batch_size", 0) or 0), inputs, outputs)
 
@@ -91,8 +110,11 @@ class ModelContract:
 
     def describe(self, spec: TensorSpec) -> str:
         dims = ", ".join(str(d) for d in spec.dims)
-        return f"{spec.datatype} [batch 1-{self.max_batch_size}, {dims}]" if self.max_batch_size > 0 \
+        return (
+            f"{spec.datatype} [batch 1-{self.max_batch_size}, {dims}]"
+            if self.max_batch_size > 0
             else f"{spec.datatype} [{dims}]"
+        )
 
 
 def _kind(value: Any) -> str:
@@ -114,8 +136,10 @@ def check_request(header: Any, contract: ModelContract, binary: bytes | memoryvi
     _check_parameters(header.get("parameters"), "parameters")
     inputs = header.get("inputs")
     if not isinstance(inputs, list) or not inputs:
-        raise InvalidInput(f"inputs must be a non-empty list of tensors ({{\"name\", \"datatype\", \"shape\", \"data\"}}) "
-                           f"for model {model!r}, got {_kind(inputs) if not isinstance(inputs, list) else 'an empty list'}")
+        raise InvalidInput(
+            f'inputs must be a non-empty list of tensors ({{"name", "datatype", "shape", "data"}}) '
+            f"for model {model!r}, got {_kind(inputs) if not isinstance(inputs, list) else 'an empty list'}"
+        )
     seen: set[str] = set()
     batch: int | None = None
     declared = offset = 0
@@ -125,8 +149,10 @@ def check_request(header: Any, contract: ModelContract, binary: bytes | memoryvi
         shape = _check_shape(tensor.get("shape"), spec, contract, where)
         if contract.max_batch_size > 0:
             if batch is not None and shape[0] != batch:
-                raise InvalidInput(f"{where} has a batch of {shape[0]}, the inputs before it {batch}: every input "
-                                   "of one request has the same batch size")
+                raise InvalidInput(
+                    f"{where} has a batch of {shape[0]}, the inputs before it {batch}: every input "
+                    "of one request has the same batch size"
+                )
             batch = shape[0]
         count = math.prod(shape)
         parameters = tensor.get("parameters")
@@ -136,8 +162,10 @@ def check_request(header: Any, contract: ModelContract, binary: bytes | memoryvi
             raise InvalidInput(f"{where} names a shared memory region: this endpoint takes tensors in the body only")
         size = parameters.get("binary_data_size")
         if (size is None) == ("data" not in tensor):
-            raise InvalidInput(f"{where} must carry its values in exactly one of 'data' and binary data "
-                               "('binary_data_size' in its parameters)")
+            raise InvalidInput(
+                f"{where} must carry its values in exactly one of 'data' and binary data "
+                "('binary_data_size' in its parameters)"
+            )
         fixed = count * ITEM_BYTES[spec.datatype] if spec.datatype != "BYTES" else None
         if fixed is not None and declared + fixed > max_bytes:
             raise _too_large(where, shape, declared + fixed, max_bytes)
@@ -151,16 +179,22 @@ def check_request(header: Any, contract: ModelContract, binary: bytes | memoryvi
                 declared += fixed
             continue
         if binary is None:
-            raise InvalidInput(f"{where} declares binary_data_size, but the body is v2 JSON: send binary tensors as "
-                               f"{BINARY_JSON_TYPE};json-header-size=N")
+            raise InvalidInput(
+                f"{where} declares binary_data_size, but the body is v2 JSON: send binary tensors as "
+                f"{BINARY_JSON_TYPE};json-header-size=N"
+            )
         if not _whole(size) or size < 0:
             raise InvalidInput(f"{where}: binary_data_size must be a whole number of bytes, got {size!r}")
         if offset + size > len(binary):
-            raise InvalidInput(f"{where} declares {size} bytes of binary data from byte {offset} after the JSON header, "
-                               f"but only {len(binary)} bytes follow it")
+            raise InvalidInput(
+                f"{where} declares {size} bytes of binary data from byte {offset} after the JSON header, "
+                f"but only {len(binary)} bytes follow it"
+            )
         if fixed is not None and size != fixed:
-            raise InvalidInput(f"{where} declares shape {list(shape)}: {count} elements of {spec.datatype} "
-                               f"({ITEM_BYTES[spec.datatype]} bytes each) are {fixed} bytes, but binary_data_size is {size}")
+            raise InvalidInput(
+                f"{where} declares shape {list(shape)}: {count} elements of {spec.datatype} "
+                f"({ITEM_BYTES[spec.datatype]} bytes each) are {fixed} bytes, but binary_data_size is {size}"
+            )
         if fixed is None:
             _check_binary_strings(binary, offset, size, count, shape, where)
         declared, offset = declared + size, offset + size
@@ -168,16 +202,22 @@ def check_request(header: Any, contract: ModelContract, binary: bytes | memoryvi
             raise _too_large(where, shape, declared, max_bytes)
     missing = [name for name, spec in contract.inputs.items() if not spec.optional and name not in seen]
     if missing:
-        raise InvalidInput(f"model {model!r} needs input{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}, "
-                           "which the request does not give")
+        raise InvalidInput(
+            f"model {model!r} needs input{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}, "
+            "which the request does not give"
+        )
     if binary is not None and offset != len(binary):
-        raise InvalidInput(f"{len(binary)} bytes follow the JSON header, but the inputs' binary_data_size add up to {offset}")
+        raise InvalidInput(
+            f"{len(binary)} bytes follow the JSON header, but the inputs' binary_data_size add up to {offset}"
+        )
     _check_outputs(header.get("outputs"), contract)
 
 
 def _too_large(where: str, shape: Sequence[int], total: int, max_bytes: int) -> InvalidInput:
-    return InvalidInput(f"{where} declares shape {list(shape)}, which brings the request's tensors to {total} bytes, "
-                        f"over the {max_bytes} bytes {BODY_LIMIT} allows")
+    return InvalidInput(
+        f"{where} declares shape {list(shape)}, which brings the request's tensors to {total} bytes, "
+        f"over the {max_bytes} bytes {BODY_LIMIT} allows"
+    )
 
 
 def _input_spec(tensor: Any, index: int, contract: ModelContract, seen: set[str]) -> TensorSpec:
@@ -204,18 +244,24 @@ def _check_shape(shape: Any, spec: TensorSpec, contract: ModelContract, where: s
         raise InvalidInput(f"{where}: shape must be a list of whole numbers, got {shape!r}"[:300])
     expected = contract.shape_of(spec)
     if len(shape) != len(expected):
-        raise InvalidInput(f"{where} has {len(expected)} dimensions ({contract.describe(spec)}), "
-                           f"the request declares {len(shape)}: {shape}"[:300])
+        raise InvalidInput(
+            f"{where} has {len(expected)} dimensions ({contract.describe(spec)}), "
+            f"the request declares {len(shape)}: {shape}"[:300]
+        )
     for axis, (got, want) in enumerate(zip(shape, expected)):
         if got < 1:
             raise InvalidInput(f"{where}: dimension {axis} of shape {shape} is {got}; every dimension is 1 or more")
         if axis == 0 and contract.max_batch_size > 0:
             if got > contract.max_batch_size:
-                raise InvalidInput(f"{where}: a batch of {got} is over the model's max_batch_size "
-                                   f"{contract.max_batch_size} (shape {shape})")
+                raise InvalidInput(
+                    f"{where}: a batch of {got} is over the model's max_batch_size "
+                    f"{contract.max_batch_size} (shape {shape})"
+                )
         elif want != -1 and got != want:
-            raise InvalidInput(f"{where}: dimension {axis} of shape {shape} is {got}, the model's is {want} "
-                               f"({contract.describe(spec)})")
+            raise InvalidInput(
+                f"{where}: dimension {axis} of shape {shape} is {got}, the model's is {want} "
+                f"({contract.describe(spec)})"
+            )
     return tuple(shape)
 
 
@@ -225,7 +271,7 @@ def _check_parameters(parameters: Any, where: str) -> None:
     if not isinstance(parameters, dict):
         raise InvalidInput(f"{where} must be a JSON object, not {_kind(parameters)}")
     for key, value in parameters.items():
-        if not isinstance(value, _SCALARS) or (_whole(value) and not -(2 ** 63) <= value < 2 ** 64):
+        if not isinstance(value, _SCALARS) or (_whole(value) and not -(2**63) <= value < 2**64):
             raise InvalidInput(f"{where}: {key!r} must be a string, a number or a boolean, got {value!r}"[:300])
 
 
@@ -252,8 +298,10 @@ def _count_leaves(data: Any, count: int, shape: Sequence[int], where: str) -> li
 
 def _check_json_data(data: Any, spec: TensorSpec, count: int, shape: Sequence[int], where: str) -> None:
     if spec.datatype in _NO_JSON:
-        raise InvalidInput(f"{where} is {spec.datatype}, which travels as binary data only: send "
-                           f"{BINARY_JSON_TYPE};json-header-size=N with binary_data_size")
+        raise InvalidInput(
+            f"{where} is {spec.datatype}, which travels as binary data only: send "
+            f"{BINARY_JSON_TYPE};json-header-size=N with binary_data_size"
+        )
     values = _count_leaves(data, count, shape, where)
     if spec.datatype == "BOOL":
         if not all(type(v) is bool for v in values):
@@ -263,12 +311,16 @@ def _check_json_data(data: Any, spec: TensorSpec, count: int, shape: Sequence[in
     if spec.datatype.startswith("FP"):
         if not all(type(v) is float or type(v) is int for v in values):
             bad = next(v for v in values if not (type(v) is float or type(v) is int))
-            raise InvalidInput(f"{where} is {spec.datatype}: its data must be numbers, found {bad!r} ({_kind(bad)})"[:300])
+            raise InvalidInput(
+                f"{where} is {spec.datatype}: its data must be numbers, found {bad!r} ({_kind(bad)})"[:300]
+            )
         return
     low, high = _INT_RANGES[spec.datatype]
     if not all(type(v) is int for v in values):
         bad = next(v for v in values if type(v) is not int)
-        raise InvalidInput(f"{where} is {spec.datatype}: its data must be whole numbers, found {bad!r} ({_kind(bad)})"[:300])
+        raise InvalidInput(
+            f"{where} is {spec.datatype}: its data must be whole numbers, found {bad!r} ({_kind(bad)})"[:300]
+        )
     if min(values) < low or max(values) > high:
         bad = min(values) if min(values) < low else max(values)
         raise InvalidInput(f"{where} is {spec.datatype}: {bad} is outside [{low}, {high}]")
@@ -283,35 +335,40 @@ def _json_strings_bytes(data: Any, count: int, shape: Sequence[int], where: str)
     return sum(len(v.encode("utf-8", "surrogatepass")) + 4 for v in values)
 
 
-def _check_binary_strings(binary: bytes | memoryview, start: int, size: int, count: int, shape: Sequence[int],
-                          where: str) -> None:
+def _check_binary_strings(
+    binary: bytes | memoryview, start: int, size: int, count: int, shape: Sequence[int], where: str
+) -> None:
     """A BYTES input's binary data: ``count`` elements, each a 4-byte little-endian length and as many bytes."""
     end, position, found = start + size, start, 0
     while position < end:
         if position + 4 > end:
             raise InvalidInput(f"{where}: its binary data ends inside the length of element {found}")
-        position += 4 + int.from_bytes(binary[position:position + 4], "little")
+        position += 4 + int.from_bytes(binary[position : position + 4], "little")
         found += 1
         if position > end or found > count:
             break
     if position != end or found != count:
-        raise InvalidInput(f"{where} declares shape {list(shape)} ({count} elements), but its {size} bytes of binary "
-                           f"data do not hold exactly {count} length-prefixed elements")
+        raise InvalidInput(
+            f"{where} declares shape {list(shape)} ({count} elements), but its {size} bytes of binary "
+            f"data do not hold exactly {count} length-prefixed elements"
+        )
 
 
 def _check_outputs(outputs: Any, contract: ModelContract) -> None:
     if outputs is None:
         return
     if not isinstance(outputs, list):
-        raise InvalidInput(f"outputs must be a list of {{\"name\"}} objects, not {_kind(outputs)}")
+        raise InvalidInput(f'outputs must be a list of {{"name"}} objects, not {_kind(outputs)}')
     seen: set[str] = set()
     for index, output in enumerate(outputs):
         name = output.get("name") if isinstance(output, dict) else None
         if not isinstance(name, str):
             raise InvalidInput(f"outputs[{index}] must be an object with a string name, got {output!r}"[:300])
         if name not in contract.outputs:
-            raise InvalidInput(f"output {name!r} is not an output of model {contract.model!r}; "
-                               f"its outputs: {', '.join(sorted(contract.outputs))}")
+            raise InvalidInput(
+                f"output {name!r} is not an output of model {contract.model!r}; "
+                f"its outputs: {', '.join(sorted(contract.outputs))}"
+            )
         if name in seen:
             raise InvalidInput(f"output {name!r} is asked for twice")
         seen.add(name)

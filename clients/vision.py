@@ -24,8 +24,9 @@ same ``preprocess`` inside Triton (``app/triton/image_steps.py``).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -132,9 +133,11 @@ class ImageClient(ModelClient[Any]):
             raise SpecError(f"{where} layout must be one of {LAYOUTS} and channels one of {CHANNEL_ORDERS}")
         channel_axis = 0 if self.layout == "NCHW" else 2
         if len(tensor.dims) != 3 or tensor.dims[channel_axis] != 3:
-            raise SpecError(f"{spec.folder}/model.toml: inputs[0].dims {list(tensor.dims)}: not a 3-channel image "
-                            f"in layout {self.layout}")
-        self.height, self.width = (tensor.dims[1:] if self.layout == "NCHW" else tensor.dims[:2])
+            raise SpecError(
+                f"{spec.folder}/model.toml: inputs[0].dims {list(tensor.dims)}: not a 3-channel image "
+                f"in layout {self.layout}"
+            )
+        self.height, self.width = tensor.dims[1:] if self.layout == "NCHW" else tensor.dims[:2]
         self.dtype = tensor.dtype
         self._normalisation(spec, where)
         self.lut = None if self.dtype == "UINT8" else images.normalize_lut(self.mean, self.std, self.scale, self.offset)
@@ -147,15 +150,21 @@ class ImageClient(ModelClient[Any]):
         given = [key for key in NORMALISATION_KEYS if key in pre]
         if self.dtype == "UINT8":
             if given:
-                raise SpecError(f"{where} {given[0]}: a UINT8 input takes the pixels as they are, without normalisation")
+                raise SpecError(
+                    f"{where} {given[0]}: a UINT8 input takes the pixels as they are, without normalisation"
+                )
             return
         if self.dtype not in FLOAT_INPUTS:
-            raise SpecError(f"{spec.folder}/model.toml: inputs[0].dtype {self.dtype}: an image input is one of "
-                            f"{('UINT8', *FLOAT_INPUTS)}")
+            raise SpecError(
+                f"{spec.folder}/model.toml: inputs[0].dtype {self.dtype}: an image input is one of "
+                f"{('UINT8', *FLOAT_INPUTS)}"
+            )
         if "mean" in pre or "std" in pre:
             if "scale" in pre or "offset" in pre:
-                raise SpecError(f"{where} {'scale' if 'scale' in pre else 'offset'}: give mean and std, or scale "
-                                "and offset, not both")
+                raise SpecError(
+                    f"{where} {'scale' if 'scale' in pre else 'offset'}: give mean and std, or scale "
+                    "and offset, not both"
+                )
             missing = "std" if "mean" in pre else "mean"
             if missing not in pre:
                 raise SpecError(f"{where} {missing}: missing (mean and std go together)")
@@ -207,15 +216,23 @@ class ImageClient(ModelClient[Any]):
         return self.spec.outputs
 
     def pipeline_route(self) -> Route:
-        return Route(ensemble_model(self.spec.triton_name), self.pipeline_inputs(), self.pipeline_outputs(),
-                     self.pipeline_preprocess, self.pipeline_postprocess)
+        return Route(
+            ensemble_model(self.spec.triton_name),
+            self.pipeline_inputs(),
+            self.pipeline_outputs(),
+            self.pipeline_preprocess,
+            self.pipeline_postprocess,
+        )
 
-    def pipeline_preprocess(self, item: Any, where: str, options: Mapping[str, Any]
-                            ) -> tuple[dict[str, np.ndarray], Displayed]:
+    def pipeline_preprocess(
+        self, item: Any, where: str, options: Mapping[str, Any]
+    ) -> tuple[dict[str, np.ndarray], Displayed]:
         """The encoded bytes, unread: only the header is opened, for the pixel limit and the size."""
         raw, image = images.open_image(self._encoded(item, where), where, self.settings.max_image_pixels)
         arrays = {IMAGE: np.frombuffer(raw, dtype=np.uint8), IMAGE_LENGTH: np.array([len(raw)], dtype=np.int64)}
         return arrays, Displayed(*images.displayed_size(image))
 
-    def pipeline_postprocess(self, outputs: Mapping[str, np.ndarray], context: Displayed, options: Mapping[str, Any]) -> Any:
+    def pipeline_postprocess(
+        self, outputs: Mapping[str, np.ndarray], context: Displayed, options: Mapping[str, Any]
+    ) -> Any:
         return self.postprocess(outputs, context, options)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 
 @dataclass(frozen=True)
@@ -23,9 +23,13 @@ def run(prog: str, description: str, commands: Mapping[str, Command], argv: Sequ
         return importlib.import_module(commands[argv[0]].module).main(argv[1:])
     width = max(map(len, commands))
     listing = "\n".join(f"  {name:<{width}}  {command.summary}" for name, command in commands.items())
-    parser = argparse.ArgumentParser(prog=prog, usage=f"{prog} [-h] COMMAND [ARGS ...]", description=description,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=f"commands:\n{listing}\n\n{prog} COMMAND --help: the command's own flags")
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        usage=f"{prog} [-h] COMMAND [ARGS ...]",
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=f"commands:\n{listing}\n\n{prog} COMMAND --help: the command's own flags",
+    )
     parser.add_argument("command", metavar="COMMAND", choices=list(commands), help="one of the commands below")
     parser.parse_args(argv[:1])  # --help, or the error naming the commands: both exit
     parser.error(f"unknown command {argv[0]!r}")  # not reached

@@ -12,9 +12,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Mapping, Sequence
+from typing import IO
 
 import requests
 
@@ -37,8 +38,11 @@ DEFAULT_FULL_TEST_REPOSITORY = PROJECT_ROOT / "build" / "test-models-full"
 def built_test_repository(full: bool = False) -> Path:
     """The repository `make test-models` built: small networks of each family (random weights), or,
     with ``full``, the shipped architectures at full size (random weights)."""
-    variable, default = (TEST_FULL_MODEL_REPOSITORY, DEFAULT_FULL_TEST_REPOSITORY) if full \
+    variable, default = (
+        (TEST_FULL_MODEL_REPOSITORY, DEFAULT_FULL_TEST_REPOSITORY)
+        if full
         else (TEST_MODEL_REPOSITORY, DEFAULT_TEST_REPOSITORY)
+    )
     path = Path(os.environ.get(variable, default))
     if not (path / "resnet" / "config.pbtxt").is_file():
         raise RuntimeError(f"{path} holds no built test models: run `make test-models` (make test does)")
@@ -101,15 +105,13 @@ def alive(pid: int) -> bool:
     return process_state(pid) not in (None, "Z", "X")
 
 
-
-
 def proc_status(pid: int) -> dict[str, str] | None:
     """The fields of /proc/<pid>/status ({"VmRSS": "1234 kB", ...}), or None when it is gone."""
     try:
         text = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return None
-    return dict((name, value.strip()) for name, _, value in (line.partition(":") for line in text.splitlines()))
+    return {name: value.strip() for name, _, value in (line.partition(":") for line in text.splitlines())}
 
 
 def status_kib(fields: dict[str, str], name: str) -> int:
@@ -186,17 +188,32 @@ class Triton:
         stop_group(self.proc, timeout_s)
 
 
-def start_triton(repository: Path, runtime: Path, ports: Sequence[int] | None = None, extra_args: Sequence[str] = (),
-                 env_extra: Mapping[str, str] | None = None, log: IO | None = None) -> Triton:
+def start_triton(
+    repository: Path,
+    runtime: Path,
+    ports: Sequence[int] | None = None,
+    extra_args: Sequence[str] = (),
+    env_extra: Mapping[str, str] | None = None,
+    log: IO | None = None,
+) -> Triton:
     """Triton as ``serve`` would run it (``app.serve.tritonserver``), on ``ports`` (HTTP, gRPC,
     metrics; three free ones by default); its output goes to ``log``, else nowhere."""
     install = find_triton()
     http_port, grpc_port, metrics_port = ports or free_ports(3)
-    argv = triton_command(install, repository, (http_port, grpc_port, metrics_port),
-                          backend_dir=install.prepare(runtime), extra_args=extra_args)
-    proc = subprocess.Popen(argv, env={**os.environ, **install.env, **(env_extra or {})},
-                            stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT if log else subprocess.DEVNULL,
-                            start_new_session=True)
+    argv = triton_command(
+        install,
+        repository,
+        (http_port, grpc_port, metrics_port),
+        backend_dir=install.prepare(runtime),
+        extra_args=extra_args,
+    )
+    proc = subprocess.Popen(
+        argv,
+        env={**os.environ, **install.env, **(env_extra or {})},
+        stdout=log or subprocess.DEVNULL,
+        stderr=subprocess.STDOUT if log else subprocess.DEVNULL,
+        start_new_session=True,
+    )
     return Triton(proc, (http_port, grpc_port, metrics_port))
 
 
@@ -225,7 +242,7 @@ class Stack:
         """What starts ``serve``: its argv, the folder it runs in, and the name of its log."""
         return [sys.executable, str(PROJECT_ROOT / "serve")], PROJECT_ROOT, "serve"
 
-    def start(self, log_dir: Path) -> "Stack":
+    def start(self, log_dir: Path) -> Stack:
         ports = free_ports(4)  # one block: the public port and Triton's three never collide
         self.port, self.triton_ports = ports[0], ports[1:]
         env = {

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 from PIL import Image

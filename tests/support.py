@@ -11,7 +11,7 @@ import json
 import os
 import shutil
 import time
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 import jsonschema_rs
@@ -85,7 +85,7 @@ def openapi_description() -> dict:
     return json.loads(OPENAPI_PATH.read_text())
 
 
-@lru_cache(maxsize=None)
+@cache
 def _validator(schema_json: str):
     # The OpenAPI 3.0 schema objects used here are plain JSON Schema; refs resolve within the document.
     return jsonschema_rs.validator_for({**json.loads(schema_json), "components": openapi_description()["components"]})
@@ -144,8 +144,21 @@ def params(calls, operation):
 
 
 def deploy_argv(*extra):
-    return ["--name", "mm", "--image-uri", IMAGE, "--role-arn", ROLE, "--model-data-url", DATA,
-            "--env", "MODEL_SERVER_WORKERS=2", "--poll-seconds", "0", *extra]
+    return [
+        "--name",
+        "mm",
+        "--image-uri",
+        IMAGE,
+        "--role-arn",
+        ROLE,
+        "--model-data-url",
+        DATA,
+        "--env",
+        "MODEL_SERVER_WORKERS=2",
+        "--poll-seconds",
+        "0",
+        *extra,
+    ]
 
 
 # ---- model repositories ---------------------------------------------------------------------------
@@ -215,8 +228,11 @@ def _tensor(t) -> tuple[str, tuple[int, ...]]:
 def _agrees(produced: tuple[str, tuple[int, ...]], taken: tuple[str, tuple[int, ...]]) -> bool:
     """Same dtype and rank; a dim the taker leaves open (-1) takes any size, else the sizes match."""
     (dtype, dims), (want_dtype, want_dims) = produced, taken
-    return dtype == want_dtype and len(dims) == len(want_dims) and all(
-        want in (-1, got) for got, want in zip(dims, want_dims))
+    return (
+        dtype == want_dtype
+        and len(dims) == len(want_dims)
+        and all(want in (-1, got) for got, want in zip(dims, want_dims))
+    )
 
 
 def wiring_problems(repository: Path, ensemble: str) -> list[str]:
@@ -277,8 +293,12 @@ def planted_output(seed: int, classes: int = 80, rows: int = 25200) -> np.ndarra
         cx, cy, w, h = rng.uniform(50, 590), rng.uniform(50, 590), rng.uniform(20, 200), rng.uniform(20, 200)
         cls = int(rng.integers(0, classes))
         for _ in range(int(rng.integers(2, 12))):
-            out[row, :4] = (cx + rng.normal(0, w / 8), cy + rng.normal(0, h / 8), w * rng.uniform(0.8, 1.2),
-                            h * rng.uniform(0.8, 1.2))
+            out[row, :4] = (
+                cx + rng.normal(0, w / 8),
+                cy + rng.normal(0, h / 8),
+                w * rng.uniform(0.8, 1.2),
+                h * rng.uniform(0.8, 1.2),
+            )
             out[row, 4] = rng.uniform(0.5, 1.0)
             out[row, 5:] = rng.uniform(0, 0.1, classes)
             # the same place under another class too: class-aware NMS keeps both
@@ -346,7 +366,9 @@ def assert_same_detections(result: dict, theirs: np.ndarray, what: str) -> None:
     assert ours[:, 5].tolist() == theirs[:, 5].tolist(), what
     score_diff = float(np.max(np.abs(ours[:, 4] - theirs[:, 4])))
     min_iou = float(ious[~degenerate].min()) if bool((~degenerate).any()) else 1.0
-    print(f"{what}: {len(theirs)} boxes of {len(set(theirs[:, 5].tolist()))} classes, "
-          f"min IoU {min_iou:.7f}, max |score diff| {score_diff:.2e}")
+    print(
+        f"{what}: {len(theirs)} boxes of {len(set(theirs[:, 5].tolist()))} classes, "
+        f"min IoU {min_iou:.7f}, max |score diff| {score_diff:.2e}"
+    )
     assert min_iou >= MIN_IOU, what
     assert score_diff <= SCORE_ATOL, what

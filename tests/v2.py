@@ -52,8 +52,7 @@ def v2_request(inputs: dict[str, np.ndarray], outputs: list[str], binary: bool) 
 
 def post_v2(stack, body: bytes, json_size: int | None, path: str = "/invocations", **headers: str) -> requests.Response:
     content_type = "application/json" if json_size is None else f"{BINARY_JSON};json-header-size={json_size}"
-    return requests.post(f"{stack.url}{path}", data=body, timeout=60,
-                         headers={"Content-Type": content_type, **headers})
+    return requests.post(f"{stack.url}{path}", data=body, timeout=60, headers={"Content-Type": content_type, **headers})
 
 
 def read_answer(response: requests.Response) -> httpclient.InferResult:
@@ -72,8 +71,12 @@ def direct(stack, model: str, inputs: dict[str, np.ndarray], outputs: list[str])
 def bert_v2(ids=None, shape=(1, 128), datatype: str = "INT64") -> dict:
     """A v2 JSON body for bert_base (a good one, unless the arguments make it otherwise)."""
     ids = [101, *[1000] * 126, 102] if ids is None else ids
-    return {"inputs": [{"name": "input_ids", "datatype": datatype, "shape": list(shape), "data": ids},
-                       {"name": "attention_mask", "datatype": "INT64", "shape": [1, 128], "data": [1] * 128}]}
+    return {
+        "inputs": [
+            {"name": "input_ids", "datatype": datatype, "shape": list(shape), "data": ids},
+            {"name": "attention_mask", "datatype": "INT64", "shape": [1, 128], "data": [1] * 128},
+        ]
+    }
 
 
 def malformed_bodies() -> list[tuple[str, bytes, str, int, str, tuple[str, ...]]]:
@@ -83,20 +86,56 @@ def malformed_bodies() -> list[tuple[str, bytes, str, int, str, tuple[str, ...]]
     binary = f"{BINARY_JSON};json-header-size={len(header)}"
     envelope = json.dumps({"modelname": "bert_base", "payload": {"text": "Paris is the [MASK] of France."}})
     return [
-        ("a huge shape with short data", json.dumps(bert_v2([1, 2, 3], (1, 10 ** 12))).encode(), "application/json",
-         400, "invalid_input", ("input_ids", "1000000000000")),
-        ("data shorter than its shape", json.dumps(bert_v2([5] * 100)).encode(), "application/json",
-         400, "invalid_input", ("input_ids", "128", "100")),
-        ("strings for INT64", json.dumps(bert_v2(["a"] * 128)).encode(), "application/json",
-         400, "invalid_input", ("input_ids", "INT64")),
-        ("a negative dimension", json.dumps(bert_v2(shape=(1, -128))).encode(), "application/json",
-         400, "invalid_input", ("input_ids", "-128")),
+        (
+            "a huge shape with short data",
+            json.dumps(bert_v2([1, 2, 3], (1, 10**12))).encode(),
+            "application/json",
+            400,
+            "invalid_input",
+            ("input_ids", "1000000000000"),
+        ),
+        (
+            "data shorter than its shape",
+            json.dumps(bert_v2([5] * 100)).encode(),
+            "application/json",
+            400,
+            "invalid_input",
+            ("input_ids", "128", "100"),
+        ),
+        (
+            "strings for INT64",
+            json.dumps(bert_v2(["a"] * 128)).encode(),
+            "application/json",
+            400,
+            "invalid_input",
+            ("input_ids", "INT64"),
+        ),
+        (
+            "a negative dimension",
+            json.dumps(bert_v2(shape=(1, -128))).encode(),
+            "application/json",
+            400,
+            "invalid_input",
+            ("input_ids", "-128"),
+        ),
         ("binary+json whose header is not JSON", header + b"\0" * 8, binary, 400, "invalid_json", ("JSON header",)),
         ("inputs not a list", b'{"inputs": {"x": 1}}', "application/json", 400, "invalid_input", ("inputs",)),
-        ("an envelope as application/x-foo", envelope.encode(), "application/x-foo",
-         415, "unsupported_media_type", ("application/x-foo", "application/json")),
-        ("binary+json's type not at the start", header + b"\0" * 8, f"additional-string/{binary}",
-         400, "invalid_input", ("Content-Type",)),
+        (
+            "an envelope as application/x-foo",
+            envelope.encode(),
+            "application/x-foo",
+            415,
+            "unsupported_media_type",
+            ("application/x-foo", "application/json"),
+        ),
+        (
+            "binary+json's type not at the start",
+            header + b"\0" * 8,
+            f"additional-string/{binary}",
+            400,
+            "invalid_input",
+            ("Content-Type",),
+        ),
     ]
 
 
@@ -105,7 +144,11 @@ def send_malformed(url: str, **headers: str) -> list[str]:
     seen = []
     for what, body, content_type, status, code, words in malformed_bodies():
         r = requests.post(url, data=body, timeout=60, headers={"Content-Type": content_type, **headers})
-        assert r.status_code == status and r.headers["Content-Type"] == "application/json", (what, r.status_code, r.text)
+        assert r.status_code == status and r.headers["Content-Type"] == "application/json", (
+            what,
+            r.status_code,
+            r.text,
+        )
         error = r.json()["error"]
         assert error["code"] == code and all(word in error["message"] for word in words), (what, error)
         seen.append(f"{what}: {r.status_code} {error['code']}: {error['message'][:160]}")

@@ -33,7 +33,7 @@ class ApiError(Exception):
         return json.dumps(self.body(), ensure_ascii=False)
 
     @classmethod
-    def for_status(cls, status: int, name: str, message: str) -> "ApiError":
+    def for_status(cls, status: int, name: str, message: str) -> ApiError:
         """An HTTP status none of the classes below stands for; its code is made from its name."""
         error = cls(message)
         error.status, error.code = status, re.sub(r"\W+", "_", name.lower()).strip("_") or "error"
@@ -66,7 +66,7 @@ class InvalidItem(InvalidInput):
     caller did (``payload.img[3]``)."""
 
     WHERE = "{item}"
-    _PATTERN = re.compile(r"item (\d+) refused: (.*)", re.S)
+    _PATTERN = re.compile(r"item (\d+) refused: (.*)", re.DOTALL)
 
     def __init__(self, index: int, message: str) -> None:
         super().__init__(message)
@@ -77,7 +77,7 @@ class InvalidItem(InvalidInput):
         return f"item {index} refused: {message}"
 
     @classmethod
-    def decode(cls, text: str) -> "InvalidItem | None":
+    def decode(cls, text: str) -> InvalidItem | None:
         found = cls._PATTERN.search(text)
         return cls(int(found.group(1)), found.group(2).strip()) if found else None
 
@@ -172,6 +172,7 @@ HTTP_STATUS_ERRORS: dict[int, type[ApiError]] = {
     413: PayloadTooLarge,
     415: UnsupportedMediaType,
 }
+
 
 def nginx_errors(max_body_bytes: int) -> dict[str, ApiError]:
     """What NGINX answers by itself, without the router: the nginx.conf field each fills

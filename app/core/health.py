@@ -12,8 +12,9 @@ that a health check never queues behind long inferences in the router's threads.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 from app.core.errors import ApiError
 from app.core.multimodel import ModelStore
@@ -60,7 +61,7 @@ class HealthPolicy:
     mode: str = READY_PING
 
     @classmethod
-    def of(cls, specs: Mapping[str, ModelSpec], mode: str = READY_PING) -> "HealthPolicy":
+    def of(cls, specs: Mapping[str, ModelSpec], mode: str = READY_PING) -> HealthPolicy:
         return cls(
             served={name: triton_models(name, spec.pipeline) for name, spec in sorted(specs.items())},
             optional=frozenset(name for name, spec in specs.items() if not spec.required),

@@ -31,7 +31,7 @@ def _children() -> dict[int, list[int]]:
         if entry.name.isdigit():
             with contextlib.suppress(OSError, ValueError, IndexError):
                 stat = (entry / "stat").read_text()
-                found.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(entry.name))
+                found.setdefault(int(stat[stat.rindex(")") + 2 :].split()[1]), []).append(int(entry.name))
     return found
 
 

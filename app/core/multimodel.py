@@ -28,9 +28,9 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Iterator
 
 from app.core import pbtxt
 from app.core.errors import ModelAlreadyLoaded, UnknownModel
@@ -137,7 +137,9 @@ def inspect_url(url: str, model_name: str) -> Layout:
         )
     specs = [name for name, folder in names.items() if (folder / SPEC_FILE).is_file()]
     if len(specs) > 1:
-        raise BadLayout(f"url {url!r} holds {len(specs)} folders with a {SPEC_FILE} ({', '.join(specs)}): one is one model")
+        raise BadLayout(
+            f"url {url!r} holds {len(specs)} folders with a {SPEC_FILE} ({', '.join(specs)}): one is one model"
+        )
     order = sorted(names, key=lambda name: (name in ensembles, name))
     return Layout(
         folders={name: str(names[name]) for name in order},
@@ -190,7 +192,7 @@ class ModelStore:
         self.repository = self.root / "repository"
         self.records = self.root / "loaded"
 
-    def create(self) -> "ModelStore":
+    def create(self) -> ModelStore:
         """Empty folders for a fresh start (Triton starts with nothing loaded)."""
         for folder in (self.repository, self.records):
             folder.mkdir(parents=True, exist_ok=True)
@@ -246,7 +248,9 @@ class ModelStore:
                 if attempt == 0 and current is not None and state != LOADED and not _alive(current.pid):
                     self._clear(current)
                     continue
-                raise ModelAlreadyLoaded(f"model {name!r} is {'already loaded' if state == LOADED else state}") from None
+                raise ModelAlreadyLoaded(
+                    f"model {name!r} is {'already loaded' if state == LOADED else state}"
+                ) from None
             with os.fdopen(fd, "w") as f:
                 json.dump(asdict(record), f)
             return record

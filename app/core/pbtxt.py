@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Mapping, Union
 
 from app.core.pipeline import SOURCE_PARAMETER
 
@@ -26,7 +26,7 @@ _TOKEN = re.compile(
       | (?P<string>"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')
       | (?P<punct>[{}<>\[\]:,;])
       | (?P<word>[^\s{}<>\[\]:,;"'\#]+)""",
-    re.X,
+    re.VERBOSE,
 )
 _CLOSE = {"{": "}", "<": ">"}
 
@@ -46,12 +46,12 @@ class Value:
 
 @dataclass
 class Message:
-    fields: list[tuple[str, Union[Value, "Message"]]] = field(default_factory=list)
+    fields: list[tuple[str, Value | Message]] = field(default_factory=list)
 
-    def all(self, name: str) -> Iterator[Union[Value, "Message"]]:
+    def all(self, name: str) -> Iterator[Value | Message]:
         return (value for key, value in self.fields if key == name)
 
-    def messages(self, name: str) -> Iterator["Message"]:
+    def messages(self, name: str) -> Iterator[Message]:
         return (value for value in self.all(name) if isinstance(value, Message))
 
     def value(self, name: str) -> Value | None:
@@ -122,12 +122,12 @@ class _Parser:
             for value in self.values(colon):
                 found.fields.append((name, value))
 
-    def values(self, colon: bool) -> Iterable[Union[Value, Message]]:
+    def values(self, colon: bool) -> Iterable[Value | Message]:
         if self.is_punct("{", "<"):
             return [self.message(_CLOSE[self.take()[1]])]
         if self.is_punct("["):  # a list: of values after ':', of messages with or without it
             self.at += 1
-            items: list[Union[Value, Message]] = []
+            items: list[Value | Message] = []
             while not self.is_punct("]"):
                 if self.is_punct(","):
                     self.at += 1
@@ -136,7 +136,7 @@ class _Parser:
             self.at += 1
             return items
         if not colon:
-            kind, text, start, _ = self.take()
+            _kind, text, start, _ = self.take()
             raise PbtxtError(f"expected ':' or a message at offset {start}, found {text!r}")
         return [self.scalar()]
 
@@ -156,8 +156,12 @@ def parse(text: str) -> Message:
 
 def step_models(config: Message) -> list[str]:
     """The models an ensemble's steps use, in order (none for a model that is not an ensemble)."""
-    return [name for scheduling in config.messages("ensemble_scheduling")
-            for step in scheduling.messages("step") if (name := step.string("model_name")) is not None]
+    return [
+        name
+        for scheduling in config.messages("ensemble_scheduling")
+        for step in scheduling.messages("step")
+        if (name := step.string("model_name")) is not None
+    ]
 
 
 def is_ensemble(config: Message) -> bool:
@@ -180,8 +184,9 @@ def _model_values(config: Message) -> Iterator[Value]:
 
 def rename(text: str, names: Mapping[str, str]) -> str:
     """``text`` with every model name found in ``names`` replaced by its new name; the rest unchanged."""
-    edits = sorted(((v.start, v.end, names[v.text]) for v in _model_values(parse(text)) if v.text in names),
-                   reverse=True)
+    edits = sorted(
+        ((v.start, v.end, names[v.text]) for v in _model_values(parse(text)) if v.text in names), reverse=True
+    )
     for start, end, new in edits:
         text = text[:start] + json.dumps(new) + text[end:]
     return text

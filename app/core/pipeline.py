@@ -17,7 +17,8 @@ Standard library only: the router, the clients and the model-preparation scripts
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 TRITON, ROUTER = "triton", "router"
 PIPELINES = (TRITON, ROUTER)
@@ -70,8 +71,10 @@ def pipeline_of(raw: Mapping[str, Any], family: str, where: str) -> str:
     if value not in PIPELINES:
         raise ValueError(f"{where}: {PIPELINE_KEY} must be one of {', '.join(PIPELINES)}, got {raw[PIPELINE_KEY]!r}")
     if value == TRITON and family not in TRITON_FAMILIES:
-        raise ValueError(f"{where}: {PIPELINE_KEY} = {TRITON!r}: the {family} family runs its pre- and "
-                         f"post-processing in the router (Triton pipelines: {', '.join(TRITON_FAMILIES)})")
+        raise ValueError(
+            f"{where}: {PIPELINE_KEY} = {TRITON!r}: the {family} family runs its pre- and "
+            f"post-processing in the router (Triton pipelines: {', '.join(TRITON_FAMILIES)})"
+        )
     return value
 
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SAGEMAKER_MODEL_DIR = Path("/opt/ml/model")
@@ -201,11 +202,14 @@ class Settings:
     model_load_timeout_s: float = DEFAULT_LOAD_TIMEOUT_S
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Each field of ``ENV_FIELDS`` from its variable when that is set and not blank, else its default."""
         env = os.environ if env is None else env
         http_port, grpc_port, _ = triton_ports(env)  # a safe port range moves Triton's ports
-        given: dict[str, Any] = {"triton_grpc_url": f"{LOOPBACK}:{grpc_port}", "triton_http_url": f"{LOOPBACK}:{http_port}"}
+        given: dict[str, Any] = {
+            "triton_grpc_url": f"{LOOPBACK}:{grpc_port}",
+            "triton_http_url": f"{LOOPBACK}:{http_port}",
+        }
         for name, (variable, kind) in ENV_FIELDS.items():
             raw = env.get(variable, "").strip()
             if raw:
@@ -222,9 +226,9 @@ class Settings:
         (at most 100) and the concurrency, bounded so that their product stays within 100 MB."""
         payload_mb = max(1, min(TRANSFORM_MAX_PAYLOAD_MB, self.max_body_bytes // MIB))
         return {
-            "MaxConcurrentTransforms": max(1, min(self.max_concurrent_transforms or 2 * self.workers,
-                                                  TRANSFORM_MAX_PAYLOAD_MB // payload_mb)),
+            "MaxConcurrentTransforms": max(
+                1, min(self.max_concurrent_transforms or 2 * self.workers, TRANSFORM_MAX_PAYLOAD_MB // payload_mb)
+            ),
             "BatchStrategy": "MULTI_RECORD",
             "MaxPayloadInMB": payload_mb,
         }
-

@@ -8,9 +8,10 @@ Nothing here imports more than the standard library and numpy, so both sides can
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 

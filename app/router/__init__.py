@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from flask import Flask, Response, g, request
 
 from app.core.health import health_policy, ping_answer
 from app.core.settings import Settings
+from app.router.batches import run_invocations
 from app.router.handlers import json_response, register_error_handlers
 from app.router.multimodel import register as register_multi_model
-from app.router.batches import run_invocations
 from app.router.observability import MIXED_MODELS
 from app.router.observability import install as install_observability
 from app.router.requests import (
@@ -111,8 +112,9 @@ def create_app(
         check_media_type(asked, served.content_types)
         document = parse_json_object(asked.body) if asked.mimetype == JSON_TYPE else None
         if asked.mimetype == BINARY_JSON_TYPE or (document is not None and is_v2(document)):
-            return passed_to_triton(replace(asked, target_model=served.v2_model) if served.v2_model else asked,
-                                    document, served.load)
+            return passed_to_triton(
+                replace(asked, target_model=served.v2_model) if served.v2_model else asked, document, served.load
+            )
         kind = answer_type(asked)
         lines = is_jsonlines(asked)
         calls = parse_lines(asked, served.lookup) if lines else [parse_invocation(asked, served.lookup, document)]

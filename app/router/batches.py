@@ -9,7 +9,8 @@ any line runs.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from app.core.errors import ApiError, LineError
 from app.router.requests import Invocation
@@ -21,10 +22,16 @@ def answer(invocation: Invocation, result: Any, version: str) -> dict[str, Any]:
     return {"modelname": invocation.client.name, "version": version, "result": result}
 
 
-def run_invocations(invocations: Sequence[Invocation], *, numbered: bool, timings: dict[str, float] | None = None,
-                    deadline: float | None = None) -> list[dict[str, Any]]:
+def run_invocations(
+    invocations: Sequence[Invocation],
+    *,
+    numbered: bool,
+    timings: dict[str, float] | None = None,
+    deadline: float | None = None,
+) -> list[dict[str, Any]]:
     """Each invocation's answer, in order. ``numbered``: the invocations are lines, and an error
     caused by one is a ``LineError`` with its number (from 1); else the error as it is."""
+
     def blame(index: int, error: ApiError) -> ApiError:
         return LineError(index + 1, error) if numbered else error
 

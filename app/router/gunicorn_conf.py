@@ -34,6 +34,6 @@ control_socket_disable = True
 worker_tmp_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None
 
 
-def child_exit(server, worker) -> None:  # noqa: ARG001 (gunicorn's hook signature)
+def child_exit(server, worker) -> None:
     """A worker that exited (or was killed) no longer counts in the in-flight gauge of /metrics."""
     mark_process_dead(worker.pid)

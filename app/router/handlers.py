@@ -51,7 +51,10 @@ def register_error_handlers(app: Flask, settings: Settings) -> None:
     def internal_error(error: Exception) -> Response:
         answer = InternalError(uuid.uuid4().hex)
         log.exception(
-            "internal error %s on %s %s", answer.error_id, request.method, request.path,
+            "internal error %s on %s %s",
+            answer.error_id,
+            request.method,
+            request.path,
             extra={"fields": {"request_id": g.get("request_id"), "error_id": answer.error_id, "model": g.get("model")}},
         )
         return api_error(answer)

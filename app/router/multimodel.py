@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from flask import Flask, Response, g, request
 
@@ -93,13 +94,21 @@ class MultiModel:
                 raise InvalidInput(str(error)) from None
             self._check_spec(found)
             others = sum(r.charged for r in self.store.all() if r.model_name != name)
-            refused = memory_refusal(name, found.size_bytes, others, self.settings.model_memory_limit_bytes,
-                                     available_memory())
+            refused = memory_refusal(
+                name, found.size_bytes, others, self.settings.model_memory_limit_bytes, available_memory()
+            )
             if refused is not None:
                 raise refused
             layout = triton_names(found, name)
-            record = self.store.save(replace(record, folders=layout.folders, entry=layout.entry,
-                                             spec_folder=layout.spec_folder, size_bytes=layout.size_bytes))
+            record = self.store.save(
+                replace(
+                    record,
+                    folders=layout.folders,
+                    entry=layout.entry,
+                    spec_folder=layout.spec_folder,
+                    size_bytes=layout.size_bytes,
+                )
+            )
             renamed = dict(zip(found.folders, layout.folders))
             for triton_name, folder in layout.folders.items():
                 self.store.unlink(triton_name)  # the name is this model's alone: only a killed load's leftovers
@@ -135,8 +144,10 @@ class MultiModel:
 
     def _load_one(self, name: str, triton_name: str, deadline: float) -> None:
         """One of the model's Triton models, within what is left of MODEL_LOAD_TIMEOUT (a 504 past it)."""
-        late = InferenceTimeout(f"loading {name!r} did not finish within {self.settings.model_load_timeout_s:g} s: "
-                                f"raise {MODEL_LOAD_TIMEOUT} for models that take Triton longer to load")
+        late = InferenceTimeout(
+            f"loading {name!r} did not finish within {self.settings.model_load_timeout_s:g} s: "
+            f"raise {MODEL_LOAD_TIMEOUT} for models that take Triton longer to load"
+        )
         left = deadline - time.monotonic()
         if left <= 0:
             raise late
@@ -195,8 +206,10 @@ class MultiModel:
 
             def lookup(_: Any) -> ModelClient:
                 if client is None:
-                    raise InvalidInput(f"model {name!r} is a Triton model without a model.toml: send it KServe v2 "
-                                       "tensors (application/json with \"inputs\", or binary+json)")
+                    raise InvalidInput(
+                        f"model {name!r} is a Triton model without a model.toml: send it KServe v2 "
+                        'tensors (application/json with "inputs", or binary+json)'
+                    )
                 return client
 
             return answer(Served(lookup, client.content_types if client else frozenset(), record.entry, record.since))
@@ -211,8 +224,10 @@ class MultiModel:
             if time.monotonic() >= deadline:
                 break
             time.sleep(UNLOAD_POLL_S)
-        raise TritonUnavailable(f"Triton did not finish unloading {', '.join(names)} within "
-                                f"{self.settings.model_load_timeout_s:g} s ({MODEL_LOAD_TIMEOUT})")
+        raise TritonUnavailable(
+            f"Triton did not finish unloading {', '.join(names)} within "
+            f"{self.settings.model_load_timeout_s:g} s ({MODEL_LOAD_TIMEOUT})"
+        )
 
 
 def _page(records: list[Record], token: str, size: str) -> dict[str, Any]:
@@ -223,21 +238,26 @@ def _page(records: list[Record], token: str, size: str) -> dict[str, Any]:
         raise InvalidInput("next_page_token and max_results must be whole numbers") from None
     if start < 0 or count < 1:
         raise InvalidInput("next_page_token must be >= 0 and max_results >= 1")
-    page: dict[str, Any] = {"models": [r.listing() for r in records[start:start + count]]}
+    page: dict[str, Any] = {"models": [r.listing() for r in records[start : start + count]]}
     if start + count < len(records):
         page["nextPageToken"] = str(start + count)
     return page
 
 
-def register(app: Flask, settings: Settings, triton: TritonRepository, kserve: TritonHttp,
-             answer: Answer) -> MultiModel | None:
+def register(
+    app: Flask, settings: Settings, triton: TritonRepository, kserve: TritonHttp, answer: Answer
+) -> MultiModel | None:
     """The ``/models`` routes: SageMaker's API in multi-model mode, a 404 that says how to turn it on otherwise."""
     if not settings.multi_model:
+
         @app.route("/models", methods=["GET", "POST"])
         @app.route("/models/<path:_>", methods=["GET", "POST", "DELETE"])
         def models_off(_: str = "") -> Response:
-            raise NotFound(f"the model API is for multi-model endpoints ({MULTI_MODEL}=true); this endpoint serves "
-                           "its models on POST /invocations")
+            raise NotFound(
+                f"the model API is for multi-model endpoints ({MULTI_MODEL}=true); this endpoint serves "
+                "its models on POST /invocations"
+            )
+
         return None
 
     models = MultiModel(settings, triton, kserve)
@@ -252,15 +272,22 @@ def register(app: Flask, settings: Settings, triton: TritonRepository, kserve: T
         g.model = name
         started = time.monotonic()
         record = models.load(name, url)
-        log.info("loaded model %s from %s (%s) in %.1f s: files %.1f MiB, Triton grew by %.1f MiB", name, url,
-                 request.headers.get(TARGET_MODEL, "-"), time.monotonic() - started, record.size_bytes / MIB,
-                 record.memory_bytes / MIB)
+        log.info(
+            "loaded model %s from %s (%s) in %.1f s: files %.1f MiB, Triton grew by %.1f MiB",
+            name,
+            url,
+            request.headers.get(TARGET_MODEL, "-"),
+            time.monotonic() - started,
+            record.size_bytes / MIB,
+            record.memory_bytes / MIB,
+        )
         return json_response({"status": f"model {name!r} loaded", **record.listing()})
 
     @app.get("/models")
     def list_models() -> Response:
-        return json_response(_page(models.store.loaded(), request.args.get("next_page_token", ""),
-                                   request.args.get("max_results", "")))
+        return json_response(
+            _page(models.store.loaded(), request.args.get("next_page_token", ""), request.args.get("max_results", ""))
+        )
 
     @app.get("/models/<name>")
     def get_model(name: str) -> Response:

@@ -66,16 +66,24 @@ def make_metrics() -> Metrics:
             "router_requests", "Invocations answered, by model and HTTP status.", ("model", "status"), registry=owner
         ),
         latency=Histogram(
-            "router_request_duration_seconds", "Invocation time in the router, end to end, by model.",
-            ("model",), buckets=BUCKETS, registry=owner,
+            "router_request_duration_seconds",
+            "Invocation time in the router, end to end, by model.",
+            ("model",),
+            buckets=BUCKETS,
+            registry=owner,
         ),
         stages=Histogram(
-            "router_stage_duration_seconds", "Invocation time by stage (preprocess, triton, postprocess) and model.",
-            ("model", "stage"), buckets=BUCKETS, registry=owner,
+            "router_stage_duration_seconds",
+            "Invocation time by stage (preprocess, triton, postprocess) and model.",
+            ("model", "stage"),
+            buckets=BUCKETS,
+            registry=owner,
         ),
         in_flight=Gauge(
-            "router_requests_in_flight", "Invocations being served now, over all workers.",
-            registry=owner, multiprocess_mode="livesum",
+            "router_requests_in_flight",
+            "Invocations being served now, over all workers.",
+            registry=owner,
+            multiprocess_mode="livesum",
         ),
     )
 

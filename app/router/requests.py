@@ -12,10 +12,19 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
-from app.core.errors import ApiError, InvalidInput, InvalidJson, LineError, NotAcceptable, UnknownModel, UnsupportedMediaType
+from app.core.errors import (
+    ApiError,
+    InvalidInput,
+    InvalidJson,
+    LineError,
+    NotAcceptable,
+    UnknownModel,
+    UnsupportedMediaType,
+)
 from clients.base import ModelClient
 from clients.v2_checks import BINARY_JSON_TYPE
 
@@ -66,12 +75,15 @@ def check_media_type(request: Request, content_types: frozenset[str]) -> None:
     anything; binary+json's type is recognised as Triton's SageMaker front end does (at the start)."""
     position = request.content_type.find(BINARY_JSON_PREFIX)
     if position > 0:
-        raise InvalidInput(f"Content-Type must start with {BINARY_JSON_PREFIX}N for a binary+json body "
-                           f"(N: the size of its JSON header), got {request.content_type!r}"[:400])
+        raise InvalidInput(
+            f"Content-Type must start with {BINARY_JSON_PREFIX}N for a binary+json body "
+            f"(N: the size of its JSON header), got {request.content_type!r}"[:400]
+        )
     taken = BODY_TYPES | content_types
     if request.mimetype not in taken:
-        raise UnsupportedMediaType(f"Content-Type {request.mimetype} is not taken here; the bodies taken are "
-                                   f"{', '.join(sorted(taken))}")
+        raise UnsupportedMediaType(
+            f"Content-Type {request.mimetype} is not taken here; the bodies taken are {', '.join(sorted(taken))}"
+        )
 
 
 @dataclass(frozen=True)
@@ -133,7 +145,7 @@ def parse_version(value: Any, where: str) -> str | None:
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
     if not isinstance(value, str) or not VERSION_PATTERN.fullmatch(value.strip()):
-        raise InvalidInput(f"{where} must be a positive integer version such as \"1\", got {value!r}")
+        raise InvalidInput(f'{where} must be a positive integer version such as "1", got {value!r}')
     return value.strip()
 
 
@@ -164,8 +176,9 @@ def find_client(registry: Mapping[str, ModelClient], name: Any) -> ModelClient:
     return client
 
 
-def parse_invocation(request: Request, lookup: Callable[[Any], ModelClient],
-                     document: Mapping[str, Any] | None = None) -> Invocation:
+def parse_invocation(
+    request: Request, lookup: Callable[[Any], ModelClient], document: Mapping[str, Any] | None = None
+) -> Invocation:
     """The envelope or the raw body -> an Invocation; ``lookup`` finds the model's client (or
     raises UnknownModel / InvalidInput). ``document``: a JSON body already parsed."""
     if request.mimetype == JSON_TYPE:
@@ -261,7 +274,7 @@ class PassThrough:
 
     @property
     def binary(self) -> memoryview | None:
-        return None if self.json_size is None else memoryview(self.body)[self.json_size:]
+        return None if self.json_size is None else memoryview(self.body)[self.json_size :]
 
 
 def is_v2(document: Mapping[str, Any]) -> bool:
@@ -292,6 +305,8 @@ def pass_through(request: Request, default_model: str, document: Any = None) -> 
     try:
         header = parse_json_object(request.body[:size])
     except InvalidJson as error:
-        raise InvalidJson(f"the JSON header of the {BINARY_JSON_TYPE} body (its first {size} bytes, "
-                          f"{JSON_HEADER_SIZE}) is not a JSON object: {error.message}") from None
+        raise InvalidJson(
+            f"the JSON header of the {BINARY_JSON_TYPE} body (its first {size} bytes, "
+            f"{JSON_HEADER_SIZE}) is not a JSON object: {error.message}"
+        ) from None
     return PassThrough(model, request.body, header, size)

@@ -17,9 +17,9 @@ import json
 import logging
 import shutil
 import subprocess
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 log = logging.getLogger("serve.engines")
 
@@ -73,10 +73,12 @@ def _gpus_from_cuda() -> list[GpuInfo] | None:
     for ordinal in range(count.value):
         device, major, minor = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
         name = ctypes.create_string_buffer(256)
-        if (cuda.cuDeviceGet(ctypes.byref(device), ordinal) != 0
-                or cuda.cuDeviceGetName(name, len(name), device) != 0
-                or cuda.cuDeviceGetAttribute(ctypes.byref(major), _CC_MAJOR, device) != 0
-                or cuda.cuDeviceGetAttribute(ctypes.byref(minor), _CC_MINOR, device) != 0):
+        if (
+            cuda.cuDeviceGet(ctypes.byref(device), ordinal) != 0
+            or cuda.cuDeviceGetName(name, len(name), device) != 0
+            or cuda.cuDeviceGetAttribute(ctypes.byref(major), _CC_MAJOR, device) != 0
+            or cuda.cuDeviceGetAttribute(ctypes.byref(minor), _CC_MINOR, device) != 0
+        ):
             return None
         gpus.append(GpuInfo(name.value.decode(errors="replace"), f"{major.value}.{minor.value}"))
     return gpus
@@ -98,8 +100,12 @@ def _gpus_from_nvidia_smi() -> list[GpuInfo] | None:
     if binary is None:
         return None
     try:
-        result = subprocess.run([binary, "--query-gpu=name,compute_cap", "--format=csv,noheader"],
-                                capture_output=True, text=True, timeout=20)
+        result = subprocess.run(
+            [binary, "--query-gpu=name,compute_cap", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return parse_nvidia_smi(result.stdout) if result.returncode == 0 else None
@@ -125,8 +131,9 @@ def check_engines(repository: Path, detect: Callable[[], Sequence[GpuInfo]] | No
         return
     gpus = list((detect or detect_gpus)())
     if not gpus:
-        log.warning("%d TensorRT plan(s) in %s but no GPU visible: Triton will fail to load them",
-                    len(plans), repository)
+        log.warning(
+            "%d TensorRT plan(s) in %s but no GPU visible: Triton will fail to load them", len(plans), repository
+        )
         return
     problems = []
     for plan in plans:
@@ -137,15 +144,23 @@ def check_engines(repository: Path, detect: Callable[[], Sequence[GpuInfo]] | No
             continue
         for gpu in gpus:
             if gpu.compute_capability != built.compute_capability:
-                problems.append(f"{where} was built on {built.name} (compute capability "
-                                f"{built.compute_capability}); this GPU is {gpu.name} ({gpu.compute_capability})")
+                problems.append(
+                    f"{where} was built on {built.name} (compute capability "
+                    f"{built.compute_capability}); this GPU is {gpu.name} ({gpu.compute_capability})"
+                )
             elif gpu.name != built.name:
-                log.warning("%s was built on %s, runs on %s (same compute capability %s)",
-                            where, built.name, gpu.name, gpu.compute_capability)
+                log.warning(
+                    "%s was built on %s, runs on %s (same compute capability %s)",
+                    where,
+                    built.name,
+                    gpu.name,
+                    gpu.compute_capability,
+                )
     if problems:
         unique = list(dict.fromkeys(problems))
         raise EngineMismatch(
-            "TensorRT engines built for another GPU type: " + "; ".join(unique)
+            "TensorRT engines built for another GPU type: "
+            + "; ".join(unique)
             + ". Rebuild them on this instance type (python -m scripts.model_prep --target tensorrt, "
-              "see the README's 'Deploying to SageMaker') and deploy the new repository."
+            "see the README's 'Deploying to SageMaker') and deploy the new repository."
         )

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from app.core.errors import nginx_errors
 from app.core.health import unhealthy
@@ -28,9 +28,19 @@ def _return_text(text: str) -> str:
     return text
 
 
-def render_nginx_conf(template: str, *, port: int, runtime_dir: Path, router_socket: Path, ping_socket: Path,
-                      proxy_timeout_s: float, drain_timeout_s: int, models: Sequence[str],
-                      max_body_bytes: int, load_timeout_s: float | None = None) -> str:
+def render_nginx_conf(
+    template: str,
+    *,
+    port: int,
+    runtime_dir: Path,
+    router_socket: Path,
+    ping_socket: Path,
+    proxy_timeout_s: float,
+    drain_timeout_s: int,
+    models: Sequence[str],
+    max_body_bytes: int,
+    load_timeout_s: float | None = None,
+) -> str:
     """nginx.conf with serve's values; ``load_timeout_s`` bounds the model API's loads and
     unloads (``proxy_timeout_s`` when not given)."""
     values = {
@@ -51,7 +61,7 @@ def render_nginx_conf(template: str, *, port: int, runtime_dir: Path, router_soc
     for key, value in values.items():
         template = template.replace("{{" + key + "}}", value)
     if "{{" in template:
-        raise ValueError(f"{NGINX_CONF} has a field serve does not fill: {template[template.index('{{'):][:40]}")
+        raise ValueError(f"{NGINX_CONF} has a field serve does not fill: {template[template.index('{{') :][:40]}")
     return template
 
 
@@ -59,5 +69,7 @@ def find_nginx(env: Mapping[str, str]) -> str:
     explicit = env.get(NGINX_BIN, "").strip()
     found = explicit or shutil.which("nginx", path=env.get("PATH")) or shutil.which("nginx", path="/usr/sbin")
     if not found:
-        raise FileNotFoundError(f"nginx not found: install it (apt-get install nginx; make run does) or set {NGINX_BIN}")
+        raise FileNotFoundError(
+            f"nginx not found: install it (apt-get install nginx; make run does) or set {NGINX_BIN}"
+        )
     return found

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import socketserver
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Callable
 
 from app.core.errors import NotFound
 from app.core.health import HealthPolicy, Readiness, ping_answer, unhealthy
@@ -22,7 +22,9 @@ from app.core.health import HealthPolicy, Readiness, ping_answer, unhealthy
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
-    def __init__(self, path: Path, triton: Readiness, health: Callable[[], HealthPolicy], router_up: Callable[[], bool]):
+    def __init__(
+        self, path: Path, triton: Readiness, health: Callable[[], HealthPolicy], router_up: Callable[[], bool]
+    ):
         self.triton, self.health, self.router_up = triton, health, router_up
         super().__init__(str(path), _Handler)
 
@@ -30,10 +32,10 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_GET(self) -> None:
         self._answer(with_body=True)
 
-    def do_HEAD(self) -> None:  # noqa: N802
+    def do_HEAD(self) -> None:
         self._answer(with_body=False)
 
     def _answer(self, with_body: bool) -> None:
@@ -54,12 +56,18 @@ class _Handler(BaseHTTPRequestHandler):
     def address_string(self) -> str:
         return "nginx"  # a unix socket has no peer address
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (http.server's signature)
+    def log_message(self, format: str, *args: object) -> None:
         pass  # SageMaker pings every few seconds: not worth a log line each
 
 
-def start_ping_server(path: Path, triton_url: str, timeout_s: float, ping_timeout_s: float,
-                      health: Callable[[], HealthPolicy], router_up: Callable[[], bool]) -> _Server:
+def start_ping_server(
+    path: Path,
+    triton_url: str,
+    timeout_s: float,
+    ping_timeout_s: float,
+    health: Callable[[], HealthPolicy],
+    router_up: Callable[[], bool],
+) -> _Server:
     """Serve /ping on ``path`` from a daemon thread. Call it after the children are started: the
     gRPC client it creates must not be inherited by a fork."""
     from clients.triton import TritonClient

@@ -23,10 +23,13 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Mapping, Sequence
+from typing import IO
 
 from app.core import logs
+from app.core.health import health_policy
+from app.core.multimodel import ModelStore
 from app.core.settings import (
     MALLOC_ARENA_MAX,
     MALLOC_MMAP_THRESHOLD,
@@ -42,8 +45,6 @@ from app.core.settings import (
     is_model_repository,
     triton_ports,
 )
-from app.core.health import health_policy
-from app.core.multimodel import ModelStore
 from app.core.spec import find_specs
 from app.serve.engines import check_engines
 from app.serve.nginx import NGINX_CONF, find_nginx, render_nginx_conf
@@ -109,7 +110,7 @@ class Child:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            preexec_fn=_child_setup,
+            preexec_fn=_child_setup,  # noqa: PLW1509 - only setsid and prctl, before any thread of the child
         )
         threading.Thread(target=_relay, args=(name, self.proc.stdout), daemon=True).start()
         log.info("started %s (pid %d)", name, self.proc.pid)
@@ -152,7 +153,10 @@ class Supervisor:
         if settings.multi_model:
             # SageMaker loads the models through /models: Triton starts on an empty repository and
             # loads and unloads what the router links there (app.core.multimodel).
-            repository, control = ModelStore(settings.multi_model_dir).create().repository, ["--model-control-mode=explicit"]
+            repository, control = (
+                ModelStore(settings.multi_model_dir).create().repository,
+                ["--model-control-mode=explicit"],
+            )
         elif not is_model_repository(repository):
             raise FileNotFoundError(f"{repository} holds no Triton model repository: run `make models` first")
         else:
@@ -166,8 +170,14 @@ class Supervisor:
             install = find_triton(env)
             backend_dir = install.prepare(runtime_dir)
             bind_address = env.get(TRITON_BIND_ADDRESS, "").strip() or "127.0.0.1"
-            triton_argv = triton_command(install, repository, (http, grpc, metrics), bind_address, backend_dir,
-                                         extra_args=[*control, *stock_flags(env)])
+            triton_argv = triton_command(
+                install,
+                repository,
+                (http, grpc, metrics),
+                bind_address,
+                backend_dir,
+                extra_args=[*control, *stock_flags(env)],
+            )
             self.children.append(Child("triton", triton_argv, {**env, **install.env, **malloc_env(env)}))
 
         socket_path = runtime_dir / "router.sock"
@@ -198,22 +208,39 @@ class Supervisor:
         health = health_policy(settings, {} if settings.multi_model else find_specs(repository))
         ping_socket = runtime_dir / "ping.sock"
         start_ping_server(
-            ping_socket, router_env[TRITON_GRPC_URL], settings.triton_timeout_s, settings.ping_timeout_s,
-            health=health, router_up=lambda: router.alive() and socket_path.exists(),
+            ping_socket,
+            router_env[TRITON_GRPC_URL],
+            settings.triton_timeout_s,
+            settings.ping_timeout_s,
+            health=health,
+            router_up=lambda: router.alive() and socket_path.exists(),
         )
 
         conf = runtime_dir / "nginx.conf"
-        conf.write_text(render_nginx_conf(
-            NGINX_CONF.read_text(), port=settings.port, runtime_dir=runtime_dir, router_socket=socket_path,
-            ping_socket=ping_socket, proxy_timeout_s=settings.server_timeout_s + 5,
-            # an unload waits for the requests in flight (MODEL_SERVER_TIMEOUT), then for Triton
-            load_timeout_s=settings.model_load_timeout_s + settings.server_timeout_s + 10,
-            drain_timeout_s=DRAIN_TIMEOUT_S - 1, models=sorted(health().served), max_body_bytes=settings.max_body_bytes,
-        ))
+        conf.write_text(
+            render_nginx_conf(
+                NGINX_CONF.read_text(),
+                port=settings.port,
+                runtime_dir=runtime_dir,
+                router_socket=socket_path,
+                ping_socket=ping_socket,
+                proxy_timeout_s=settings.server_timeout_s + 5,
+                # an unload waits for the requests in flight (MODEL_SERVER_TIMEOUT), then for Triton
+                load_timeout_s=settings.model_load_timeout_s + settings.server_timeout_s + 10,
+                drain_timeout_s=DRAIN_TIMEOUT_S - 1,
+                models=sorted(health().served),
+                max_body_bytes=settings.max_body_bytes,
+            )
+        )
         nginx_argv = [nginx_binary, "-e", "stderr", "-p", str(runtime_dir), "-c", str(conf)]
         self.children.append(Child("nginx", nginx_argv, env))
-        log.info("serving on port %d: models from %s, Triton at %s, %d router workers", settings.port,
-                 repository, router_env[TRITON_GRPC_URL], settings.workers)
+        log.info(
+            "serving on port %d: models from %s, Triton at %s, %d router workers",
+            settings.port,
+            repository,
+            router_env[TRITON_GRPC_URL],
+            settings.workers,
+        )
 
     def _wait_for_socket(self, router: Child, socket_path: Path) -> None:
         """NGINX starts once the router listens, so early callers see 503s, not proxy errors.

@@ -14,9 +14,9 @@ import shlex
 import shutil
 import sys
 import sysconfig
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from app.core.settings import TRITON_SERVER_BIN
 

@@ -19,8 +19,8 @@ Each request of a dynamically batched ``execute()`` is answered on its own, as T
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -64,7 +64,9 @@ def preprocess_batch(client, encoded: np.ndarray, lengths: np.ndarray) -> tuple[
     for row, (data, length) in enumerate(zip(encoded, lengths.reshape(-1))):
         try:
             if not 0 < length <= len(data):
-                raise InvalidInput(f"{InvalidItem.WHERE}: {IMAGE_LENGTH} {int(length)} is not within its {len(data)} bytes")
+                raise InvalidInput(
+                    f"{InvalidItem.WHERE}: {IMAGE_LENGTH} {int(length)} is not within its {len(data)} bytes"
+                )
             arrays, displayed = client.preprocess(data[:length].tobytes(), InvalidItem.WHERE, {})
         except InvalidInput as error:
             raise InvalidItem(row, error.message) from None
@@ -73,8 +75,9 @@ def preprocess_batch(client, encoded: np.ndarray, lengths: np.ndarray) -> tuple[
     return np.stack(inputs), np.asarray(sizes, dtype=np.int64)
 
 
-def postprocess_batch(client, output: np.ndarray, sizes: np.ndarray, options: Mapping[str, np.ndarray]
-                      ) -> tuple[np.ndarray, np.ndarray]:
+def postprocess_batch(
+    client, output: np.ndarray, sizes: np.ndarray, options: Mapping[str, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
     """A detector's [B, N, 5 + classes] output -> ([B, K, 6] detections zero-padded, [B, 1] counts)."""
     found = []
     for row in range(len(output)):
@@ -106,11 +109,14 @@ class TritonPythonModel:
 
     def _answer(self, request) -> Sequence:
         if self.step == PREPROCESS:
-            tensor, sizes = preprocess_batch(self.client, self._input(request, IMAGE), self._input(request, IMAGE_LENGTH))
+            tensor, sizes = preprocess_batch(
+                self.client, self._input(request, IMAGE), self._input(request, IMAGE_LENGTH)
+            )
             return [pb_utils.Tensor(self.client.spec.inputs[0].name, tensor), pb_utils.Tensor(IMAGE_SIZE, sizes)]
         options = {name: self._input(request, name) for name in DETECTION_OPTIONS}
         detections, counts = postprocess_batch(
-            self.client, self._input(request, self.network_output), self._input(request, IMAGE_SIZE), options)
+            self.client, self._input(request, self.network_output), self._input(request, IMAGE_SIZE), options
+        )
         return [pb_utils.Tensor(DETECTIONS, detections), pb_utils.Tensor(NUM_DETECTIONS, counts)]
 
     def execute(self, requests: list) -> list:
@@ -119,9 +125,17 @@ class TritonPythonModel:
             try:
                 responses.append(pb_utils.InferenceResponse(output_tensors=self._answer(request)))
             except InvalidItem as error:  # the caller's image: Triton answers it 400
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
-                    InvalidItem.encode(error.index, error.message), pb_utils.TritonError.INVALID_ARG)))
-            except Exception as error:  # one failed request answers an error; the step lives on
-                responses.append(pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError(f"{self.step} failed: {error.__class__.__name__}: {error}")))
+                responses.append(
+                    pb_utils.InferenceResponse(
+                        error=pb_utils.TritonError(
+                            InvalidItem.encode(error.index, error.message), pb_utils.TritonError.INVALID_ARG
+                        )
+                    )
+                )
+            except Exception as error:  # noqa: BLE001 - one failed request answers an error; the step lives on
+                responses.append(
+                    pb_utils.InferenceResponse(
+                        error=pb_utils.TritonError(f"{self.step} failed: {error.__class__.__name__}: {error}")
+                    )
+                )
         return responses

@@ -9,9 +9,10 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from app.core.settings import MODEL_REPOSITORY, PROJECT_ROOT
 from scripts.bench import __doc__ as bench_doc
@@ -41,14 +42,19 @@ from scripts.bench.report import Cell, format_figures, format_results, plot, sch
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m scripts.bench", description=bench_doc.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m scripts.bench",
+        description=bench_doc.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument("--url", default="127.0.0.1:8080", help="the product's public host:port (NGINX)")
     p.add_argument("--triton-grpc", default="127.0.0.1:8001", help="the stack's Triton gRPC host:port (side B)")
-    p.add_argument("--repository", type=Path,
-                   default=Path(os.environ.get(MODEL_REPOSITORY) or PROJECT_ROOT / "models"),
-                   help="the model repository the stack serves (the peer Triton and the benchmark's own stack "
-                        "load the same)")
+    p.add_argument(
+        "--repository",
+        type=Path,
+        default=Path(os.environ.get(MODEL_REPOSITORY) or PROJECT_ROOT / "models"),
+        help="the model repository the stack serves (the peer Triton and the benchmark's own stack load the same)",
+    )
     p.add_argument("--models", default=",".join(MODELS), help="comma-separated models")
     p.add_argument("--concurrency", default=",".join(map(str, CONCURRENCY)), help="comma-separated levels")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
@@ -58,17 +64,28 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--image", type=Path, default=DEFAULT_IMAGE, help="the JPEG sent to the image models")
     p.add_argument("--text", default=DEFAULT_TEXT, help="the text sent to the fill-mask model")
     p.add_argument("--no-peer", action="store_true", help="skip C (the peer Triton)")
-    p.add_argument("--no-identity", action="store_true",
-                   help="skip the benchmark's own stack (identity model, start time, worker memory)")
-    p.add_argument("--rss-requests", type=int, default=1000,
-                   help="mixed requests sent to the benchmark's own stack before reading a router worker's memory")
+    p.add_argument(
+        "--no-identity",
+        action="store_true",
+        help="skip the benchmark's own stack (identity model, start time, worker memory)",
+    )
+    p.add_argument(
+        "--rss-requests",
+        type=int,
+        default=1000,
+        help="mixed requests sent to the benchmark's own stack before reading a router worker's memory",
+    )
     p.add_argument("--no-perf-analyzer", action="store_true", help="skip the perf_analyzer cross-check of B")
-    p.add_argument("--placements-only", action="store_true",
-                   help="only P-triton and P-router (both placements of the image pipelines) on the benchmark's own "
-                        "stack: no stack on --url needed")
+    p.add_argument(
+        "--placements-only",
+        action="store_true",
+        help="only P-triton and P-router (both placements of the image pipelines) on the benchmark's own "
+        "stack: no stack on --url needed",
+    )
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results.json, plots and logs go here")
-    p.add_argument("--quick", action="store_true",
-                   help="smoke run: concurrency 1 and 8, one round of 1 s steps, short warm-up")
+    p.add_argument(
+        "--quick", action="store_true", help="smoke run: concurrency 1 and 8, one round of 1 s steps, short warm-up"
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.concurrency, args.rounds, args.step_seconds, args.warmup_seconds = "1,8", 1, 1.0, 0.5
@@ -84,7 +101,7 @@ def send_mixed(callers: Sequence[Callable[[], None]], total: int, concurrency: i
         try:
             callers[i % len(callers)]()
             return 0
-        except Exception:  # counted: the figure is memory, not correctness
+        except Exception:  # noqa: BLE001 - counted: the figure is memory, not correctness
             return 1
 
     with ThreadPoolExecutor(concurrency) as pool:
@@ -105,15 +122,25 @@ class Progress:
         elapsed = time.monotonic() - self.began
         left = elapsed / self.done * (self.total - self.done)
         errors = f", {summary['errors']} errors" if summary["errors"] else ""
-        print(f"[{self.done}/{self.total} {elapsed:4.0f}s, ~{left:3.0f}s left] {label}: "
-              f"{summary['throughput']:.1f} req/s, p50 {summary['p50_ms']:.1f} ms{errors}", flush=True)
+        print(
+            f"[{self.done}/{self.total} {elapsed:4.0f}s, ~{left:3.0f}s left] {label}: "
+            f"{summary['throughput']:.1f} req/s, p50 {summary['p50_ms']:.1f} ms{errors}",
+            flush=True,
+        )
 
 
-def bench_model(model: str, callers: Mapping[str, Callable[[], None]], concurrencies: Sequence[int], args,
-                cells: dict, progress: Progress, meter: Callable[[], dict[str, float]] | None = None) -> None:
+def bench_model(
+    model: str,
+    callers: Mapping[str, Callable[[], None]],
+    concurrencies: Sequence[int],
+    args,
+    cells: dict,
+    progress: Progress,
+    meter: Callable[[], dict[str, float]] | None = None,
+) -> None:
     """Warm every side, then the interleaved steps of this model; ``meter``, when given, reads the
     CPU seconds of the stack's processes by role before and after each step."""
-    for side, call in callers.items():
+    for call in callers.values():
         if args.warmup_seconds > 0:
             run_load(call, max(concurrencies), args.warmup_seconds)
     for step in schedule([model], {model: list(callers)}, concurrencies, args.rounds):
@@ -128,9 +155,17 @@ def bench_model(model: str, callers: Mapping[str, Callable[[], None]], concurren
         progress.step(f"{model} {step.side} c={step.concurrency} round {step.round + 1}", one.summary())
 
 
-def bench_placements(stack, specs: Mapping[str, Any], placements: Mapping[str, Sequence[tuple[str, str]]],
-                     concurrencies: Sequence[int], image: bytes, args, cells: dict, progress: Progress,
-                     wire: dict) -> None:
+def bench_placements(
+    stack,
+    specs: Mapping[str, Any],
+    placements: Mapping[str, Sequence[tuple[str, str]]],
+    concurrencies: Sequence[int],
+    image: bytes,
+    args,
+    cells: dict,
+    progress: Progress,
+    wire: dict,
+) -> None:
     """Both placements of each image model's processing on the benchmark's own stack
     (``scripts.bench.placement``), with the CPU of its processes and the bytes to and from Triton."""
     from app.core.pipeline import ROUTER, TRITON
@@ -139,14 +174,21 @@ def bench_placements(stack, specs: Mapping[str, Any], placements: Mapping[str, S
     grpc_url = f"127.0.0.1:{stack.triton_ports[1]}"
     for model, sides in placements.items():
         spec = specs[model]
-        callers = {side: HttpCaller(product_requests(name, spec.family, "127.0.0.1", stack.port, image,
-                                                     args.text)["A-raw"], args.timeout) for side, name in sides}
+        callers = {
+            side: HttpCaller(
+                product_requests(name, spec.family, "127.0.0.1", stack.port, image, args.text)["A-raw"], args.timeout
+            )
+            for side, name in sides
+        }
         bench_model(model, callers, concurrencies, args, cells, progress, meter)
         item = args.text if spec.family == "fill_mask" else image
         for side, _ in sides:
             sent, received = wire_bytes(spec, item, grpc_url, TRITON if side == TRITON_SIDE else ROUTER)
-            wire.setdefault(model, {})[side] = {"to_triton": sent, "from_triton": received,
-                                                "input": len(item if isinstance(item, bytes) else item.encode())}
+            wire.setdefault(model, {})[side] = {
+                "to_triton": sent,
+                "from_triton": received,
+                "input": len(item if isinstance(item, bytes) else item.encode()),
+            }
 
 
 def _stack_ready(url: str, host: str, port: int) -> bool:
@@ -191,12 +233,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     steps = len(against) * len(concurrencies) * args.rounds * sides_per_model
     steps += 0 if args.no_peer or "resnet" not in against else len(concurrencies) * args.rounds
     placements = placement_sides(specs)
-    steps += 0 if not own_stack else len(concurrencies) * args.rounds * (
-        (0 if args.placements_only else 3) + sum(len(sides) for sides in placements.values()))
+    steps += (
+        0
+        if not own_stack
+        else len(concurrencies)
+        * args.rounds
+        * ((0 if args.placements_only else 3) + sum(len(sides) for sides in placements.values()))
+    )
     progress = Progress(steps)
-    print(f"benchmark: {', '.join(models)} at concurrency {concurrencies}, {args.rounds} rounds of "
-          f"{args.step_seconds:g} s steps ({steps} steps); product at {args.url}, Triton gRPC at {args.triton_grpc}, "
-          f"repository {repository}", flush=True)
+    print(
+        f"benchmark: {', '.join(models)} at concurrency {concurrencies}, {args.rounds} rounds of "
+        f"{args.step_seconds:g} s steps ({steps} steps); product at {args.url}, Triton gRPC at {args.triton_grpc}, "
+        f"repository {repository}",
+        flush=True,
+    )
 
     stack_repo, nobatch_repo = write_bench_repositories(out, repository, specs)
     cells: dict[str, dict[str, dict[str, Cell]]] = {}
@@ -222,14 +272,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             extra_models = [f"resnet{NOBATCH_SUFFIX}"] if model == "resnet" else []
             print(f"starting the peer Triton (SageMaker front end) for {model} ...", flush=True)
             began = time.monotonic()
-            peer = start_peer(model, [repository, nobatch_repo] if extra_models else [repository], extra_models,
-                              runtime, log_path)
+            peer = start_peer(
+                model, [repository, nobatch_repo] if extra_models else [repository], extra_models, runtime, log_path
+            )
             print(f"  ready after {time.monotonic() - began:.1f} s, SageMaker port {peer.sagemaker_port}", flush=True)
             for side, r in peer_requests("127.0.0.1", peer.sagemaker_port, tensors, outputs).items():
                 callers[side] = HttpCaller(r, args.timeout)
             if extra_models:
-                nobatch = GrpcCaller(peer.grpc_url,
-                                     grpc_request(extra_models[0], tensors, outputs), args.timeout)
+                nobatch = GrpcCaller(peer.grpc_url, grpc_request(extra_models[0], tensors, outputs), args.timeout)
                 closers.append(nobatch)
                 callers["B-nobatch"] = nobatch
         try:
@@ -250,10 +300,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             spec = load_spec(stack_repo / IDENTITY)
             tensors = preprocessed_tensors(spec, args.image, IDENTITY_TEXT)
-            callers = {side: HttpCaller(r, args.timeout) for side, r in
-                       product_requests(IDENTITY, spec.family, "127.0.0.1", stack.port, b"", IDENTITY_TEXT).items()}
-            b = GrpcCaller(f"127.0.0.1:{stack.triton_ports[1]}",
-                           grpc_request(IDENTITY, tensors, [t.name for t in spec.outputs]), args.timeout)
+            callers = {
+                side: HttpCaller(r, args.timeout)
+                for side, r in product_requests(
+                    IDENTITY, spec.family, "127.0.0.1", stack.port, b"", IDENTITY_TEXT
+                ).items()
+            }
+            b = GrpcCaller(
+                f"127.0.0.1:{stack.triton_ports[1]}",
+                grpc_request(IDENTITY, tensors, [t.name for t in spec.outputs]),
+                args.timeout,
+            )
             callers["B"] = b
             try:
                 if not args.placements_only:
@@ -261,10 +318,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             finally:
                 b.close()
             if args.rss_requests > 0 and not args.placements_only:
-                mixed = [HttpCaller(r, args.timeout) for m in models for r in
-                         product_requests(m, specs[m].family, "127.0.0.1", stack.port, image, args.text).values()]
-                print(f"{args.rss_requests} mixed requests ({', '.join(models)}; JSON and raw body) for the "
-                      f"router's memory ...", flush=True)
+                mixed = [
+                    HttpCaller(r, args.timeout)
+                    for m in models
+                    for r in product_requests(m, specs[m].family, "127.0.0.1", stack.port, image, args.text).values()
+                ]
+                print(
+                    f"{args.rss_requests} mixed requests ({', '.join(models)}; JSON and raw body) for the "
+                    f"router's memory ...",
+                    flush=True,
+                )
                 errors = send_mixed(mixed, args.rss_requests, concurrency=4)
                 if errors:
                     notes.append(f"{errors} of the {args.rss_requests} mixed requests failed")
@@ -272,15 +335,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                 workers = stack.router_workers()
                 sizes = [s for s in (rss_mb(pid) for pid in workers) if s is not None]
                 extras["worker_rss_mb"] = max(sizes) if sizes else None
-                notes.append(f"router worker RSS on the benchmark's own stack after the identity steps and "
-                             f"{args.rss_requests} mixed requests: {', '.join(f'{s:.0f} MB' for s in sizes)} "
-                             f"(workers {workers}); the largest is the figure")
+                notes.append(
+                    f"router worker RSS on the benchmark's own stack after the identity steps and "
+                    f"{args.rss_requests} mixed requests: {', '.join(f'{s:.0f} MB' for s in sizes)} "
+                    f"(workers {workers}); the largest is the figure"
+                )
             bench_placements(stack, specs, placements, concurrencies, image, args, cells, progress, wire)
         finally:
             stack.stop()
 
-    results = {model: {side: {c: cell.summary() for c, cell in by_c.items()} for side, by_c in sides.items()}
-               for model, sides in cells.items()}
+    results = {
+        model: {side: {c: cell.summary() for c, cell in by_c.items()} for side, by_c in sides.items()}
+        for model, sides in cells.items()
+    }
     figures = target_figures(results, extras, wire)
     checks = perf
     report = {
@@ -304,9 +371,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             pa = check["perf_analyzer"]
             if isinstance(pa, dict):
                 own = check["own_client"]
-                print(f"  {model}: perf_analyzer {pa['throughput']:.1f} req/s p50 {pa['p50_ms']:.1f} ms; own client "
-                      f"{own['throughput']:.1f} req/s p50 {own['p50_ms']:.1f} ms (own / perf_analyzer "
-                      f"{check['throughput_ratio']:.2f})")
+                print(
+                    f"  {model}: perf_analyzer {pa['throughput']:.1f} req/s p50 {pa['p50_ms']:.1f} ms; own client "
+                    f"{own['throughput']:.1f} req/s p50 {own['p50_ms']:.1f} ms (own / perf_analyzer "
+                    f"{check['throughput_ratio']:.2f})"
+                )
             else:
                 print(f"  {model}: perf_analyzer gave no figure: {pa}")
     print("\n" + format_figures(figures))

@@ -5,8 +5,9 @@ from __future__ import annotations
 import http.client
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from scripts.bench.payloads import HttpRequest
 
@@ -22,8 +23,9 @@ class HttpCaller:
     def __call__(self) -> None:
         conn = getattr(self.local, "conn", None)
         if conn is None:
-            conn = self.local.conn = http.client.HTTPConnection(self.request.host, self.request.port,
-                                                                timeout=self.timeout_s)
+            conn = self.local.conn = http.client.HTTPConnection(
+                self.request.host, self.request.port, timeout=self.timeout_s
+            )
         r = self.request
         try:
             conn.request("POST", r.path, body=r.body, headers=r.headers)
@@ -44,8 +46,9 @@ class GrpcCaller:
         import grpc
         from tritonclient.grpc import service_pb2_grpc
 
-        self.channel = grpc.insecure_channel(url, options=[("grpc.max_send_message_length", -1),
-                                                           ("grpc.max_receive_message_length", -1)])
+        self.channel = grpc.insecure_channel(
+            url, options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+        )
         self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
         self.request = request
         self.timeout_s = timeout_s
@@ -96,7 +99,7 @@ def run_load(call: Callable[[], None], concurrency: int, seconds: float) -> Load
             began = time.perf_counter()
             try:
                 call()
-            except Exception as error:  # counted and reported, the load goes on
+            except Exception as error:  # noqa: BLE001 - counted and reported, the load goes on
                 errors[i] += 1
                 if not first_error:
                     first_error.append(f"{type(error).__name__}: {error}"[:300])
@@ -113,5 +116,10 @@ def run_load(call: Callable[[], None], concurrency: int, seconds: float) -> Load
     for t in threads:
         t.join()
     flat = [span for per in spans for span in per]
-    return Load([e - b for b, e in flat], sum(errors), seconds, window_work(flat, window[0], window[1]),
-                (first_error or [""])[0])
+    return Load(
+        [e - b for b, e in flat],
+        sum(errors),
+        seconds,
+        window_work(flat, window[0], window[1]),
+        (first_error or [""])[0],
+    )

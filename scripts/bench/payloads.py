@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from app.core.settings import Settings
 from app.core.spec import ModelSpec
@@ -48,8 +49,9 @@ def product_requests(model: str, family: str, host: str, port: int, image: bytes
     envelope = json.dumps({"modelname": model, "payload": payload}).encode()
     return {
         "A-json": HttpRequest(host, port, "/invocations", envelope, {"Content-Type": "application/json"}),
-        "A-raw": HttpRequest(host, port, "/invocations", raw,
-                             {"Content-Type": raw_type, CUSTOM_ATTRIBUTES: f"modelname={model}"}),
+        "A-raw": HttpRequest(
+            host, port, "/invocations", raw, {"Content-Type": raw_type, CUSTOM_ATTRIBUTES: f"modelname={model}"}
+        ),
     }
 
 
@@ -62,19 +64,31 @@ def _triton_datatype(array: Any) -> str:
 def peer_requests(host: str, port: int, tensors: Mapping[str, Any], outputs: Sequence[str]) -> dict[str, HttpRequest]:
     """C-json (KServe v2 JSON) and C-binary (binary tensor extension, binary outputs) for the peer."""
     as_json = {
-        "inputs": [{"name": n, "shape": list(a.shape), "datatype": _triton_datatype(a), "data": a.ravel().tolist()}
-                   for n, a in tensors.items()],
+        "inputs": [
+            {"name": n, "shape": list(a.shape), "datatype": _triton_datatype(a), "data": a.ravel().tolist()}
+            for n, a in tensors.items()
+        ],
         "outputs": [{"name": o} for o in outputs],
     }
-    header = json.dumps({
-        "inputs": [{"name": n, "shape": list(a.shape), "datatype": _triton_datatype(a),
-                    "parameters": {"binary_data_size": a.nbytes}} for n, a in tensors.items()],
-        "outputs": [{"name": o, "parameters": {"binary_data": True}} for o in outputs],
-    }).encode()
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": n,
+                    "shape": list(a.shape),
+                    "datatype": _triton_datatype(a),
+                    "parameters": {"binary_data_size": a.nbytes},
+                }
+                for n, a in tensors.items()
+            ],
+            "outputs": [{"name": o, "parameters": {"binary_data": True}} for o in outputs],
+        }
+    ).encode()
     binary = header + b"".join(a.tobytes() for a in tensors.values())
     return {
-        "C-json": HttpRequest(host, port, "/invocations", json.dumps(as_json).encode(),
-                              {"Content-Type": "application/json"}),
+        "C-json": HttpRequest(
+            host, port, "/invocations", json.dumps(as_json).encode(), {"Content-Type": "application/json"}
+        ),
         "C-binary": HttpRequest(host, port, "/invocations", binary, {"Content-Type": f"{BINARY_JSON}{len(header)}"}),
     }
 

@@ -4,12 +4,12 @@ the repositories they load (the identity model, resnet without dynamic batching)
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from app.core.spec import ModelSpec
-
 from scripts.bench.constants import IDENTITY, NOBATCH_SUFFIX, START_TIMEOUT_S
 from scripts.bench.placement import link_models, write_router_copies
 from scripts.devtools import (
@@ -33,16 +33,27 @@ class Peer(Triton):
     sagemaker_port: int = 0
 
 
-def start_peer(model: str, repositories: Sequence[Path], extra_models: Sequence[str], runtime: Path,
-               log_path: Path) -> Peer:
+def start_peer(
+    model: str, repositories: Sequence[Path], extra_models: Sequence[str], runtime: Path, log_path: Path
+) -> Peer:
     http_port, grpc_port, metrics_port, sagemaker_port = free_ports(4)
     extra = [f"--model-repository={r}" for r in repositories[1:]]
-    extra += ["--allow-sagemaker=true", f"--sagemaker-port={sagemaker_port}",
-              "--model-control-mode=explicit", f"--load-model={model}"]
+    extra += [
+        "--allow-sagemaker=true",
+        f"--sagemaker-port={sagemaker_port}",
+        "--model-control-mode=explicit",
+        f"--load-model={model}",
+    ]
     extra += [f"--load-model={m}" for m in extra_models]
     with log_path.open("ab") as log:
-        triton = start_triton(repositories[0], runtime, (http_port, grpc_port, metrics_port), extra,
-                              {"SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": model}, log)
+        triton = start_triton(
+            repositories[0],
+            runtime,
+            (http_port, grpc_port, metrics_port),
+            extra,
+            {"SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": model},
+            log,
+        )
     peer = Peer(triton.proc, triton.ports, sagemaker_port)
     try:
         peer.wait_ready(START_TIMEOUT_S, (model, *extra_models))

@@ -7,8 +7,9 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from scripts.bench.constants import PERF_CONCURRENCY
 from scripts.bench.load import run_load
@@ -42,24 +43,48 @@ def perf_analyzer_env(out: Path) -> tuple[str, dict[str, str]] | None:
     return binary, env
 
 
-def run_perf_analyzer(binary: str, env: Mapping[str, str], url: str, model: str, concurrency: int,
-                      requests_per_window: int, out: Path) -> dict[str, float] | str:
+def run_perf_analyzer(
+    binary: str, env: Mapping[str, str], url: str, model: str, concurrency: int, requests_per_window: int, out: Path
+) -> dict[str, float] | str:
     """perf_analyzer's throughput and p50 at one concurrency (zero-filled inputs), or why not.
     Windows are counted in requests: a window in milliseconds can hold no request at all when
     one takes seconds on a busy machine."""
     csv = out / f"perf_analyzer-{model}-c{concurrency}.csv"
-    argv = [binary, "-m", model, "-u", url, "-i", "grpc", "--concurrency-range", str(concurrency),
-            "--measurement-mode", "count_windows", "--measurement-request-count", str(requests_per_window),
-            # Three windows within 2x of each other count as stable: the default (10 %) is never met on a
-            # shared two-core machine, and perf_analyzer then reports nothing.
-            "--input-data", "zero", "--max-trials", "5", "--stability-percentage", "100", "-f", str(csv)]
+    argv = [
+        binary,
+        "-m",
+        model,
+        "-u",
+        url,
+        "-i",
+        "grpc",
+        "--concurrency-range",
+        str(concurrency),
+        "--measurement-mode",
+        "count_windows",
+        "--measurement-request-count",
+        str(requests_per_window),
+        # Three windows within 2x of each other count as stable: the default (10 %) is never met on a
+        # shared two-core machine, and perf_analyzer then reports nothing.
+        "--input-data",
+        "zero",
+        "--max-trials",
+        "5",
+        "--stability-percentage",
+        "100",
+        "-f",
+        str(csv),
+    ]
     try:
         done = subprocess.run(argv, env=dict(env), capture_output=True, text=True, timeout=180)
     except subprocess.TimeoutExpired:
         return "timed out"
     if done.returncode != 0 or not csv.is_file():
-        return (done.stderr or done.stdout).strip().splitlines()[-1][:300] if (done.stderr or done.stdout) else \
-            f"exit {done.returncode}"
+        return (
+            (done.stderr or done.stdout).strip().splitlines()[-1][:300]
+            if (done.stderr or done.stdout)
+            else f"exit {done.returncode}"
+        )
     header, row = csv.read_text().splitlines()[:2]
     values = dict(zip(header.split(","), row.split(",")))
     return {"throughput": float(values["Inferences/Second"]), "p50_ms": float(values["p50 latency"]) / 1000.0}
@@ -80,12 +105,18 @@ def perf_analyzer_check(model: str, b_call: Callable[[], None], args: argparse.N
     for load in (before, after):
         own.add(load.latencies_s, load.errors, load.window_s, load.work, load.first_error)
     summary = own.summary()
-    check: dict[str, Any] = {"perf_analyzer": pa, "own_client": {k: summary[k] for k in ("throughput", "p50_ms")},
-                             "own_client_runs": [before.work / before.window_s, after.work / after.window_s]}
+    check: dict[str, Any] = {
+        "perf_analyzer": pa,
+        "own_client": {k: summary[k] for k in ("throughput", "p50_ms")},
+        "own_client_runs": [before.work / before.window_s, after.work / after.window_s],
+    }
     if isinstance(pa, dict):
         check["throughput_ratio"] = summary["throughput"] / pa["throughput"]
-        print(f"  perf_analyzer {pa['throughput']:.1f} req/s, own client {summary['throughput']:.1f} req/s "
-              f"({check['own_client_runs'][0]:.1f} before, {check['own_client_runs'][1]:.1f} after)", flush=True)
+        print(
+            f"  perf_analyzer {pa['throughput']:.1f} req/s, own client {summary['throughput']:.1f} req/s "
+            f"({check['own_client_runs'][0]:.1f} before, {check['own_client_runs'][1]:.1f} after)",
+            flush=True,
+        )
     else:
         print(f"  perf_analyzer gave no figure: {pa}", flush=True)
     return check

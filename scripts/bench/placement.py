@@ -18,8 +18,9 @@ Triton per request are the sizes of the gRPC messages the router's client builds
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from app.core.pipeline import PIPELINE_KEY, ROUTER, TRITON, ensemble_model, postprocess_model, preprocess_model
 from app.core.settings import Settings
@@ -74,7 +75,7 @@ def cpu_seconds(pid: int) -> float:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return 0.0
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = stat[stat.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime: fields 14 and 15 of stat
 
 
@@ -92,9 +93,9 @@ class CpuMeter:
 def wire_bytes(spec: ModelSpec, item: Any, grpc_url: str, route: str = TRITON) -> tuple[int, int]:
     """(bytes to Triton, bytes back) of one request of ``item`` as the router's client sends it on
     ``route``: the serialised ModelInferRequest and ModelInferResponse."""
+    import grpc
     from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-    import grpc
     from clients.registry import offline_client
     from scripts.bench.payloads import grpc_request
 
@@ -106,7 +107,8 @@ def wire_bytes(spec: ModelSpec, item: Any, grpc_url: str, route: str = TRITON) -
     request = grpc_request(chosen.model, tensors, [t.name for t in chosen.outputs])
     with grpc.insecure_channel(grpc_url, options=[("grpc.max_receive_message_length", -1)]) as channel:
         response: service_pb2.ModelInferResponse = service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(
-            request, timeout=60)
+            request, timeout=60
+        )
     return request.ByteSize(), response.ByteSize()
 
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from scripts.bench.constants import IDENTITY, MODELS, ROUTER_SIDE, TRITON_SIDE
 from scripts.devtools import percentile
@@ -23,8 +24,15 @@ class Cell:
     first_error: str = ""
     cpu_s: dict[str, float] = field(default_factory=dict)  # CPU seconds by process role (placement sides)
 
-    def add(self, latencies_s: Sequence[float], errors: int, seconds: float, work: float,
-            first_error: str = "", cpu_s: Mapping[str, float] | None = None) -> None:
+    def add(
+        self,
+        latencies_s: Sequence[float],
+        errors: int,
+        seconds: float,
+        work: float,
+        first_error: str = "",
+        cpu_s: Mapping[str, float] | None = None,
+    ) -> None:
         for role, spent in (cpu_s or {}).items():
             self.cpu_s[role] = self.cpu_s.get(role, 0.0) + spent
         self.latencies_s.extend(latencies_s)
@@ -46,8 +54,11 @@ class Cell:
             "seconds": self.seconds,
             "first_error": self.first_error,
             # CPU per request of each of the stack's processes: router (gunicorn workers), triton, nginx
-            **{f"{role}_cpu_ms": 1000.0 * spent / (self.ok + self.errors)
-               for role, spent in self.cpu_s.items() if self.ok + self.errors},
+            **{
+                f"{role}_cpu_ms": 1000.0 * spent / (self.ok + self.errors)
+                for role, spent in self.cpu_s.items()
+                if self.ok + self.errors
+            },
         }
 
 
@@ -59,8 +70,9 @@ class Step:
     round: int
 
 
-def schedule(models: Sequence[str], sides: Mapping[str, Sequence[str]], concurrencies: Sequence[int],
-             rounds: int) -> list[Step]:
+def schedule(
+    models: Sequence[str], sides: Mapping[str, Sequence[str]], concurrencies: Sequence[int], rounds: int
+) -> list[Step]:
     """The order of the steps: model by model (the peer serves one model at a time), then round
     by round, concurrency by concurrency, and within that every side of the model once, the order
     of the sides rotated by one each round so no side is always first after a change."""
@@ -103,8 +115,11 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def target_figures(results: Mapping, extras: Mapping[str, float | None] | None = None,
-                   wire: Mapping[str, Mapping[str, Mapping[str, int]]] | None = None) -> list[Figure]:
+def target_figures(
+    results: Mapping,
+    extras: Mapping[str, float | None] | None = None,
+    wire: Mapping[str, Mapping[str, Mapping[str, int]]] | None = None,
+) -> list[Figure]:
     """The targets table from ``results[model][side][str(concurrency)]`` summaries.
 
     ``extras``: ``start_to_ping_s`` and ``worker_rss_mb`` when measured; ``wire``: bytes to and
@@ -113,33 +128,66 @@ def target_figures(results: Mapping, extras: Mapping[str, float | None] | None =
     figures = []
     for model in MODELS:
         for a_side in ("A-raw", "A-json"):
-            figures.append(Figure(
-                f"{a_side} / B throughput, c=8, {model}",
-                _ratio(_get(results, model, a_side, 8, "throughput"), _get(results, model, "B", 8, "throughput")),
-                ">= 0.90"))
+            figures.append(
+                Figure(
+                    f"{a_side} / B throughput, c=8, {model}",
+                    _ratio(_get(results, model, a_side, 8, "throughput"), _get(results, model, "B", 8, "throughput")),
+                    ">= 0.90",
+                )
+            )
     for peer, target in (("C-json", ">= 1.0"), ("C-binary", ">= 0.90")):
         for model in ("resnet", "bert_base"):
-            figures.append(Figure(
-                f"A-raw / {peer} throughput, c=8, {model}",
-                _ratio(_get(results, model, "A-raw", 8, "throughput"), _get(results, model, peer, 8, "throughput")),
-                target))
+            figures.append(
+                Figure(
+                    f"A-raw / {peer} throughput, c=8, {model}",
+                    _ratio(_get(results, model, "A-raw", 8, "throughput"), _get(results, model, peer, 8, "throughput")),
+                    target,
+                )
+            )
     a, b = _get(results, IDENTITY, "A-raw", 1, "p50_ms"), _get(results, IDENTITY, "B", 1, "p50_ms")
-    figures.append(Figure(f"router's own latency, A-raw p50 - B p50, c=1, {IDENTITY}",
-                          a - b if a is not None and b is not None else None, "<= 1.0 ms", " ms"))
-    figures.append(Figure(
-        "dynamic batching on / off throughput (B), c=16, resnet",
-        _ratio(_get(results, "resnet", "B", 16, "throughput"),
-               _get(results, "resnet", "B-nobatch", 16, "throughput")),
-        ">= 1.3"))
-    figures.append(Figure(
-        "raw body / base64 JSON throughput, c=8, resnet",
-        _ratio(_get(results, "resnet", "A-raw", 8, "throughput"), _get(results, "resnet", "A-json", 8, "throughput")),
-        ">= 1.0"))
+    figures.append(
+        Figure(
+            f"router's own latency, A-raw p50 - B p50, c=1, {IDENTITY}",
+            a - b if a is not None and b is not None else None,
+            "<= 1.0 ms",
+            " ms",
+        )
+    )
+    figures.append(
+        Figure(
+            "dynamic batching on / off throughput (B), c=16, resnet",
+            _ratio(
+                _get(results, "resnet", "B", 16, "throughput"), _get(results, "resnet", "B-nobatch", 16, "throughput")
+            ),
+            ">= 1.3",
+        )
+    )
+    figures.append(
+        Figure(
+            "raw body / base64 JSON throughput, c=8, resnet",
+            _ratio(
+                _get(results, "resnet", "A-raw", 8, "throughput"), _get(results, "resnet", "A-json", 8, "throughput")
+            ),
+            ">= 1.0",
+        )
+    )
     figures.extend(placement_figures(results, wire))
-    figures.append(Figure("serve start to /ping 200 (the benchmarked models + identity)", extras.get("start_to_ping_s"),
-                          "<= 20 s", " s"))
-    figures.append(Figure("resident memory of one router worker after the mixed requests", extras.get("worker_rss_mb"),
-                          "<= 300 MB", " MB"))
+    figures.append(
+        Figure(
+            "serve start to /ping 200 (the benchmarked models + identity)",
+            extras.get("start_to_ping_s"),
+            "<= 20 s",
+            " s",
+        )
+    )
+    figures.append(
+        Figure(
+            "resident memory of one router worker after the mixed requests",
+            extras.get("worker_rss_mb"),
+            "<= 300 MB",
+            " MB",
+        )
+    )
     return figures
 
 
@@ -149,16 +197,36 @@ def placement_figures(results: Mapping, wire: Mapping[str, Mapping[str, Mapping[
     fixed = _get(results, "bert_base", ROUTER_SIDE, 8, "router_cpu_ms")
     for model in ("resnet", "yolov5"):
         cpu = _get(results, model, TRITON_SIDE, 8, "router_cpu_ms")
-        figures.append(Figure(f"router CPU per request, {model} {TRITON_SIDE} - bert_base {ROUTER_SIDE}, c=8",
-                              cpu - fixed if cpu is not None and fixed is not None else None, "<= 1.0 ms", " ms"))
+        figures.append(
+            Figure(
+                f"router CPU per request, {model} {TRITON_SIDE} - bert_base {ROUTER_SIDE}, c=8",
+                cpu - fixed if cpu is not None and fixed is not None else None,
+                "<= 1.0 ms",
+                " ms",
+            )
+        )
         sent = wire.get(model, {}).get(TRITON_SIDE, {})
-        figures.append(Figure(f"bytes to Triton per request - the JPEG's size, {model} {TRITON_SIDE}",
-                              sent["to_triton"] - sent["input"] if sent else None, "<= 4096 B", " B"))
-        figures.append(Figure(f"bytes from Triton per request, {model} {TRITON_SIDE}",
-                              sent.get("from_triton"), "<= 16384 B", " B"))
-        figures.append(Figure(f"{TRITON_SIDE} / {ROUTER_SIDE} throughput, c=8, {model}",
-                              _ratio(_get(results, model, TRITON_SIDE, 8, "throughput"),
-                                     _get(results, model, ROUTER_SIDE, 8, "throughput")), ">= 1.0"))
+        figures.append(
+            Figure(
+                f"bytes to Triton per request - the JPEG's size, {model} {TRITON_SIDE}",
+                sent["to_triton"] - sent["input"] if sent else None,
+                "<= 4096 B",
+                " B",
+            )
+        )
+        figures.append(
+            Figure(f"bytes from Triton per request, {model} {TRITON_SIDE}", sent.get("from_triton"), "<= 16384 B", " B")
+        )
+        figures.append(
+            Figure(
+                f"{TRITON_SIDE} / {ROUTER_SIDE} throughput, c=8, {model}",
+                _ratio(
+                    _get(results, model, TRITON_SIDE, 8, "throughput"),
+                    _get(results, model, ROUTER_SIDE, 8, "throughput"),
+                ),
+                ">= 1.0",
+            )
+        )
     return figures
 
 
@@ -178,11 +246,23 @@ def format_results(results: Mapping) -> str:
     for model, sides in results.items():
         for side, by_c in sides.items():
             for c, s in by_c.items():
-                rows.append((model, side, c, f"{s['throughput']:.1f}", f"{s['p50_ms']:.1f}", f"{s['p95_ms']:.1f}",
-                             f"{s['p99_ms']:.1f}", str(s["requests"]), str(s["errors"])))
+                rows.append(
+                    (
+                        model,
+                        side,
+                        c,
+                        f"{s['throughput']:.1f}",
+                        f"{s['p50_ms']:.1f}",
+                        f"{s['p95_ms']:.1f}",
+                        f"{s['p99_ms']:.1f}",
+                        str(s["requests"]),
+                        str(s["errors"]),
+                    )
+                )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
-                     for r in rows)
+    return "\n".join(
+        "  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows
+    )
 
 
 def plot(results: Mapping, out: Path) -> list[Path]:

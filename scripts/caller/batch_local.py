@@ -25,10 +25,11 @@ import re
 import sys
 import tempfile
 import time
+from collections.abc import Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterable, Sequence
+from typing import IO
 
 import requests
 
@@ -62,8 +63,10 @@ def split_batches(lines: Sequence[bytes], max_bytes: int) -> list[Batch]:
     start, size = 0, 0
     for index, line in enumerate(lines):
         if len(line) + 1 > max_bytes:
-            raise JobFailed(f"line {index + 1} is {len(line) + 1} bytes with its newline, over the payload limit of "
-                            f"{max_bytes} bytes (MaxPayloadInMB): raise --max-payload-mb; nothing was sent")
+            raise JobFailed(
+                f"line {index + 1} is {len(line) + 1} bytes with its newline, over the payload limit of "
+                f"{max_bytes} bytes (MaxPayloadInMB): raise --max-payload-mb; nothing was sent"
+            )
         if size + len(line) + 1 > max_bytes:
             batches.append(Batch(start + 1, tuple(lines[start:index])))
             start, size = index, 0
@@ -88,8 +91,12 @@ def refusal(batch: Batch, status: int, body: bytes) -> str:
 def post_batch(session: requests.Session, url: str, batch: Batch, timeout: float) -> bytes:
     """The answer's lines (each ending in "\\n"), one per line of the batch."""
     try:
-        response = session.post(f"{url}/invocations", data=b"".join(line + b"\n" for line in batch.lines),
-                                headers={"Content-Type": JSONLINES, "Accept": JSONLINES}, timeout=(10, timeout))
+        response = session.post(
+            f"{url}/invocations",
+            data=b"".join(line + b"\n" for line in batch.lines),
+            headers={"Content-Type": JSONLINES, "Accept": JSONLINES},
+            timeout=(10, timeout),
+        )
     except requests.Timeout:
         raise JobFailed(f"{batch.span}: no answer within {timeout:g} s (--timeout)") from None
     if response.status_code != 200:
@@ -111,8 +118,10 @@ class Progress:
     def line(self, lines_done: int, batches_done: int) -> str:
         elapsed = time.monotonic() - self.began
         filled = 24 * lines_done // max(self.lines, 1)
-        return (f"[{'#' * filled}{'.' * (24 - filled)}] {lines_done}/{self.lines} lines, {batches_done}/{self.batches} "
-                f"batches, {elapsed:.1f} s, {lines_done / max(elapsed, 1e-9):.1f} lines/s")
+        return (
+            f"[{'#' * filled}{'.' * (24 - filled)}] {lines_done}/{self.lines} lines, {batches_done}/{self.batches} "
+            f"batches, {elapsed:.1f} s, {lines_done / max(elapsed, 1e-9):.1f} lines/s"
+        )
 
     def update(self, lines_done: int, batches_done: int, final: bool = False) -> None:
         if self.tty:
@@ -174,8 +183,10 @@ def execution_parameters(url: str) -> tuple[int, float]:
         if concurrency < 1 or max_mb <= 0:
             raise ValueError("not positive")
     except (ValueError, TypeError, KeyError):
-        raise JobFailed(f"GET {url}/execution-parameters answered {response.status_code} "
-                        f"{response.text[:200]!r}: pass --concurrency and --max-payload-mb") from None
+        raise JobFailed(
+            f"GET {url}/execution-parameters answered {response.status_code} "
+            f"{response.text[:200]!r}: pass --concurrency and --max-payload-mb"
+        ) from None
     return concurrency, max_mb
 
 
@@ -196,22 +207,44 @@ def positive(kind):
         if (value := kind(text)) <= 0:
             raise argparse.ArgumentTypeError(f"{text} is not positive")
         return value
+
     return parse
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m scripts.caller batch-local", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m scripts.caller batch-local",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("input", type=Path, help="the JSON Lines file: one request envelope per line")
     parser.add_argument("output", type=Path, help="where the answers go, one line per input line, in order")
-    parser.add_argument("--endpoint-url", default="http://localhost:8080", metavar="URL",
-                        type=lambda url: url.rstrip("/"), help="the local stack (default: %(default)s)")
-    parser.add_argument("--concurrency", type=positive(int), metavar="N",
-                        help="requests in flight (default: the container's MaxConcurrentTransforms)")
-    parser.add_argument("--max-payload-mb", type=positive(float), metavar="M",
-                        help="largest request body in MiB, fractions allowed (default: the container's MaxPayloadInMB)")
-    parser.add_argument("--timeout", type=positive(float), default=600.0, metavar="SECONDS",
-                        help="how long one batch may take to answer (default: 600, SageMaker's default)")
+    parser.add_argument(
+        "--endpoint-url",
+        default="http://localhost:8080",
+        metavar="URL",
+        type=lambda url: url.rstrip("/"),
+        help="the local stack (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=positive(int),
+        metavar="N",
+        help="requests in flight (default: the container's MaxConcurrentTransforms)",
+    )
+    parser.add_argument(
+        "--max-payload-mb",
+        type=positive(float),
+        metavar="M",
+        help="largest request body in MiB, fractions allowed (default: the container's MaxPayloadInMB)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=positive(float),
+        default=600.0,
+        metavar="SECONDS",
+        help="how long one batch may take to answer (default: 600, SageMaker's default)",
+    )
     return parser.parse_args(argv)
 
 
@@ -231,8 +264,10 @@ def job(args: argparse.Namespace) -> str:
     answers = run_batches(args.endpoint_url, batches, concurrency, args.timeout, sys.stderr)
     write_atomically(args.output, answers)
     seconds = time.monotonic() - began
-    return (f"{lines} lines, {len(batches)} batches, {seconds:.1f} s, {lines / max(seconds, 1e-9):.1f} lines/s "
-            f"(concurrency {concurrency}, max payload {max_mb:g} MiB) -> {args.output}")
+    return (
+        f"{lines} lines, {len(batches)} batches, {seconds:.1f} s, {lines / max(seconds, 1e-9):.1f} lines/s "
+        f"(concurrency {concurrency}, max payload {max_mb:g} MiB) -> {args.output}"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -244,8 +279,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except requests.ConnectionError as error:
         why = "connection refused" if "refused" in str(error) else type(error).__name__
-        print(f"{PROG}: no stack answers on {args.endpoint_url} ({why}): start it with `make run`, "
-              "or pass --endpoint-url", file=sys.stderr)
+        print(
+            f"{PROG}: no stack answers on {args.endpoint_url} ({why}): start it with `make run`, "
+            "or pass --endpoint-url",
+            file=sys.stderr,
+        )
         return 1
     except requests.RequestException as error:
         print(f"{PROG}: {args.endpoint_url}: {type(error).__name__}: {error}", file=sys.stderr)

@@ -42,14 +42,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from scripts.caller import invoke_async
 from scripts.sagemaker.resources import int_range, s3_uri
 
-CONTENT_TYPES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png",
-                 ".txt": "text/plain; charset=utf-8"}
+CONTENT_TYPES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png", ".txt": "text/plain; charset=utf-8"}
 DEFAULT_TEXT = "The capital of France is [MASK]."
 IMAGE_MODELS = ("resnet", "yolov5")
 TEXT_MODELS = ("bert_base",)
@@ -60,8 +60,13 @@ def make_client(region: str | None, endpoint_url: str | None):
     import boto3
 
     if endpoint_url:  # the local stack: any credentials and region do
-        return boto3.client("sagemaker-runtime", endpoint_url=endpoint_url, region_name=region or "us-east-1",
-                            aws_access_key_id="local", aws_secret_access_key="local")
+        return boto3.client(
+            "sagemaker-runtime",
+            endpoint_url=endpoint_url,
+            region_name=region or "us-east-1",
+            aws_access_key_id="local",
+            aws_secret_access_key="local",
+        )
     return boto3.client("sagemaker-runtime", region_name=region)
 
 
@@ -99,17 +104,33 @@ def custom_attributes(model: str, options: Sequence[str] = ()) -> str:
     return ",".join([f"modelname={model}", *options])
 
 
-def invoke(client, endpoint_name: str, model: str, body: bytes, ctype: str,
-           options: Sequence[str] = (), route: Mapping[str, str] | None = None) -> tuple[bool, list[str], Any]:
+def invoke(
+    client,
+    endpoint_name: str,
+    model: str,
+    body: bytes,
+    ctype: str,
+    options: Sequence[str] = (),
+    route: Mapping[str, str] | None = None,
+) -> tuple[bool, list[str], Any]:
     """(ok, lines to print, the model's result or None); ``route`` adds TargetModel or InferenceComponentName."""
     from botocore.exceptions import ClientError
 
     attributes = custom_attributes(model, options)
-    client.meta.events.register(f"before-parse.{client.meta.service_model.service_id.hyphenize()}.InvokeEndpoint",
-                                _keep_error_body, unique_id="invoke-keep-error-body")
+    client.meta.events.register(
+        f"before-parse.{client.meta.service_model.service_id.hyphenize()}.InvokeEndpoint",
+        _keep_error_body,
+        unique_id="invoke-keep-error-body",
+    )
     try:
-        response = client.invoke_endpoint(EndpointName=endpoint_name, ContentType=ctype, Accept="application/json",
-                                          Body=body, CustomAttributes=attributes, **(route or {}))
+        response = client.invoke_endpoint(
+            EndpointName=endpoint_name,
+            ContentType=ctype,
+            Accept="application/json",
+            Body=body,
+            CustomAttributes=attributes,
+            **(route or {}),
+        )
     except ClientError as e:
         return False, error_lines(model, e), None
     return answer_lines(model, response["Body"].read())
@@ -154,18 +175,33 @@ def failure_lines(heading: str, body: Any) -> list[str]:
     return [heading, *("  " + line for line in str(body).splitlines())]
 
 
-def invoke_queued(runtime, s3, args: argparse.Namespace, model: str, body: bytes,
-                  ctype: str) -> tuple[bool, list[str], Any]:
+def invoke_queued(
+    runtime, s3, args: argparse.Namespace, model: str, body: bytes, ctype: str
+) -> tuple[bool, list[str], Any]:
     """The asynchronous call (--async): upload, InvokeEndpointAsync, wait for the answer in S3."""
     from botocore.exceptions import ClientError
 
     suffix = next((ext for ext, known in CONTENT_TYPES.items() if known == ctype), ".bin")
     location = invoke_async.input_location(args.async_prefix, model, suffix)
     try:
-        queued = invoke_async.submit(runtime, s3, args.endpoint_name, location, body, ctype,
-                                     custom_attributes(model, args.option), args.invocation_timeout)
-        outcome = invoke_async.wait_for_answer(s3, queued["OutputLocation"], queued.get("FailureLocation"), label=model,
-                                               timeout_s=args.wait_timeout, poll_s=args.poll_seconds)
+        queued = invoke_async.submit(
+            runtime,
+            s3,
+            args.endpoint_name,
+            location,
+            body,
+            ctype,
+            custom_attributes(model, args.option),
+            args.invocation_timeout,
+        )
+        outcome = invoke_async.wait_for_answer(
+            s3,
+            queued["OutputLocation"],
+            queued.get("FailureLocation"),
+            label=model,
+            timeout_s=args.wait_timeout,
+            poll_s=args.poll_seconds,
+        )
     except ClientError as e:
         return False, error_lines(model, e), None
     except invoke_async.NoAnswer as e:
@@ -187,38 +223,73 @@ def _pairs(items: Sequence[str]) -> list[tuple[str, Path]]:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m scripts.caller invoke", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m scripts.caller invoke",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("calls", nargs="*", metavar="MODEL=FILE", help="a model and the file to send it")
     parser.add_argument("--endpoint-name", default="local", help="SageMaker endpoint (default: local)")
     parser.add_argument("--endpoint-url", help="e.g. http://localhost:8080: the local stack instead of SageMaker")
     parser.add_argument("--region", help="AWS region (default: the AWS configuration)")
     parser.add_argument("--image", type=Path, help=f"without MODEL=FILE: the image for {', '.join(IMAGE_MODELS)}")
-    parser.add_argument("--text", default=DEFAULT_TEXT, help=f"without MODEL=FILE: the text for "
-                                                             f"{', '.join(TEXT_MODELS)} (default: {DEFAULT_TEXT!r})")
-    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                        help="a model option sent in the custom attributes, e.g. topk=3 (repeatable)")
-    parser.add_argument("--draw", type=Path, metavar="PATH.png",
-                        help="write each image model's answer drawn on its image (boxes, labels, scores; top-k)")
-    parser.add_argument("--target-model", metavar="NAME.tar.gz",
-                        help="a multi-model endpoint's model to call: its archive under the endpoint's prefix "
-                             "(TargetModel)")
-    parser.add_argument("--inference-component", metavar="NAME",
-                        help="the inference component to call (InferenceComponentName; python -m scripts.sagemaker "
-                             "deploy --inference-components names them <endpoint>-<model>)")
-    parser.add_argument("--async", dest="async_prefix", type=s3_uri, metavar="s3://BUCKET/PREFIX/",
-                        help="call an asynchronous endpoint: upload each body under this prefix, wait for the answer")
-    parser.add_argument("--invocation-timeout", type=int_range(1, invoke_async.MAX_INVOCATION_TIMEOUT_S),
-                        default=invoke_async.DEFAULT_INVOCATION_TIMEOUT_S,
-                        help="with --async: InvocationTimeoutSeconds, how long the endpoint may work on one request, "
-                             f"1..{invoke_async.MAX_INVOCATION_TIMEOUT_S} "
-                             f"(default: {invoke_async.DEFAULT_INVOCATION_TIMEOUT_S})")
-    parser.add_argument("--wait-timeout", type=float, default=invoke_async.DEFAULT_WAIT_TIMEOUT_S,
-                        help="with --async: seconds to wait for each answer, queueing included "
-                             f"(default: {invoke_async.DEFAULT_WAIT_TIMEOUT_S:g})")
-    parser.add_argument("--poll-seconds", type=float, default=invoke_async.DEFAULT_POLL_S,
-                        help="with --async: how often S3 is checked for the answer "
-                             f"(default: {invoke_async.DEFAULT_POLL_S:g})")
+    parser.add_argument(
+        "--text",
+        default=DEFAULT_TEXT,
+        help=f"without MODEL=FILE: the text for {', '.join(TEXT_MODELS)} (default: {DEFAULT_TEXT!r})",
+    )
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a model option sent in the custom attributes, e.g. topk=3 (repeatable)",
+    )
+    parser.add_argument(
+        "--draw",
+        type=Path,
+        metavar="PATH.png",
+        help="write each image model's answer drawn on its image (boxes, labels, scores; top-k)",
+    )
+    parser.add_argument(
+        "--target-model",
+        metavar="NAME.tar.gz",
+        help="a multi-model endpoint's model to call: its archive under the endpoint's prefix (TargetModel)",
+    )
+    parser.add_argument(
+        "--inference-component",
+        metavar="NAME",
+        help="the inference component to call (InferenceComponentName; python -m scripts.sagemaker "
+        "deploy --inference-components names them <endpoint>-<model>)",
+    )
+    parser.add_argument(
+        "--async",
+        dest="async_prefix",
+        type=s3_uri,
+        metavar="s3://BUCKET/PREFIX/",
+        help="call an asynchronous endpoint: upload each body under this prefix, wait for the answer",
+    )
+    parser.add_argument(
+        "--invocation-timeout",
+        type=int_range(1, invoke_async.MAX_INVOCATION_TIMEOUT_S),
+        default=invoke_async.DEFAULT_INVOCATION_TIMEOUT_S,
+        help="with --async: InvocationTimeoutSeconds, how long the endpoint may work on one request, "
+        f"1..{invoke_async.MAX_INVOCATION_TIMEOUT_S} "
+        f"(default: {invoke_async.DEFAULT_INVOCATION_TIMEOUT_S})",
+    )
+    parser.add_argument(
+        "--wait-timeout",
+        type=float,
+        default=invoke_async.DEFAULT_WAIT_TIMEOUT_S,
+        help="with --async: seconds to wait for each answer, queueing included "
+        f"(default: {invoke_async.DEFAULT_WAIT_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--poll-seconds",
+        type=float,
+        default=invoke_async.DEFAULT_POLL_S,
+        help=f"with --async: how often S3 is checked for the answer (default: {invoke_async.DEFAULT_POLL_S:g})",
+    )
     args = parser.parse_args(argv)
     if args.async_prefix and args.endpoint_url:
         parser.error("--async needs a SageMaker asynchronous endpoint: the local stack (--endpoint-url) has no queue")
@@ -234,22 +305,28 @@ def route(args: argparse.Namespace) -> dict[str, str]:
 
 def _check_route(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.target_model and args.inference_component:
-        parser.error("--target-model (a multi-model endpoint) and --inference-component (an endpoint of inference "
-                     "components) do not go together")
+        parser.error(
+            "--target-model (a multi-model endpoint) and --inference-component (an endpoint of inference "
+            "components) do not go together"
+        )
     flag = "--target-model" if args.target_model else "--inference-component" if args.inference_component else None
     if flag and args.async_prefix:
-        parser.error(f"{flag} does not go with --async: InvokeEndpointAsync has no "
-                     f"{'TargetModel' if args.target_model else 'InferenceComponentName'} parameter")
+        parser.error(
+            f"{flag} does not go with --async: InvokeEndpointAsync has no "
+            f"{'TargetModel' if args.target_model else 'InferenceComponentName'} parameter"
+        )
     if flag and not args.calls:
         parser.error(f"{flag} needs MODEL=FILE pairs: every call goes to that one model")
 
 
 def caller(args: argparse.Namespace, client, s3) -> Callable[[str, bytes, str], tuple[bool, list[str], Any]]:
     """How each (model, body, content type) is sent: real-time, or queued with --async."""
+
     def call(model: str, body: bytes, ctype: str) -> tuple[bool, list[str], Any]:
         if args.async_prefix:
             return invoke_queued(client, s3, args, model, body, ctype)
         return invoke(client, args.endpoint_name, model, body, ctype, args.option, route(args))
+
     return call
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from scripts.sagemaker.resources import folder, split_s3
 
@@ -41,15 +41,21 @@ def input_location(prefix: str, model: str, suffix: str) -> str:
     return f"{folder(prefix)}{model}-{uuid.uuid4().hex}{suffix}"
 
 
-def submit(runtime, s3, endpoint: str, location: str, body: bytes, ctype: str, attributes: str,
-           invocation_timeout_s: int) -> dict:
+def submit(
+    runtime, s3, endpoint: str, location: str, body: bytes, ctype: str, attributes: str, invocation_timeout_s: int
+) -> dict:
     """Upload the body to ``location`` and queue it: InvokeEndpointAsync's answer (OutputLocation,
     FailureLocation, InferenceId)."""
     bucket, key = split_s3(location)
     s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType=ctype)
-    return runtime.invoke_endpoint_async(EndpointName=endpoint, InputLocation=location, ContentType=ctype,
-                                         Accept=ACCEPT, CustomAttributes=attributes,
-                                         InvocationTimeoutSeconds=invocation_timeout_s)
+    return runtime.invoke_endpoint_async(
+        EndpointName=endpoint,
+        InputLocation=location,
+        ContentType=ctype,
+        Accept=ACCEPT,
+        CustomAttributes=attributes,
+        InvocationTimeoutSeconds=invocation_timeout_s,
+    )
 
 
 def read_if_there(s3, uri: str) -> bytes | None:
@@ -68,9 +74,18 @@ def show(text: str, end: bool = False) -> None:
         print(text, file=sys.stderr, flush=True)
 
 
-def wait_for_answer(s3, output: str, failure: str | None, *, label: str, timeout_s: float = DEFAULT_WAIT_TIMEOUT_S,
-                    poll_s: float = DEFAULT_POLL_S, sleep: Callable[[float], None] = time.sleep,
-                    clock: Callable[[], float] = time.monotonic, progress: Callable[..., None] = show) -> Outcome:
+def wait_for_answer(
+    s3,
+    output: str,
+    failure: str | None,
+    *,
+    label: str,
+    timeout_s: float = DEFAULT_WAIT_TIMEOUT_S,
+    poll_s: float = DEFAULT_POLL_S,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+    progress: Callable[..., None] = show,
+) -> Outcome:
     """Poll for the answer object, or the failure object, until one appears or ``timeout_s`` passes."""
     start = clock()
     while True:
@@ -82,7 +97,9 @@ def wait_for_answer(s3, output: str, failure: str | None, *, label: str, timeout
                 return Outcome(ok, location, body)
         if elapsed >= timeout_s:
             progress(f"  {label}: gave up after {elapsed:.0f} s", end=True)
-            raise NoAnswer(f"no answer at {output} after {timeout_s:g} s (--wait-timeout): the request may still "
-                           "be queued (an endpoint at zero instances takes minutes to start one) or running")
+            raise NoAnswer(
+                f"no answer at {output} after {timeout_s:g} s (--wait-timeout): the request may still "
+                "be queued (an endpoint at zero instances takes minutes to start one) or running"
+            )
         progress(f"  {label}: waiting for {output} ({elapsed:.0f} s)")
         sleep(poll_s)

@@ -99,8 +99,10 @@ def ensure_onnx(spec, recipe, choice, options: Options):
     sample = recipe.sample_inputs(spec, 1, np.random.default_rng(choice.seed))
     with step(spec.name, f"exporting ONNX ({choice.describe()})"):
         onnx_export.export(module, spec, sample, partial)
-    with step(spec.name, f"checking the export (onnx.checker, tensors, ONNX Runtime vs torch at batch "
-                         f"{onnx_export.CHECK_BATCH})"):
+    with step(
+        spec.name,
+        f"checking the export (onnx.checker, tensors, ONNX Runtime vs torch at batch {onnx_export.CHECK_BATCH})",
+    ):
         diffs, limits = onnx_export.check(partial, spec, recipe, module, choice.seed)
     final = partial.replace(folder / onnx_export.ONNX_FILE)
     result = onnx_export.ExportResult(final, onnx_export.sha256_of(final), diffs, limits, cached=False)
@@ -168,8 +170,14 @@ def write_artifact(spec, options: Options, export, tuning) -> None:
         return
     if options.target == TENSORRT:
         with step(spec.name, f"building the TensorRT engine ({options.precision}, batch 1..{tuning.max_batch_size})"):
-            tensorrt_engine.build_engine(export.path, version / ARTIFACT[TENSORRT], spec, tuning.max_batch_size,
-                                         options.precision, options.cache_dir / "tensorrt" / "timing.cache")
+            tensorrt_engine.build_engine(
+                export.path,
+                version / ARTIFACT[TENSORRT],
+                spec,
+                tuning.max_batch_size,
+                options.precision,
+                options.cache_dir / "tensorrt" / "timing.cache",
+            )
     else:
         link_or_copy(export.path, version / ARTIFACT[options.target])
 
@@ -219,7 +227,9 @@ def prepare(spec, recipe, options: Options) -> dict:
         recipe.data_files(spec)
     choice = choose_weights(spec, recipe, options)
     export, choice = ensure_onnx(spec, recipe, choice, options)
-    diffs = ", ".join(f"{n} {export.max_abs_diff[n]:.2e} (limit {export.tolerance[n]:.1e})" for n in export.max_abs_diff)
+    diffs = ", ".join(
+        f"{n} {export.max_abs_diff[n]:.2e} (limit {export.tolerance[n]:.1e})" for n in export.max_abs_diff
+    )
     print(f"[{spec.name}] max abs diff ONNX Runtime vs torch: {diffs}", flush=True)
     tuning = tuning_for(spec, options)
     write_artifact(spec, options, export, tuning)
@@ -268,19 +278,28 @@ def run(options: Options) -> int:
         spec = load_spec(options.source / name)
         builder, onnx_file = spec.export.get("builder"), spec.export.get(ONNX_KEY)
         if (builder is None) == (onnx_file is None):
-            print(f"prepare_models: error: {name}: [export] needs either builder (one of "
-                  f"{', '.join(sorted(table))}) or {ONNX_KEY} (an ONNX file in the model's folder)", file=sys.stderr)
+            print(
+                f"prepare_models: error: {name}: [export] needs either builder (one of "
+                f"{', '.join(sorted(table))}) or {ONNX_KEY} (an ONNX file in the model's folder)",
+                file=sys.stderr,
+            )
             return 1
         if onnx_file is not None:
             prepare_onnx_file(spec, options)
             continue
         if builder not in table:
-            print(f"prepare_models: error: {name}: unknown [export] builder {builder!r} "
-                  f"(known: {', '.join(sorted(table))})", file=sys.stderr)
+            print(
+                f"prepare_models: error: {name}: unknown [export] builder {builder!r} "
+                f"(known: {', '.join(sorted(table))})",
+                file=sys.stderr,
+            )
             return 1
         prepare(spec, table[builder], options)
-    print(f"prepared {len(options.models)} model(s) for {options.target} in {options.repository} "
-          f"in {time.perf_counter() - started:.1f} s", flush=True)
+    print(
+        f"prepared {len(options.models)} model(s) for {options.target} in {options.repository} "
+        f"in {time.perf_counter() - started:.1f} s",
+        flush=True,
+    )
     return 0
 
 

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import inspect
 import pprint
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -47,8 +48,13 @@ PIPELINE_FILE = "dali.py"  # what the DALI backend autoserializes from the versi
 GPU_THREADS = 4  # CPU threads of the GPU pipeline (Huffman decoding, argument arithmetic)
 
 __all__ = [
-    "PIPELINE_FILE", "build_cpu_pipeline", "pipeline_file", "preprocess_config", "preprocess_graph",
-    "preprocess_params", "run_cpu",
+    "PIPELINE_FILE",
+    "build_cpu_pipeline",
+    "pipeline_file",
+    "preprocess_config",
+    "preprocess_graph",
+    "preprocess_params",
+    "run_cpu",
 ]
 
 
@@ -71,8 +77,9 @@ def preprocess_graph(params, device):
 
     encoded = fn.external_source(device="cpu", name=params["image"], dtype=types.UINT8, ndim=1)
     length = fn.external_source(device="cpu", name=params["image_length"], dtype=types.INT64, ndim=1)
-    encoded = fn.slice(encoded, start=[0], shape=fn.cast(length, dtype=types.INT32), axes=[0],
-                       out_of_bounds_policy="error")  # the image's own bytes, not the batch's padding
+    encoded = fn.slice(
+        encoded, start=[0], shape=fn.cast(length, dtype=types.INT32), axes=[0], out_of_bounds_policy="error"
+    )  # the image's own bytes, not the batch's padding
     decoder = {"device": "mixed", "jpeg_fancy_upsampling": True} if device == "gpu" else {"device": "cpu"}
     image = fn.decoders.image(encoded, output_type=getattr(types, params["channels"]), **decoder)
     shape = fn.peek_image_shape(encoded)  # [H, W, C] as decoded: EXIF orientation applied
@@ -80,13 +87,23 @@ def preprocess_graph(params, device):
     if params["letterbox"]:
         size, longer = params["size"], math.max(height, width)
         new_h, new_w = round_half_even(height * size, longer), round_half_even(width * size, longer)
-        image = fn.resize(image, size=fn.cast(fn.stack(new_h, new_w), dtype=types.FLOAT),
-                          interp_type=types.INTERP_LINEAR, antialias=False)
+        image = fn.resize(
+            image,
+            size=fn.cast(fn.stack(new_h, new_w), dtype=types.FLOAT),
+            interp_type=types.INTERP_LINEAR,
+            antialias=False,
+        )
         # top, left padding: the smaller half, as ultralytics' round(pad / 2 - 0.1); the slice starts
         # that far before the image (floor of a non-negative number: the same in DALI's C-style //)
         anchor = fn.stack(0 - (size - new_h) // 2, 0 - (size - new_w) // 2)
-        image = fn.slice(image, cast(anchor, types.INT32), [size, size], axis_names="HW",
-                         out_of_bounds_policy="pad", fill_values=params["pad_color"])
+        image = fn.slice(
+            image,
+            cast(anchor, types.INT32),
+            [size, size],
+            axis_names="HW",
+            out_of_bounds_policy="pad",
+            fill_values=params["pad_color"],
+        )
     else:
         resize, crop = params["resize"], params["crop"]
         width_short = cast(width <= height)  # torchvision: the short side to resize, the long one truncated
@@ -96,12 +113,20 @@ def preprocess_graph(params, device):
         # positions as resizing the whole image and cropping (measured: within 1 level of that)
         top, left = round_half_even(new_h - crop, 2), round_half_even(new_w - crop, 2)
         scale_y, scale_x = cast(height, types.FLOAT) / new_h, cast(width, types.FLOAT) / new_w
-        image = fn.resize(image, size=[crop, crop], interp_type=types.INTERP_LINEAR, antialias=True,
-                          roi_start=fn.stack(top * scale_y, left * scale_x),
-                          roi_end=fn.stack((top + crop) * scale_y, (left + crop) * scale_x))
+        image = fn.resize(
+            image,
+            size=[crop, crop],
+            interp_type=types.INTERP_LINEAR,
+            antialias=True,
+            roi_start=fn.stack(top * scale_y, left * scale_x),
+            roi_end=fn.stack((top + crop) * scale_y, (left + crop) * scale_x),
+        )
     tensor = fn.crop_mirror_normalize(
-        image, dtype=getattr(types, params["dtype"]), output_layout=params["layout"],
-        mean=params["mean"], std=params["std"],
+        image,
+        dtype=getattr(types, params["dtype"]),
+        output_layout=params["layout"],
+        mean=params["mean"],
+        std=params["std"],
     )
     if not params["image_size"]:
         return (tensor,)
@@ -113,12 +138,18 @@ def preprocess_params(spec: ModelSpec) -> dict[str, Any]:
     (``clients.vision``, ``clients.classification``, ``clients.detection``): a SpecError names the
     file and the key of a value the model cannot take, as at the router's start."""
     if spec.family not in DALI_FAMILIES:
-        raise SpecError(f"{spec.folder}/model.toml: family {spec.family}: no DALI preprocessing for it "
-                        f"(families: {', '.join(DALI_FAMILIES)})")
+        raise SpecError(
+            f"{spec.folder}/model.toml: family {spec.family}: no DALI preprocessing for it "
+            f"(families: {', '.join(DALI_FAMILIES)})"
+        )
     client = offline_client(spec, Settings())
     params: dict[str, Any] = {
-        "image": IMAGE, "image_length": IMAGE_LENGTH, "channels": client.channels, "layout": client.layout[1:],
-        "dtype": DALI_TYPES[client.dtype], "image_size": isinstance(client, DetectionClient),
+        "image": IMAGE,
+        "image_length": IMAGE_LENGTH,
+        "channels": client.channels,
+        "layout": client.layout[1:],
+        "dtype": DALI_TYPES[client.dtype],
+        "image_size": isinstance(client, DetectionClient),
         "letterbox": client.letterbox,
     }
     if client.letterbox:
@@ -174,10 +205,13 @@ def pipeline_file(spec: ModelSpec, max_batch_size: int | None = None) -> str:
     importing nothing but DALI (the NGC image does not have this project)."""
     outputs = _outputs(spec)
     return FILE_TEMPLATE.format(
-        model=preprocess_model(spec.name), name=spec.name,
+        model=preprocess_model(spec.name),
+        name=spec.name,
         description=(spec.description or spec.name).replace('"', "'"),
-        params=pprint.pformat(preprocess_params(spec), sort_dicts=False), graph=inspect.getsource(preprocess_graph),
-        batch_size=max_batch_size or spec.max_batch_size, threads=GPU_THREADS,
+        params=pprint.pformat(preprocess_params(spec), sort_dicts=False),
+        graph=inspect.getsource(preprocess_graph),
+        batch_size=max_batch_size or spec.max_batch_size,
+        threads=GPU_THREADS,
         output_dtypes=", ".join(f"types.{DALI_TYPES.get(dtype, dtype)}" for _, dtype, _ in outputs),
         output_ndims=", ".join(str(len(dims)) for _, _, dims in outputs),
     )

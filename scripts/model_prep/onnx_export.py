@@ -83,8 +83,9 @@ def graph_mismatches(path: Path, spec: ModelSpec, exact: bool = False) -> list[s
         for graph, toml in zip(got, expected):
             problem = _tensor_mismatch(graph, toml, exact)
             if problem:
-                problems.append(f"{kind} {graph.name}: {problem} (graph has {_show([graph])}, "
-                                f"model.toml says {_show([toml])})")
+                problems.append(
+                    f"{kind} {graph.name}: {problem} (graph has {_show([graph])}, model.toml says {_show([toml])})"
+                )
     return problems
 
 
@@ -181,8 +182,10 @@ def check(path: Path, spec: ModelSpec, recipe, module, seed: int) -> tuple[dict[
     outputs = run_onnxruntime(path, spec, inputs)
     for tensor, array in zip(spec.outputs, outputs):
         if array.shape != (CHECK_BATCH, *tensor.dims):
-            raise ExportError(f"[{spec.name}] ONNX Runtime gives {tensor.name} the shape {list(array.shape)}, "
-                              f"model.toml says {[CHECK_BATCH, *tensor.dims]}")
+            raise ExportError(
+                f"[{spec.name}] ONNX Runtime gives {tensor.name} the shape {list(array.shape)}, "
+                f"model.toml says {[CHECK_BATCH, *tensor.dims]}"
+            )
     compared = recipe.compare(module, spec, inputs, outputs, recipe.tolerance)
     diffs = {name: diff for name, (diff, _) in compared.items()}
     limits = {name: limit for name, (_, limit) in compared.items()}
@@ -227,16 +230,24 @@ def check_file(path: Path, spec: ModelSpec, seed: int, cache_dir: Path | None = 
         raise ExportError(f"[{spec.name}] {path} does not match model.toml: " + "; ".join(problems))
     from onnxruntime.capi import onnxruntime_pybind11_state as ort_errors
 
-    refusals = (RuntimeError, ort_errors.Fail, ort_errors.InvalidArgument, ort_errors.InvalidGraph,
-                ort_errors.NotImplemented, ort_errors.RuntimeException)
+    refusals = (
+        RuntimeError,
+        ort_errors.Fail,
+        ort_errors.InvalidArgument,
+        ort_errors.InvalidGraph,
+        ort_errors.NotImplemented,
+        ort_errors.RuntimeException,
+    )
     try:
         outputs = run_onnxruntime(path, spec, sample_inputs(spec, CHECK_BATCH, np.random.default_rng(seed)))
     except refusals as error:
         raise ExportError(f"[{spec.name}] ONNX Runtime cannot run {path} at batch {CHECK_BATCH}: {error}") from None
     for tensor, array in zip(spec.outputs, outputs):
         if array.shape != (CHECK_BATCH, *tensor.dims) or array.dtype != tensor.numpy_dtype:
-            raise ExportError(f"[{spec.name}] ONNX Runtime gives {tensor.name} {array.dtype} {list(array.shape)}, "
-                              f"model.toml says {tensor.dtype} {[CHECK_BATCH, *tensor.dims]}")
+            raise ExportError(
+                f"[{spec.name}] ONNX Runtime gives {tensor.name} {array.dtype} {list(array.shape)}, "
+                f"model.toml says {tensor.dtype} {[CHECK_BATCH, *tensor.dims]}"
+            )
     sha256 = sha256_of(path)
     if not _outputs_symbolic(path):
         return ExportResult(path, sha256, {}, {}, cached=False)

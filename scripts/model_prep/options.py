@@ -38,39 +38,82 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="python -m scripts.model_prep",
         description="Export the models to ONNX and write a Triton model repository for one target.",
     )
-    parser.add_argument("--target", choices=TARGETS, default="python",
-                        help="python: ONNX Runtime in Triton's python backend (default); onnxruntime: "
-                             "Triton's onnxruntime backend; tensorrt: a TensorRT engine (needs a GPU)")
-    parser.add_argument("--models", nargs="+", metavar="NAME",
-                        help="models to prepare (default: every folder of --source with a model.toml)")
-    parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE,
-                        help="folder of the model descriptions (default: %(default)s)")
-    parser.add_argument("--repository", type=Path,
-                        help="output model repository (default: --source, in place)")
-    parser.add_argument("--weights", choices=("pretrained", "random", "small"), default="pretrained",
-                        help="pretrained (falls back to random, loudly, when offline), seeded random, or small: "
-                             "a small network of the model's family with seeded random weights (same inputs, "
-                             "outputs and processing; fewer layers and channels), for tests")
-    parser.add_argument("--weights-file", action="append", default=[], metavar="NAME=PATH",
-                        help="weights of one model: a torch state_dict (resnet, yolov5) or a "
-                             "save_pretrained() directory (bert); repeatable")
+    parser.add_argument(
+        "--target",
+        choices=TARGETS,
+        default="python",
+        help="python: ONNX Runtime in Triton's python backend (default); onnxruntime: "
+        "Triton's onnxruntime backend; tensorrt: a TensorRT engine (needs a GPU)",
+    )
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        metavar="NAME",
+        help="models to prepare (default: every folder of --source with a model.toml)",
+    )
+    parser.add_argument(
+        "--source", type=Path, default=DEFAULT_SOURCE, help="folder of the model descriptions (default: %(default)s)"
+    )
+    parser.add_argument("--repository", type=Path, help="output model repository (default: --source, in place)")
+    parser.add_argument(
+        "--weights",
+        choices=("pretrained", "random", "small"),
+        default="pretrained",
+        help="pretrained (falls back to random, loudly, when offline), seeded random, or small: "
+        "a small network of the model's family with seeded random weights (same inputs, "
+        "outputs and processing; fewer layers and channels), for tests",
+    )
+    parser.add_argument(
+        "--weights-file",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="weights of one model: a torch state_dict (resnet, yolov5) or a "
+        "save_pretrained() directory (bert); repeatable",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of random weights (default: 0)")
-    parser.add_argument("--max-batch-size", action="append", default=[], metavar="[NAME=]N",
-                        help="Triton max_batch_size, for all models or one; repeatable")
-    parser.add_argument("--max-queue-delay-us", action="append", default=[], metavar="[NAME=]N",
-                        help="dynamic batching max_queue_delay_microseconds; repeatable")
-    parser.add_argument("--instance-count", action="append", default=[], metavar="[NAME=]N",
-                        help="instance_group count; repeatable")
-    parser.add_argument("--ort-threads", type=int, default=0,
-                        help="python target: ONNX Runtime intra-op threads per instance (default: the model.toml's "
-                             "[instances] threads, else ONNX Runtime's own)")
-    parser.add_argument("--precision", choices=("fp16", "fp32"), default="fp16",
-                        help="tensorrt target: engine precision (default: fp16)")
-    parser.add_argument("--config-only", action="store_true",
-                        help="write config.pbtxt and the other small files, not the model artifact")
+    parser.add_argument(
+        "--max-batch-size",
+        action="append",
+        default=[],
+        metavar="[NAME=]N",
+        help="Triton max_batch_size, for all models or one; repeatable",
+    )
+    parser.add_argument(
+        "--max-queue-delay-us",
+        action="append",
+        default=[],
+        metavar="[NAME=]N",
+        help="dynamic batching max_queue_delay_microseconds; repeatable",
+    )
+    parser.add_argument(
+        "--instance-count", action="append", default=[], metavar="[NAME=]N", help="instance_group count; repeatable"
+    )
+    parser.add_argument(
+        "--ort-threads",
+        type=int,
+        default=0,
+        help="python target: ONNX Runtime intra-op threads per instance (default: the model.toml's "
+        "[instances] threads, else ONNX Runtime's own)",
+    )
+    parser.add_argument(
+        "--precision",
+        choices=("fp16", "fp32"),
+        default="fp16",
+        help="tensorrt target: engine precision (default: fp16)",
+    )
+    parser.add_argument(
+        "--config-only",
+        action="store_true",
+        help="write config.pbtxt and the other small files, not the model artifact",
+    )
     parser.add_argument("--reexport", action="store_true", help="ignore the ONNX cache under build/onnx")
-    parser.add_argument("--cache-dir", type=Path, default=BUILD_DIR,
-                        help="ONNX exports, downloads and the TensorRT timing cache (default: %(default)s)")
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=BUILD_DIR,
+        help="ONNX exports, downloads and the TensorRT timing cache (default: %(default)s)",
+    )
     return parser.parse_args(argv)
 
 
@@ -108,8 +151,10 @@ def make_options(args: argparse.Namespace) -> Options:
     names = [n for item in args.models or available for n in item.split(",") if n]
     unknown = sorted(set(names) - set(available))
     if unknown or not names:
-        raise SystemExit(f"prepare_models: error: no model.toml for {unknown or 'any model'} "
-                         f"in {source} (available: {', '.join(available) or 'none'})")
+        raise SystemExit(
+            f"prepare_models: error: no model.toml for {unknown or 'any model'} "
+            f"in {source} (available: {', '.join(available) or 'none'})"
+        )
     files = weights_files(args.weights_file)
     unknown_files = sorted(set(files) - set(available))
     if unknown_files:

@@ -119,8 +119,9 @@ def ensemble_config(spec: ModelSpec, tuning: Tuning) -> mc.ModelConfig:
     return config
 
 
-def write_pipeline(spec: ModelSpec, repository: Path, target: str, tuning: Tuning,
-                   instances: int = DEFAULT_STEP_INSTANCES) -> list[str]:
+def write_pipeline(
+    spec: ModelSpec, repository: Path, target: str, tuning: Tuning, instances: int = DEFAULT_STEP_INSTANCES
+) -> list[str]:
     """Write the pipeline's models beside the network; returns their names.
 
     The preprocessing step is the python backend's (our clients' code) for the python and
@@ -150,7 +151,8 @@ def write_pipeline(spec: ModelSpec, repository: Path, target: str, tuning: Tunin
     name = ensemble_model(spec.name)
     (repository / name / VERSION).mkdir(parents=True, exist_ok=True)
     (repository / name / VERSION / ENSEMBLE_NOTE).write_text(
-        f"{name} is an ensemble (config.pbtxt): it has no model file, and Triton needs this version folder.\n")
+        f"{name} is an ensemble (config.pbtxt): it has no model file, and Triton needs this version folder.\n"
+    )
     (repository / name / "config.pbtxt").write_text(triton_config.to_text(ensemble_config(spec, tuning)))
     return [*written, name]
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import hashlib
 import pickle
 import shutil
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Mapping
 
 import numpy as np
 import torch
@@ -79,10 +79,10 @@ def _load_into(module: nn.Module, state: Mapping[str, torch.Tensor], path: Path)
     return module.eval()
 
 
-def _float_inputs(spec: ModelSpec, batch: int, rng: np.random.Generator, low: float, high: float) -> dict[str, np.ndarray]:
-    return {
-        t.name: rng.uniform(low, high, size=(batch, *t.dims)).astype(t.numpy_dtype) for t in spec.inputs
-    }
+def _float_inputs(
+    spec: ModelSpec, batch: int, rng: np.random.Generator, low: float, high: float
+) -> dict[str, np.ndarray]:
+    return {t.name: rng.uniform(low, high, size=(batch, *t.dims)).astype(t.numpy_dtype) for t in spec.inputs}
 
 
 def generic_compare(module, spec, inputs, ort_outputs, tolerance: Tolerance) -> dict[str, tuple[float, float]]:
@@ -124,9 +124,17 @@ def _resnet_small(spec: ModelSpec) -> nn.Module:
         return BasicBlock(inplanes, planes, stride=2, downsample=down)
 
     classes = spec.outputs[0].dims[-1]
-    net = nn.Sequential(nn.Conv2d(3, 16, 7, 2, 3, bias=False), nn.BatchNorm2d(16), nn.ReLU(inplace=True),
-                        nn.MaxPool2d(3, 2, 1), block(16, 32), block(32, 64), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                        nn.Linear(64, classes))
+    net = nn.Sequential(
+        nn.Conv2d(3, 16, 7, 2, 3, bias=False),
+        nn.BatchNorm2d(16),
+        nn.ReLU(inplace=True),
+        nn.MaxPool2d(3, 2, 1),
+        block(16, 32),
+        block(32, 64),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(64, classes),
+    )
     return _ranked(spec, net)
 
 
@@ -257,8 +265,9 @@ def _bert_small(spec: ModelSpec) -> nn.Module:
     """BERT with its real vocabulary (30522 word pieces) and two layers of width 32 (BERT base: 12 of 768)."""
     from transformers import BertConfig, BertForMaskedLM
 
-    config = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                        attn_implementation="eager")
+    config = BertConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, attn_implementation="eager"
+    )
     return _bert_wrap(spec, BertForMaskedLM(config))
 
 

@@ -36,8 +36,9 @@ def _gpu_visible() -> bool:
     return torch.cuda.is_available()
 
 
-def build_engine(onnx_path: Path, plan_path: Path, spec: ModelSpec, max_batch_size: int,
-                 precision: str, timing_cache: Path) -> None:
+def build_engine(
+    onnx_path: Path, plan_path: Path, spec: ModelSpec, max_batch_size: int, precision: str, timing_cache: Path
+) -> None:
     """One optimisation profile: batch 1 (min), max_batch_size (opt and max)."""
     import tensorrt as trt
 

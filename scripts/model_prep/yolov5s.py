@@ -176,8 +176,9 @@ _HEAD = (
 )
 
 
-def _make_layer(f, n: int, module: type, args: tuple, ch: list[int], width: float = WIDTH_MULTIPLE,
-                depth: float = DEPTH_MULTIPLE) -> tuple[nn.Module, int]:
+def _make_layer(
+    f, n: int, module: type, args: tuple, ch: list[int], width: float = WIDTH_MULTIPLE, depth: float = DEPTH_MULTIPLE
+) -> tuple[nn.Module, int]:
     """One layer from its yaml row; ``ch``: output channels of the layers so far (``f`` indexes it)."""
     if module in (Conv, C3, SPPF):
         c1, c2 = ch[f], _width(args[0], width)

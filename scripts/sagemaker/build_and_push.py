@@ -17,8 +17,8 @@ import os
 import shlex
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from app.core.settings import PROJECT_ROOT
 
@@ -57,26 +57,41 @@ def resolve_account(explicit: str | None, region: str, endpoint_url: str | None)
 def default_tag() -> str:
     """The commit's short hash (with -dirty for uncommitted changes), else "latest"."""
     try:
-        result = subprocess.run(["git", "-C", str(PROJECT_ROOT), "describe", "--always", "--dirty"],
-                                capture_output=True, text=True, timeout=10)
+        result = subprocess.run(
+            ["git", "-C", str(PROJECT_ROOT), "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except OSError:
         return "latest"
     return result.stdout.strip() if result.returncode == 0 and result.stdout.strip() else "latest"
 
 
-def commands(account: str, region: str, repository: str, tag: str, platform: str, context: Path,
-             dockerfile: Path) -> list[tuple[str, str]]:
+def commands(
+    account: str, region: str, repository: str, tag: str, platform: str, context: Path, dockerfile: Path
+) -> list[tuple[str, str]]:
     """(step, shell command) in the order they run."""
     registry = registry_host(account, region)
     uri = image_uri(account, region, repository, tag)
     local = f"{repository}:{tag}"
     q = shlex.quote
     return [
-        ("login", f"aws ecr get-login-password --region {q(region)} | "
-                  f"docker login --username AWS --password-stdin {q(registry)}"),
-        ("repository", f"aws ecr describe-repositories --region {q(region)} --repository-names {q(repository)} "
-                       f">/dev/null 2>&1 || aws ecr create-repository --region {q(region)} "
-                       f"--repository-name {q(repository)} --image-scanning-configuration scanOnPush=true"),
+        (
+            "login",
+            (
+                f"aws ecr get-login-password --region {q(region)} | "
+                f"docker login --username AWS --password-stdin {q(registry)}"
+            ),
+        ),
+        (
+            "repository",
+            (
+                f"aws ecr describe-repositories --region {q(region)} --repository-names {q(repository)} "
+                f">/dev/null 2>&1 || aws ecr create-repository --region {q(region)} "
+                f"--repository-name {q(repository)} --image-scanning-configuration scanOnPush=true"
+            ),
+        ),
         ("build", f"docker build --platform {q(platform)} -f {q(str(dockerfile))} -t {q(local)} {q(str(context))}"),
         ("tag", f"docker tag {q(local)} {q(uri)}"),
         ("push", f"docker push {q(uri)}"),
@@ -88,14 +103,23 @@ def run_command(command: str) -> None:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m scripts.sagemaker build-and-push", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repository", default=DEFAULT_REPOSITORY, help=f"ECR repository (default: {DEFAULT_REPOSITORY})")
+    parser = argparse.ArgumentParser(
+        prog="python -m scripts.sagemaker build-and-push",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--repository", default=DEFAULT_REPOSITORY, help=f"ECR repository (default: {DEFAULT_REPOSITORY})"
+    )
     parser.add_argument("--tag", help="image tag (default: the git commit, e.g. 3f2c20d or 3f2c20d-dirty)")
     parser.add_argument("--region", help="AWS region (default: $AWS_REGION, $AWS_DEFAULT_REGION, AWS config)")
     parser.add_argument("--account", help="AWS account id (default: $AWS_ACCOUNT_ID, else sts get-caller-identity)")
-    parser.add_argument("--platform", default="linux/amd64", help="image platform (default: linux/amd64, as SageMaker runs)")
-    parser.add_argument("--context", type=Path, default=PROJECT_ROOT, help="build context (default: the repository root)")
+    parser.add_argument(
+        "--platform", default="linux/amd64", help="image platform (default: linux/amd64, as SageMaker runs)"
+    )
+    parser.add_argument(
+        "--context", type=Path, default=PROJECT_ROOT, help="build context (default: the repository root)"
+    )
     parser.add_argument("--endpoint-url", help="AWS endpoint for the sts look-up (tests)")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     return parser.parse_args(argv)

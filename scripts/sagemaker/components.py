@@ -18,7 +18,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from app.core.settings import DEFAULT_MODEL_NAME
-from scripts.sagemaker.endpoint import DeployConfig, delete as delete_endpoint, refuse_existing, wait_in_service
+from scripts.sagemaker.endpoint import DeployConfig, refuse_existing, wait_in_service
+from scripts.sagemaker.endpoint import delete as delete_endpoint
 from scripts.sagemaker.resources import (
     ARCHIVE_SUFFIX,
     Clients,
@@ -41,11 +42,13 @@ DEFAULT_MEMORY_MB = 4096
 DEFAULT_INVOCATIONS_PER_COPY = 100.0
 ROUTING = {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"}  # to the copy with the fewest requests in flight
 COMPONENT_FAILED = ("Failed", "Deleting")
-COMPONENT_HELP = ("with --inference-components: one served model and what each of its copies reserves, e.g. "
-                  "resnet:copies=2,gpus=1,memory=4096 (repeatable). Keys: copies (started with and kept at least; "
-                  "default 1), max (the most auto scaling adds up to; default twice copies), cpus (CPU cores a copy; "
-                  f"default {DEFAULT_CPUS:g}), gpus (accelerators a copy; default 1 on a GPU instance type, none on a "
-                  f"CPU one), memory (MB a copy, at least; default {DEFAULT_MEMORY_MB})")
+COMPONENT_HELP = (
+    "with --inference-components: one served model and what each of its copies reserves, e.g. "
+    "resnet:copies=2,gpus=1,memory=4096 (repeatable). Keys: copies (started with and kept at least; "
+    "default 1), max (the most auto scaling adds up to; default twice copies), cpus (CPU cores a copy; "
+    f"default {DEFAULT_CPUS:g}), gpus (accelerators a copy; default 1 on a GPU instance type, none on a "
+    f"CPU one), memory (MB a copy, at least; default {DEFAULT_MEMORY_MB})"
+)
 
 
 @dataclass(frozen=True)
@@ -111,8 +114,13 @@ def parse_component(text: str) -> Component:
     model, _, options = text.partition(":")
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", model):
         raise argparse.ArgumentTypeError(f"{text!r}: expected NAME[:copies=N,max=M,cpus=C,gpus=G,memory=MB]")
-    keys = {"copies": ("copies", int), "max": ("max_copies", int), "cpus": ("cpus", float),
-            "gpus": ("gpus", float), "memory": ("memory_mb", int)}
+    keys = {
+        "copies": ("copies", int),
+        "max": ("max_copies", int),
+        "cpus": ("cpus", float),
+        "gpus": ("gpus", float),
+        "memory": ("memory_mb", int),
+    }
     values = {}
     for key, value in environment_pairs([o for o in options.split(",") if o]).items():
         if key not in keys:
@@ -126,17 +134,31 @@ def parse_component(text: str) -> Component:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--inference-components", type=archives_prefix, metavar="s3://BUCKET/PREFIX/",
-                        help="an endpoint of inference components, one per --component, each serving "
-                             "<PREFIX><NAME>.tar.gz (python -m scripts.sagemaker package-models --per-model) with "
-                             "its own copies, compute and auto scaling on the shared instances (GPU instance types "
-                             "work); call one with python -m scripts.caller invoke --inference-component "
-                             "<endpoint>-<NAME>")
-    parser.add_argument("--component", action="append", type=parse_component, default=[],
-                        metavar="NAME[:KEY=VALUE,...]", help=COMPONENT_HELP)
-    parser.add_argument("--invocations-per-copy", type=float, default=DEFAULT_INVOCATIONS_PER_COPY,
-                        help="with --inference-components: each component's auto scaling target, invocations per "
-                             f"copy per minute (default: {DEFAULT_INVOCATIONS_PER_COPY:g})")
+    parser.add_argument(
+        "--inference-components",
+        type=archives_prefix,
+        metavar="s3://BUCKET/PREFIX/",
+        help="an endpoint of inference components, one per --component, each serving "
+        "<PREFIX><NAME>.tar.gz (python -m scripts.sagemaker package-models --per-model) with "
+        "its own copies, compute and auto scaling on the shared instances (GPU instance types "
+        "work); call one with python -m scripts.caller invoke --inference-component "
+        "<endpoint>-<NAME>",
+    )
+    parser.add_argument(
+        "--component",
+        action="append",
+        type=parse_component,
+        default=[],
+        metavar="NAME[:KEY=VALUE,...]",
+        help=COMPONENT_HELP,
+    )
+    parser.add_argument(
+        "--invocations-per-copy",
+        type=float,
+        default=DEFAULT_INVOCATIONS_PER_COPY,
+        help="with --inference-components: each component's auto scaling target, invocations per "
+        f"copy per minute (default: {DEFAULT_INVOCATIONS_PER_COPY:g})",
+    )
 
 
 def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -146,12 +168,18 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         if args.component:
             parser.error("--component needs --inference-components s3://BUCKET/PREFIX/")
         return
-    given = {"--async": args.async_output, "--multi-model": args.multi_model, "--model-data-url": args.model_data_url,
-             "--no-wait": args.no_wait}
+    given = {
+        "--async": args.async_output,
+        "--multi-model": args.multi_model,
+        "--model-data-url": args.model_data_url,
+        "--no-wait": args.no_wait,
+    }
     clashes = [flag for flag, value in given.items() if value]
     if clashes:
-        parser.error(f"--inference-components does not go with {', '.join(clashes)} (each component has its own "
-                     "model data; the components are added once the endpoint is InService)")
+        parser.error(
+            f"--inference-components does not go with {', '.join(clashes)} (each component has its own "
+            "model data; the components are added once the endpoint is InService)"
+        )
     if not args.component:
         parser.error("--inference-components needs at least one --component NAME[:copies=N,...]")
     names = [slug(c.model) for c in args.component]
@@ -163,13 +191,23 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
 def endpoint_config_parameters(config: DeployConfig, config_name: str) -> dict[str, Any]:
     """CreateEndpointConfig's parameters: a variant with no model, the role on the configuration."""
-    variant: dict[str, Any] = {"VariantName": VARIANT, "InstanceType": config.instance_type,
-                               "InitialInstanceCount": config.instance_count, "RoutingConfig": dict(ROUTING)}
+    variant: dict[str, Any] = {
+        "VariantName": VARIANT,
+        "InstanceType": config.instance_type,
+        "InitialInstanceCount": config.instance_count,
+        "RoutingConfig": dict(ROUTING),
+    }
     if config.scaling:
-        variant["ManagedInstanceScaling"] = {"Status": "ENABLED", "MinInstanceCount": config.scaling.min_capacity,
-                                             "MaxInstanceCount": config.scaling.max_capacity}
-    parameters: dict[str, Any] = {"EndpointConfigName": config_name, "ExecutionRoleArn": config.container.role_arn,
-                                  "ProductionVariants": [variant]}
+        variant["ManagedInstanceScaling"] = {
+            "Status": "ENABLED",
+            "MinInstanceCount": config.scaling.min_capacity,
+            "MaxInstanceCount": config.scaling.max_capacity,
+        }
+    parameters: dict[str, Any] = {
+        "EndpointConfigName": config_name,
+        "ExecutionRoleArn": config.container.role_arn,
+        "ProductionVariants": [variant],
+    }
     if config.capture:
         parameters["DataCaptureConfig"] = config.capture.parameters()
     return parameters
@@ -183,8 +221,10 @@ def component_parameters(config: DeployConfig, component: Component, model_name:
         "VariantName": VARIANT,
         "Specification": {
             "ModelName": model_name,
-            "StartupParameters": {"ModelDataDownloadTimeoutInSeconds": config.download_timeout_s,
-                                  "ContainerStartupHealthCheckTimeoutInSeconds": config.health_check_timeout_s},
+            "StartupParameters": {
+                "ModelDataDownloadTimeoutInSeconds": config.download_timeout_s,
+                "ContainerStartupHealthCheckTimeoutInSeconds": config.health_check_timeout_s,
+            },
             "ComputeResourceRequirements": component.requirements(config.instance_type),
         },
         "RuntimeConfig": {"CopyCount": component.copies},
@@ -192,10 +232,14 @@ def component_parameters(config: DeployConfig, component: Component, model_name:
 
 
 def component_watch(sm, component: str) -> Watch:
-    return Watch(f"inference component {component}",
-                 lambda: sm.describe_inference_component(InferenceComponentName=component),
-                 "InferenceComponentStatus", ("InService",), COMPONENT_FAILED,
-                 f"/aws/sagemaker/InferenceComponents/{component}")
+    return Watch(
+        f"inference component {component}",
+        lambda: sm.describe_inference_component(InferenceComponentName=component),
+        "InferenceComponentStatus",
+        ("InService",),
+        COMPONENT_FAILED,
+        f"/aws/sagemaker/InferenceComponents/{component}",
+    )
 
 
 def _create_models(sm, config: DeployConfig, components: Components, stamp: str, log: Log) -> dict[str, str]:
@@ -203,24 +247,37 @@ def _create_models(sm, config: DeployConfig, components: Components, stamp: str,
     models = {}
     for component in components.items:
         model_name = f"{config.name}-model-{slug(component.model)}-{stamp}"
-        container = replace(config.container, model_data_url=components.archive(component),
-                            environment={**config.container.environment, DEFAULT_MODEL_NAME: component.model})
+        container = replace(
+            config.container,
+            model_data_url=components.archive(component),
+            environment={**config.container.environment, DEFAULT_MODEL_NAME: component.model},
+        )
         log(f"  model {model_name} ({container.model_data_url})")
         container.create_model(sm, model_name)
         models[component.model] = model_name
     return models
 
 
-def deploy(clients: Clients, config: DeployConfig, components: Components, *, poll_s: float = 30,
-           timeout_s: float = 3600, sleep: Sleep = time.sleep, log: Log = print) -> dict[str, Any]:
+def deploy(
+    clients: Clients,
+    config: DeployConfig,
+    components: Components,
+    *,
+    poll_s: float = 30,
+    timeout_s: float = 3600,
+    sleep: Sleep = time.sleep,
+    log: Log = print,
+) -> dict[str, Any]:
     """Endpoint configuration and endpoint (waited for), then a model and an inference component per
     served model (waited for), then each component's auto scaling."""
     sm = clients.sagemaker
     refuse_existing(sm, config.name)
     stamp = timestamp()
     config_name = f"{config.name}-config-{stamp}"
-    log(f"[1/5] endpoint configuration {config_name} ({config.instance_count} x {config.instance_type}, "
-        f"inference components)")
+    log(
+        f"[1/5] endpoint configuration {config_name} ({config.instance_count} x {config.instance_type}, "
+        f"inference components)"
+    )
     sm.create_endpoint_config(**endpoint_config_parameters(config, config_name))
     log(f"[2/5] endpoint {config.name}")
     sm.create_endpoint(EndpointName=config.name, EndpointConfigName=config_name)
@@ -245,8 +302,10 @@ def _scale(clients: Clients, config: DeployConfig, components: Components, log: 
     if not config.scaling:
         log("[5/5] auto scaling: off (--no-scaling)")
         return
-    log(f"[5/5] auto scaling: instances {config.scaling.min_capacity}..{config.scaling.max_capacity} "
-        "(managed by SageMaker), copies per component")
+    log(
+        f"[5/5] auto scaling: instances {config.scaling.min_capacity}..{config.scaling.max_capacity} "
+        "(managed by SageMaker), copies per component"
+    )
     for component in components.items:
         scaling = replace(config.scaling, min_capacity=component.copies, max_capacity=component.most)
         configure_component_scaling(clients, component_name(config.name, component.model), scaling, log=log)
@@ -268,8 +327,15 @@ def components_of(sm, endpoint: str) -> list[str]:
     return [c["InferenceComponentName"] for c in found]
 
 
-def delete(clients: Clients, name: str, *, poll_s: float = 10, timeout_s: float = 900,
-           sleep: Sleep = time.sleep, log: Log = print) -> None:
+def delete(
+    clients: Clients,
+    name: str,
+    *,
+    poll_s: float = 10,
+    timeout_s: float = 900,
+    sleep: Sleep = time.sleep,
+    log: Log = print,
+) -> None:
     """The endpoint's inference components first (their auto scaling, then each component, waited
     for until gone), then what scripts/sagemaker/endpoint.py's delete removes, the components'
     models included."""
@@ -283,8 +349,13 @@ def delete(clients: Clients, name: str, *, poll_s: float = 10, timeout_s: float 
         sm.delete_inference_component(InferenceComponentName=component)
         log(f"deleting inference component {component}")
     for component in components:
-        wait_gone(f"inference component {component}",
-                  lambda c=component: sm.describe_inference_component(InferenceComponentName=c),
-                  "InferenceComponentStatus", poll_s, timeout_s, sleep=sleep, log=log)
+        wait_gone(
+            f"inference component {component}",
+            lambda c=component: sm.describe_inference_component(InferenceComponentName=c),
+            "InferenceComponentStatus",
+            poll_s,
+            timeout_s,
+            sleep=sleep,
+            log=log,
+        )
     delete_endpoint(clients, name, poll_s=poll_s, timeout_s=timeout_s, sleep=sleep, log=log, models=models)
-

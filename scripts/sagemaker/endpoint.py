@@ -6,8 +6,9 @@ builds on these steps in scripts/sagemaker/components.py."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from app.core.settings import ASYNC_MAX_BODY_BYTES, ASYNC_MAX_TIMEOUT_S, BODY_LIMIT, SERVER_TIMEOUT
 from scripts.sagemaker.resources import (
@@ -49,8 +50,10 @@ class AsyncConfig:
         return folder(self.output_path) + "failures/"
 
     def parameters(self) -> dict[str, Any]:
-        return {"OutputConfig": {"S3OutputPath": folder(self.output_path), "S3FailurePath": self.failure_path},
-                "ClientConfig": {"MaxConcurrentInvocationsPerInstance": self.max_concurrent_invocations}}
+        return {
+            "OutputConfig": {"S3OutputPath": folder(self.output_path), "S3FailurePath": self.failure_path},
+            "ClientConfig": {"MaxConcurrentInvocationsPerInstance": self.max_concurrent_invocations},
+        }
 
 
 @dataclass(frozen=True)
@@ -59,10 +62,13 @@ class CaptureConfig:
     sampling_percent: int = 100
 
     def parameters(self) -> dict[str, Any]:
-        return {"EnableCapture": True, "InitialSamplingPercentage": self.sampling_percent,
-                "DestinationS3Uri": self.destination,
-                "CaptureOptions": [{"CaptureMode": "Input"}, {"CaptureMode": "Output"}],
-                "CaptureContentTypeHeader": {"JsonContentTypes": list(JSON_CONTENT_TYPES)}}
+        return {
+            "EnableCapture": True,
+            "InitialSamplingPercentage": self.sampling_percent,
+            "DestinationS3Uri": self.destination,
+            "CaptureOptions": [{"CaptureMode": "Input"}, {"CaptureMode": "Output"}],
+            "CaptureContentTypeHeader": {"JsonContentTypes": list(JSON_CONTENT_TYPES)},
+        }
 
 
 @dataclass(frozen=True)
@@ -80,14 +86,19 @@ class DeployConfig:
 
 def endpoint_config_parameters(config: DeployConfig, config_name: str, model_name: str) -> dict[str, Any]:
     """CreateEndpointConfig's parameters: one variant, and the asynchronous and capture parts when asked."""
-    parameters: dict[str, Any] = {"EndpointConfigName": config_name, "ProductionVariants": [{
-        "VariantName": VARIANT,
-        "ModelName": model_name,
-        "InstanceType": config.instance_type,
-        "InitialInstanceCount": config.instance_count,
-        "ContainerStartupHealthCheckTimeoutInSeconds": config.health_check_timeout_s,
-        "ModelDataDownloadTimeoutInSeconds": config.download_timeout_s,
-    }]}
+    parameters: dict[str, Any] = {
+        "EndpointConfigName": config_name,
+        "ProductionVariants": [
+            {
+                "VariantName": VARIANT,
+                "ModelName": model_name,
+                "InstanceType": config.instance_type,
+                "InitialInstanceCount": config.instance_count,
+                "ContainerStartupHealthCheckTimeoutInSeconds": config.health_check_timeout_s,
+                "ModelDataDownloadTimeoutInSeconds": config.download_timeout_s,
+            }
+        ],
+    }
     if config.asynchronous:
         parameters["AsyncInferenceConfig"] = config.asynchronous.parameters()
     if config.capture:
@@ -96,12 +107,19 @@ def endpoint_config_parameters(config: DeployConfig, config_name: str, model_nam
 
 
 def endpoint_watch(sm, endpoint: str) -> Watch:
-    return Watch(f"endpoint {endpoint}", lambda: sm.describe_endpoint(EndpointName=endpoint), "EndpointStatus",
-                 ("InService",), ENDPOINT_FAILED, f"/aws/sagemaker/Endpoints/{endpoint}")
+    return Watch(
+        f"endpoint {endpoint}",
+        lambda: sm.describe_endpoint(EndpointName=endpoint),
+        "EndpointStatus",
+        ("InService",),
+        ENDPOINT_FAILED,
+        f"/aws/sagemaker/Endpoints/{endpoint}",
+    )
 
 
-def wait_in_service(sm, endpoint: str, poll_s: float, timeout_s: float, sleep: Sleep = time.sleep,
-                    log: Log = print) -> None:
+def wait_in_service(
+    sm, endpoint: str, poll_s: float, timeout_s: float, sleep: Sleep = time.sleep, log: Log = print
+) -> None:
     wait_for(endpoint_watch(sm, endpoint), poll_s, timeout_s, sleep=sleep, log=log)
 
 
@@ -116,8 +134,16 @@ def refuse_existing(sm, endpoint: str) -> None:
         raise DeployError(f"endpoint {endpoint} exists already: delete it first (--delete) or pick another --name")
 
 
-def deploy(clients: Clients, config: DeployConfig, *, wait: bool = True, poll_s: float = 30,
-           timeout_s: float = 3600, sleep: Sleep = time.sleep, log: Log = print) -> dict[str, str]:
+def deploy(
+    clients: Clients,
+    config: DeployConfig,
+    *,
+    wait: bool = True,
+    poll_s: float = 30,
+    timeout_s: float = 3600,
+    sleep: Sleep = time.sleep,
+    log: Log = print,
+) -> dict[str, str]:
     sm = clients.sagemaker
     refuse_existing(sm, config.name)
     stamp = timestamp()
@@ -144,8 +170,16 @@ def deploy(clients: Clients, config: DeployConfig, *, wait: bool = True, poll_s:
     return names
 
 
-def delete(clients: Clients, name: str, *, poll_s: float = 10, timeout_s: float = 900,
-           sleep: Sleep = time.sleep, log: Log = print, models: Sequence[str] = ()) -> None:
+def delete(
+    clients: Clients,
+    name: str,
+    *,
+    poll_s: float = 10,
+    timeout_s: float = 900,
+    sleep: Sleep = time.sleep,
+    log: Log = print,
+    models: Sequence[str] = (),
+) -> None:
     """Remove, in order: auto scaling (policies, target, alarm), endpoint, endpoint configurations, models
     (theirs, those named ``<name>-model-*``, and ``models``)."""
     sm = clients.sagemaker
@@ -160,12 +194,21 @@ def delete(clients: Clients, name: str, *, poll_s: float = 10, timeout_s: float 
     else:
         sm.delete_endpoint(EndpointName=name)
         log(f"deleting endpoint {name}")
-        wait_gone(f"endpoint {name}", lambda: sm.describe_endpoint(EndpointName=name), "EndpointStatus",
-                  poll_s, timeout_s, sleep=sleep, log=log)
+        wait_gone(
+            f"endpoint {name}",
+            lambda: sm.describe_endpoint(EndpointName=name),
+            "EndpointStatus",
+            poll_s,
+            timeout_s,
+            sleep=sleep,
+            log=log,
+        )
 
-    prefix_configs = [c["EndpointConfigName"] for c in list_all(sm.list_endpoint_configs, "EndpointConfigs",
-                                                                NameContains=name)
-                      if c["EndpointConfigName"].startswith(f"{name}-config-")]
+    prefix_configs = [
+        c["EndpointConfigName"]
+        for c in list_all(sm.list_endpoint_configs, "EndpointConfigs", NameContains=name)
+        if c["EndpointConfigName"].startswith(f"{name}-config-")
+    ]
     model_names: list[str] = []
     for config_name in dict.fromkeys(config_names + prefix_configs):
         try:
@@ -178,4 +221,3 @@ def delete(clients: Clients, name: str, *, poll_s: float = 10, timeout_s: float 
         sm.delete_endpoint_config(EndpointConfigName=config_name)
         log(f"deleted endpoint configuration {config_name}")
     delete_models(sm, [*model_names, *models, *models_named(sm, f"{name}-model-")], log)
-

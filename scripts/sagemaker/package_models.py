@@ -33,8 +33,9 @@ import argparse
 import sys
 import tarfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from app.core.settings import PROJECT_ROOT
 from scripts.model_prep import triton_config
@@ -46,10 +47,15 @@ if TYPE_CHECKING:
 SKIPPED_NAMES = {"__pycache__", ".ipynb_checkpoints"}
 SKIPPED_SUFFIXES = {".pyc", ".pyo"}
 # Triton's default artifact per platform / backend (config.pbtxt's default_model_filename overrides).
-ARTIFACTS = {"tensorrt_plan": "model.plan", "onnxruntime_onnx": "model.onnx", "python": "model.py",
-             "tensorrt": "model.plan", "onnxruntime": "model.onnx",
-             # the DALI backend serialises the pipeline file when it loads the model (autoserialization)
-             "dali": "dali.py"}
+ARTIFACTS = {
+    "tensorrt_plan": "model.plan",
+    "onnxruntime_onnx": "model.onnx",
+    "python": "model.py",
+    "tensorrt": "model.plan",
+    "onnxruntime": "model.onnx",
+    # the DALI backend serialises the pipeline file when it loads the model (autoserialization)
+    "dali": "dali.py",
+}
 
 
 DEFAULT_TARBALL = PROJECT_ROOT / "build" / "model.tar.gz"
@@ -71,8 +77,9 @@ def _skipped(path: Path) -> bool:
 
 
 def model_folders(repository: Path) -> list[Path]:
-    return sorted(p for p in repository.iterdir() if p.is_dir() and not p.name.startswith(".")
-                  and p.name not in SKIPPED_NAMES)
+    return sorted(
+        p for p in repository.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name not in SKIPPED_NAMES
+    )
 
 
 def step_names(name: str) -> tuple[str, ...]:
@@ -185,7 +192,9 @@ def write_tarball(repository: Path, files: Sequence[Path], output: Path, log=pri
             with source.open("rb") as handle:
                 tar.addfile(_info(relative.as_posix(), size=size), handle)
             done += size
-            log(f"  {relative.as_posix()} ({size / 1e6:.1f} MB; {100 * done / max(total, 1):.0f}% of {total / 1e6:.0f} MB)")
+            log(
+                f"  {relative.as_posix()} ({size / 1e6:.1f} MB; {100 * done / max(total, 1):.0f}% of {total / 1e6:.0f} MB)"
+            )
     partial.replace(output)
 
 
@@ -241,19 +250,36 @@ def upload(output: Path, url: str, region: str | None, endpoint_url: str | None,
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m scripts.sagemaker package-models", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repository", type=Path, default=PROJECT_ROOT / "models",
-                        help="the Triton model repository (default: models/)")
-    parser.add_argument("--output", type=Path,
-                        help="the tarball to write (default: build/model.tar.gz); with --per-model, the folder "
-                             "for the <NAME>.tar.gz archives (default: build/per-model/)")
-    parser.add_argument("--upload", metavar="S3_URL", help="upload to s3://bucket/key (a key ending in / gets the file "
-                                                           "name); with --per-model, the prefix the archives go under")
-    parser.add_argument("--per-model", action="store_true",
-                        help="one <NAME>.tar.gz per served model (with its Triton pipeline's folders; a plain Triton "
-                             "model folder on its own), for python -m scripts.sagemaker deploy --multi-model / "
-                             "--inference-components")
+    parser = argparse.ArgumentParser(
+        prog="python -m scripts.sagemaker package-models",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--repository",
+        type=Path,
+        default=PROJECT_ROOT / "models",
+        help="the Triton model repository (default: models/)",
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help="the tarball to write (default: build/model.tar.gz); with --per-model, the folder "
+        "for the <NAME>.tar.gz archives (default: build/per-model/)",
+    )
+    parser.add_argument(
+        "--upload",
+        metavar="S3_URL",
+        help="upload to s3://bucket/key (a key ending in / gets the file "
+        "name); with --per-model, the prefix the archives go under",
+    )
+    parser.add_argument(
+        "--per-model",
+        action="store_true",
+        help="one <NAME>.tar.gz per served model (with its Triton pipeline's folders; a plain Triton "
+        "model folder on its own), for python -m scripts.sagemaker deploy --multi-model / "
+        "--inference-components",
+    )
     parser.add_argument("--check-only", action="store_true", help="validate the repository, write nothing")
     parser.add_argument("--region", help="AWS region for the upload")
     parser.add_argument("--endpoint-url", help="S3 endpoint (tests, S3-compatible stores)")
@@ -276,6 +302,7 @@ def package(args: argparse.Namespace, files: Sequence[Path]) -> None:
 
 def package_per_model(args: argparse.Namespace, files: Sequence[Path]) -> None:
     """One archive per served model in the output folder (progress on stderr), uploaded when asked."""
+
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
@@ -289,8 +316,10 @@ def package_per_model(args: argparse.Namespace, files: Sequence[Path]) -> None:
     for archive in archives:
         progress(f"uploading {archive.name} to {prefix}")
         upload(archive, prefix, args.region, args.endpoint_url, log=progress)
-    print(f"{len(archives)} archives under {prefix}: python -m scripts.sagemaker deploy --multi-model {prefix} "
-          f"(or --inference-components {prefix} --component NAME ...)")
+    print(
+        f"{len(archives)} archives under {prefix}: python -m scripts.sagemaker deploy --multi-model {prefix} "
+        f"(or --inference-components {prefix} --component NAME ...)"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Collection, Mapping, Sequence
+from typing import Any
 
 from app.core.settings import Settings
 
@@ -41,8 +42,12 @@ class Clients:
 def make_clients(region: str | None = None, endpoint_url: str | None = None) -> Clients:
     import boto3
 
-    return Clients(*(boto3.client(service, region_name=region, endpoint_url=endpoint_url)
-                     for service in ("sagemaker", "application-autoscaling", "cloudwatch")))
+    return Clients(
+        *(
+            boto3.client(service, region_name=region, endpoint_url=endpoint_url)
+            for service in ("sagemaker", "application-autoscaling", "cloudwatch")
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -108,8 +113,11 @@ def delete_models(sm, names: Sequence[str], log: Log) -> None:
 
 def models_named(sm, prefix: str) -> list[str]:
     """The models whose names start with ``prefix`` (what this script names ``<name>-<kind>-<stamp>``)."""
-    return [m["ModelName"] for m in list_all(sm.list_models, "Models", NameContains=prefix)
-            if m["ModelName"].startswith(prefix)]
+    return [
+        m["ModelName"]
+        for m in list_all(sm.list_models, "Models", NameContains=prefix)
+        if m["ModelName"].startswith(prefix)
+    ]
 
 
 def elapsed_text(seconds: float) -> str:
@@ -140,15 +148,24 @@ def wait_for(watch: Watch, poll_s: float, timeout_s: float, sleep: Sleep = time.
         if status in watch.done:
             return described
         if status in watch.failed:
-            raise DeployError(f"{watch.label} is {status}: {described.get('FailureReason', 'no reason given')}"
-                              f" (the container's logs are in CloudWatch, {watch.logs})")
+            raise DeployError(
+                f"{watch.label} is {status}: {described.get('FailureReason', 'no reason given')}"
+                f" (the container's logs are in CloudWatch, {watch.logs})"
+            )
         if elapsed > timeout_s:
             raise DeployError(f"{watch.label} not {'/'.join(watch.done)} after {timeout_s:.0f} s (still {status})")
         sleep(poll_s)
 
 
-def wait_gone(label: str, describe: Callable[[], dict], status_key: str, poll_s: float, timeout_s: float,
-              sleep: Sleep = time.sleep, log: Log = print) -> None:
+def wait_gone(
+    label: str,
+    describe: Callable[[], dict],
+    status_key: str,
+    poll_s: float,
+    timeout_s: float,
+    sleep: Sleep = time.sleep,
+    log: Log = print,
+) -> None:
     """Poll ``describe`` (showing the status) until SageMaker answers that ``label`` is not found."""
     from botocore.exceptions import ClientError
 
@@ -168,6 +185,7 @@ def wait_gone(label: str, describe: Callable[[], dict], status_key: str, poll_s:
 
 # Command-line value types.
 
+
 def environment_pairs(pairs: Sequence[str]) -> dict[str, str]:
     env = {}
     for pair in pairs:
@@ -180,11 +198,13 @@ def environment_pairs(pairs: Sequence[str]) -> dict[str, str]:
 
 def int_range(low: int, high: int):
     """An argparse type: an integer within low..high."""
+
     def parse(text: str) -> int:
         value = int(text)
         if not low <= value <= high:
             raise argparse.ArgumentTypeError(f"{value} is outside {low}..{high}")
         return value
+
     return parse
 
 
@@ -214,39 +234,57 @@ def archives_prefix(text: str) -> str:
     """An argparse type: the s3:// prefix holding one <name>.tar.gz per model, as a folder (trailing /)."""
     s3_uri(text)
     if text.endswith(ARCHIVE_SUFFIX):
-        raise argparse.ArgumentTypeError(f"{text!r} is one archive: give the prefix holding the <name>{ARCHIVE_SUFFIX} "
-                                         "archives (python -m scripts.sagemaker package-models --per-model "
-                                         "--upload PREFIX)")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is one archive: give the prefix holding the <name>{ARCHIVE_SUFFIX} "
+            "archives (python -m scripts.sagemaker package-models --per-model "
+            "--upload PREFIX)"
+        )
     return folder(text)
 
 
-def add_container_arguments(parser: argparse.ArgumentParser, role_env: str, role_default: str | None,
-                            instance_type_note: str = "") -> None:
+def add_container_arguments(
+    parser: argparse.ArgumentParser, role_env: str, role_default: str | None, instance_type_note: str = ""
+) -> None:
     """The flags that describe the model and its instances, the same for an endpoint and a job;
     ``instance_type_note`` adds to --instance-type's help (another default in some mode)."""
     parser.add_argument("--image-uri", help="the ECR image (scripts/sagemaker/build_and_push.py prints it)")
-    parser.add_argument("--model-data-url", help="s3:// URL of model.tar.gz (scripts/sagemaker/package_models.py); "
-                                                 "without it the image's own models/ are served")
+    parser.add_argument(
+        "--model-data-url",
+        help="s3:// URL of model.tar.gz (scripts/sagemaker/package_models.py); "
+        "without it the image's own models/ are served",
+    )
     parser.add_argument("--role-arn", default=role_default, help=f"SageMaker execution role (default: ${role_env})")
-    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                        help="container environment, e.g. MODEL_SERVER_WORKERS=4 (repeatable)")
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="container environment, e.g. MODEL_SERVER_WORKERS=4 (repeatable)",
+    )
     parser.add_argument("--instance-type", help=f"default: {DEFAULT_INSTANCE_TYPE}{instance_type_note}")
     parser.add_argument("--instance-count", type=int_range(1, 100), default=1, help="instances (default: 1)")
 
 
 def add_wait_arguments(parser: argparse.ArgumentParser, no_wait_help: str, poll_s: float, timeout_min: float) -> None:
     parser.add_argument("--no-wait", action="store_true", help=no_wait_help)
-    parser.add_argument("--poll-seconds", type=float, default=poll_s,
-                        help=f"status poll interval (default: {poll_s:g})")
-    parser.add_argument("--timeout-minutes", type=float, default=timeout_min,
-                        help=f"give up waiting after this long (default: {timeout_min:g})")
+    parser.add_argument(
+        "--poll-seconds", type=float, default=poll_s, help=f"status poll interval (default: {poll_s:g})"
+    )
+    parser.add_argument(
+        "--timeout-minutes",
+        type=float,
+        default=timeout_min,
+        help=f"give up waiting after this long (default: {timeout_min:g})",
+    )
     parser.add_argument("--region", help="AWS region (default: the AWS configuration)")
-    parser.add_argument("--endpoint-url", help="AWS endpoint for SageMaker, Application Auto Scaling and "
-                                               "CloudWatch (tests)")
+    parser.add_argument(
+        "--endpoint-url", help="AWS endpoint for SageMaker, Application Auto Scaling and CloudWatch (tests)"
+    )
 
 
-def check_container_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace,
-                              defaults: Mapping[str, str] | None = None) -> None:
+def check_container_arguments(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, defaults: Mapping[str, str] | None = None
+) -> None:
     """--image-uri and --role-arn are needed; --env must be KEY=VALUE pairs that the container's
     settings accept. ``args.environment`` is then ``defaults`` overridden by what --env says."""
     missing = [flag for flag, value in (("--image-uri", args.image_uri), ("--role-arn", args.role_arn)) if not value]
@@ -261,5 +299,9 @@ def check_container_arguments(parser: argparse.ArgumentParser, args: argparse.Na
 
 
 def container_spec(args: argparse.Namespace) -> ContainerSpec:
-    return ContainerSpec(image_uri=args.image_uri, role_arn=args.role_arn, model_data_url=args.model_data_url,
-                         environment=args.environment)
+    return ContainerSpec(
+        image_uri=args.image_uri,
+        role_arn=args.role_arn,
+        model_data_url=args.model_data_url,
+        environment=args.environment,
+    )

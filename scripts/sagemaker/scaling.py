@@ -88,24 +88,37 @@ def _dimensions(endpoint: str) -> list[dict[str, str]]:
 
 def _track(aas, target: Target, name: str, scaling: ScalingConfig, value: float, metric: dict) -> None:
     aas.put_scaling_policy(
-        PolicyName=name, **target.keys(), PolicyType="TargetTrackingScaling",
+        PolicyName=name,
+        **target.keys(),
+        PolicyType="TargetTrackingScaling",
         TargetTrackingScalingPolicyConfiguration={
-            "TargetValue": float(value), **metric,
-            "ScaleInCooldown": scaling.scale_in_cooldown_s, "ScaleOutCooldown": scaling.scale_out_cooldown_s,
+            "TargetValue": float(value),
+            **metric,
+            "ScaleInCooldown": scaling.scale_in_cooldown_s,
+            "ScaleOutCooldown": scaling.scale_out_cooldown_s,
         },
     )
 
 
-def configure_scaling(clients: Clients, endpoint: str, scaling: ScalingConfig, *, asynchronous: bool = False,
-                      log: Log = print) -> None:
+def configure_scaling(
+    clients: Clients, endpoint: str, scaling: ScalingConfig, *, asynchronous: bool = False, log: Log = print
+) -> None:
     _register(clients.autoscaling, variant_target(endpoint), scaling)
     if asynchronous:
         _scale_on_backlog(clients, endpoint, scaling, log)
         return
-    _track(clients.autoscaling, variant_target(endpoint), policy_name(endpoint), scaling,
-           scaling.invocations_per_instance, {"PredefinedMetricSpecification": {"PredefinedMetricType": METRIC}})
-    log(f"auto scaling: {scaling.min_capacity}..{scaling.max_capacity} instances, target "
-        f"{scaling.invocations_per_instance:g} invocations per instance per minute")
+    _track(
+        clients.autoscaling,
+        variant_target(endpoint),
+        policy_name(endpoint),
+        scaling,
+        scaling.invocations_per_instance,
+        {"PredefinedMetricSpecification": {"PredefinedMetricType": METRIC}},
+    )
+    log(
+        f"auto scaling: {scaling.min_capacity}..{scaling.max_capacity} instances, target "
+        f"{scaling.invocations_per_instance:g} invocations per instance per minute"
+    )
 
 
 def configure_component_scaling(clients: Clients, component: str, scaling: ScalingConfig, log: Log = print) -> None:
@@ -113,10 +126,18 @@ def configure_component_scaling(clients: Clients, component: str, scaling: Scali
     ``invocations_per_copy`` invocations per copy per minute."""
     target = component_target(component)
     _register(clients.autoscaling, target, scaling)
-    _track(clients.autoscaling, target, copies_policy_name(component), scaling, scaling.invocations_per_copy,
-           {"PredefinedMetricSpecification": {"PredefinedMetricType": COMPONENT_METRIC}})
-    log(f"auto scaling {component}: {scaling.min_capacity}..{scaling.max_capacity} copies, target "
-        f"{scaling.invocations_per_copy:g} invocations per copy per minute")
+    _track(
+        clients.autoscaling,
+        target,
+        copies_policy_name(component),
+        scaling,
+        scaling.invocations_per_copy,
+        {"PredefinedMetricSpecification": {"PredefinedMetricType": COMPONENT_METRIC}},
+    )
+    log(
+        f"auto scaling {component}: {scaling.min_capacity}..{scaling.max_capacity} copies, target "
+        f"{scaling.invocations_per_copy:g} invocations per copy per minute"
+    )
 
 
 def _register(aas, target: Target, scaling: ScalingConfig) -> None:
@@ -124,14 +145,28 @@ def _register(aas, target: Target, scaling: ScalingConfig) -> None:
 
 
 def _scale_on_backlog(clients: Clients, endpoint: str, scaling: ScalingConfig, log: Log) -> None:
-    _track(clients.autoscaling, variant_target(endpoint), backlog_policy_name(endpoint), scaling,
-           scaling.backlog_per_instance,
-           {"CustomizedMetricSpecification": {"MetricName": BACKLOG_METRIC, "Namespace": METRIC_NAMESPACE,
-                                              "Dimensions": _dimensions(endpoint), "Statistic": "Average"}})
+    _track(
+        clients.autoscaling,
+        variant_target(endpoint),
+        backlog_policy_name(endpoint),
+        scaling,
+        scaling.backlog_per_instance,
+        {
+            "CustomizedMetricSpecification": {
+                "MetricName": BACKLOG_METRIC,
+                "Namespace": METRIC_NAMESPACE,
+                "Dimensions": _dimensions(endpoint),
+                "Statistic": "Average",
+            }
+        },
+    )
     step = clients.autoscaling.put_scaling_policy(
-        PolicyName=from_zero_policy_name(endpoint), **variant_target(endpoint).keys(), PolicyType="StepScaling",
+        PolicyName=from_zero_policy_name(endpoint),
+        **variant_target(endpoint).keys(),
+        PolicyType="StepScaling",
         StepScalingPolicyConfiguration={
-            "AdjustmentType": "ChangeInCapacity", "MetricAggregationType": "Average",
+            "AdjustmentType": "ChangeInCapacity",
+            "MetricAggregationType": "Average",
             "Cooldown": scaling.scale_out_cooldown_s,
             "StepAdjustments": [{"MetricIntervalLowerBound": 0.0, "ScalingAdjustment": 1}],
         },
@@ -139,14 +174,23 @@ def _scale_on_backlog(clients: Clients, endpoint: str, scaling: ScalingConfig, l
     clients.cloudwatch.put_metric_alarm(
         AlarmName=alarm_name(endpoint),
         AlarmDescription=f"{endpoint} has queued requests and no instance: start one",
-        Namespace=METRIC_NAMESPACE, MetricName=NO_CAPACITY_METRIC, Dimensions=_dimensions(endpoint),
-        Statistic="Average", Period=ALARM_PERIOD_S, EvaluationPeriods=ALARM_PERIODS, DatapointsToAlarm=ALARM_PERIODS,
-        Threshold=1.0, ComparisonOperator="GreaterThanOrEqualToThreshold", TreatMissingData="missing",
+        Namespace=METRIC_NAMESPACE,
+        MetricName=NO_CAPACITY_METRIC,
+        Dimensions=_dimensions(endpoint),
+        Statistic="Average",
+        Period=ALARM_PERIOD_S,
+        EvaluationPeriods=ALARM_PERIODS,
+        DatapointsToAlarm=ALARM_PERIODS,
+        Threshold=1.0,
+        ComparisonOperator="GreaterThanOrEqualToThreshold",
+        TreatMissingData="missing",
         AlarmActions=[step["PolicyARN"]],
     )
-    log(f"auto scaling: {scaling.min_capacity}..{scaling.max_capacity} instances, target "
+    log(
+        f"auto scaling: {scaling.min_capacity}..{scaling.max_capacity} instances, target "
         f"{scaling.backlog_per_instance:g} queued requests per instance; alarm {alarm_name(endpoint)} "
-        f"starts one when requests wait and none runs")
+        f"starts one when requests wait and none runs"
+    )
 
 
 def remove_scaling(clients: Clients, endpoint: str, log: Log = print) -> None:
@@ -161,10 +205,15 @@ def remove_scaling(clients: Clients, endpoint: str, log: Log = print) -> None:
 def remove_target_scaling(aas, target: str, log: Log = print) -> None:
     """Delete the scaling policies and the scalable targets of one resource id, where they exist."""
     for policy in aas.describe_scaling_policies(ServiceNamespace=SERVICE, ResourceId=target)["ScalingPolicies"]:
-        aas.delete_scaling_policy(PolicyName=policy["PolicyName"], ServiceNamespace=SERVICE,
-                                  ResourceId=target, ScalableDimension=policy["ScalableDimension"])
+        aas.delete_scaling_policy(
+            PolicyName=policy["PolicyName"],
+            ServiceNamespace=SERVICE,
+            ResourceId=target,
+            ScalableDimension=policy["ScalableDimension"],
+        )
         log(f"deleted scaling policy {policy['PolicyName']}")
     for found in aas.describe_scalable_targets(ServiceNamespace=SERVICE, ResourceIds=[target])["ScalableTargets"]:
-        aas.deregister_scalable_target(ServiceNamespace=SERVICE, ResourceId=target,
-                                       ScalableDimension=found["ScalableDimension"])
+        aas.deregister_scalable_target(
+            ServiceNamespace=SERVICE, ResourceId=target, ScalableDimension=found["ScalableDimension"]
+        )
         log(f"deregistered scalable target {target}")

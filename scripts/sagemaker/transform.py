@@ -46,16 +46,21 @@ def execution_parameters(config: TransformConfig) -> dict[str, Any]:
     answered = Settings.from_env(environment).execution_parameters()
     payload = config.max_payload_mb or answered["MaxPayloadInMB"]
     if payload > answered["MaxPayloadInMB"]:
-        raise DeployError(f"--max-payload-mb {payload} is over the {answered['MaxPayloadInMB']} MB the container "
-                          f"takes: raise its limit too (--env MAX_BODY_BYTES={payload * MIB})")
+        raise DeployError(
+            f"--max-payload-mb {payload} is over the {answered['MaxPayloadInMB']} MB the container "
+            f"takes: raise its limit too (--env MAX_BODY_BYTES={payload * MIB})"
+        )
     parameters = {"MaxPayloadInMB": payload, "BatchStrategy": BATCH_STRATEGIES[answered["BatchStrategy"]]}
     concurrency = config.max_concurrent_transforms or (
-        answered["MaxConcurrentTransforms"] if environment.get(CONCURRENT_TRANSFORMS, "").strip() else None)
+        answered["MaxConcurrentTransforms"] if environment.get(CONCURRENT_TRANSFORMS, "").strip() else None
+    )
     if concurrency is None:  # the container answers it on the instance (two per CPU)
         return parameters
     if payload * concurrency > TRANSFORM_MAX_PAYLOAD_MB:
-        raise DeployError(f"{concurrency} concurrent transforms x {payload} MB is over SageMaker's "
-                          f"{TRANSFORM_MAX_PAYLOAD_MB} MB: lower --max-concurrent-transforms or --max-payload-mb")
+        raise DeployError(
+            f"{concurrency} concurrent transforms x {payload} MB is over SageMaker's "
+            f"{TRANSFORM_MAX_PAYLOAD_MB} MB: lower --max-concurrent-transforms or --max-payload-mb"
+        )
     return {**parameters, "MaxConcurrentTransforms": concurrency}
 
 
@@ -69,24 +74,40 @@ def transform_job_parameters(config: TransformConfig, job_name: str, model_name:
             "ContentType": JSONLINES,
             "SplitType": "Line",
         },
-        "TransformOutput": {"S3OutputPath": common.folder(config.output_uri), "AssembleWith": "Line",
-                            "Accept": JSONLINES},
+        "TransformOutput": {
+            "S3OutputPath": common.folder(config.output_uri),
+            "AssembleWith": "Line",
+            "Accept": JSONLINES,
+        },
         "TransformResources": {"InstanceType": config.instance_type, "InstanceCount": config.instance_count},
     }
 
 
 def job_watch(sm, job: str) -> common.Watch:
-    return common.Watch(f"transform job {job}", lambda: sm.describe_transform_job(TransformJobName=job),
-                        "TransformJobStatus", ("Completed",), JOB_FAILED,
-                        f"/aws/sagemaker/TransformJobs, streams {job}/...")
+    return common.Watch(
+        f"transform job {job}",
+        lambda: sm.describe_transform_job(TransformJobName=job),
+        "TransformJobStatus",
+        ("Completed",),
+        JOB_FAILED,
+        f"/aws/sagemaker/TransformJobs, streams {job}/...",
+    )
 
 
 def model_prefix(name: str) -> str:
     return f"{name}-transform-"
 
 
-def transform(clients: Clients, config: TransformConfig, *, wait: bool = True, poll_s: float = 30,
-              timeout_s: float = 86400, sleep: Sleep = time.sleep, log: Log = print) -> dict[str, str]:
+def transform(
+    clients: Clients,
+    config: TransformConfig,
+    *,
+    wait: bool = True,
+    poll_s: float = 30,
+    timeout_s: float = 86400,
+    sleep: Sleep = time.sleep,
+    log: Log = print,
+) -> dict[str, str]:
     """Create the model and the job; with ``wait``, follow the job to its end (a failure is a DeployError
     naming SageMaker's FailureReason) and delete the model afterwards when the config says so."""
     sm = clients.sagemaker
@@ -96,9 +117,11 @@ def transform(clients: Clients, config: TransformConfig, *, wait: bool = True, p
     config.container.create_model(sm, model)
     fixed = parameters.get("MaxConcurrentTransforms")
     concurrency = f"{fixed} requests at a time" if fixed else "the container's concurrency (2 requests per CPU)"
-    log(f"[2/3] transform job {job}: {config.instance_count} x {config.instance_type}, "
+    log(
+        f"[2/3] transform job {job}: {config.instance_count} x {config.instance_type}, "
         f"{parameters['BatchStrategy']}, up to {parameters['MaxPayloadInMB']} MB per request, "
-        f"{concurrency} per instance")
+        f"{concurrency} per instance"
+    )
     sm.create_transform_job(**parameters)
     names = {"job": job, "model": model, "output": parameters["TransformOutput"]["S3OutputPath"]}
     if not wait:
@@ -119,8 +142,10 @@ def _delete_model_if_ended(sm, job: str, model: str, log: Log) -> None:
     if status in JOB_ENDED:
         common.delete_models(sm, [model], log)
     else:
-        log(f"model {model} kept: the job is {status}; `python -m scripts.sagemaker deploy transform --delete` "
-            "removes it once it has ended")
+        log(
+            f"model {model} kept: the job is {status}; `python -m scripts.sagemaker deploy transform --delete` "
+            "removes it once it has ended"
+        )
 
 
 def delete(clients: Clients, name: str, log: Log = print) -> None:

@@ -56,22 +56,34 @@ class Sample:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m scripts.soak", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m scripts.soak", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--duration", type=float, default=600.0, help="seconds of load after the warm-up (600)")
-    parser.add_argument("--warmup", type=float, default=120.0,
-                        help="seconds of load before the measured part, after one request of the largest batch "
-                             "per model (120)")
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=120.0,
+        help="seconds of load before the measured part, after one request of the largest batch per model (120)",
+    )
     parser.add_argument("--concurrency", type=int, default=8, help="clients sending at once (8)")
-    parser.add_argument("--repository", type=Path,
-                        default=Path(os.environ.get(TEST_MODEL_REPOSITORY, DEFAULT_TEST_REPOSITORY)),
-                        help="the Triton model repository to serve (default: build/test-models)")
+    parser.add_argument(
+        "--repository",
+        type=Path,
+        default=Path(os.environ.get(TEST_MODEL_REPOSITORY, DEFAULT_TEST_REPOSITORY)),
+        help="the Triton model repository to serve (default: build/test-models)",
+    )
     parser.add_argument("--max-rss-growth", type=float, default=10.0, help="percent, per process (10)")
-    parser.add_argument("--min-rss-growth-mib", type=float, default=8.0,
-                        help="growth below this many MiB passes whatever its percentage (8)")
+    parser.add_argument(
+        "--min-rss-growth-mib",
+        type=float,
+        default=8.0,
+        help="growth below this many MiB passes whatever its percentage (8)",
+    )
     parser.add_argument("--max-fd-growth", type=int, default=2, help="open file descriptors, per process (2)")
-    parser.add_argument("--log-dir", type=Path, default=PROJECT_ROOT / "build" / "soak",
-                        help="where serve's log goes (build/soak)")
+    parser.add_argument(
+        "--log-dir", type=Path, default=PROJECT_ROOT / "build" / "soak", help="where serve's log goes (build/soak)"
+    )
     return parser.parse_args(argv)
 
 
@@ -94,12 +106,21 @@ def requests_to_send() -> list[tuple[str, dict]]:
         ("resnet", {"json": {"modelname": "resnet", "payload": {"img": encoded}}}),
         ("yolov5", {"data": image, "headers": {**raw, "X-Amzn-SageMaker-Custom-Attributes": "modelname=yolov5"}}),
         ("bert_base", {"json": {"modelname": "bert_base", "payload": {"text": ["The [MASK] is blue.", "A [MASK]."]}}}),
-        ("resnet", {"data": image,
-                    "headers": {**raw, "X-Amzn-SageMaker-Custom-Attributes": "modelname=resnet,topk=5"}}),
+        (
+            "resnet",
+            {"data": image, "headers": {**raw, "X-Amzn-SageMaker-Custom-Attributes": "modelname=resnet,topk=5"}},
+        ),
         ("yolov5", {"json": {"modelname": "yolov5", "payload": {"img": [encoded, encoded]}}}),
-        ("bert_base", {"data": "Paris is the [MASK] of France.".encode(),
-                       "headers": {"Content-Type": "text/plain; charset=utf-8",
-                                   "X-Amzn-SageMaker-Custom-Attributes": "modelname=bert_base"}}),
+        (
+            "bert_base",
+            {
+                "data": b"Paris is the [MASK] of France.",
+                "headers": {
+                    "Content-Type": "text/plain; charset=utf-8",
+                    "X-Amzn-SageMaker-Custom-Attributes": "modelname=bert_base",
+                },
+            },
+        ),
     ]
 
 
@@ -116,8 +137,9 @@ def send_largest_batches(url: str, repository: Path) -> None:
         if name in inputs:
             field, item = inputs[name]
             batch = max(1, spec.max_batch_size)
-            r = requests.post(f"{url}/invocations", timeout=300,
-                              json={"modelname": name, "payload": {field: [item] * batch}})
+            r = requests.post(
+                f"{url}/invocations", timeout=300, json={"modelname": name, "payload": {field: [item] * batch}}
+            )
             print(f"  {name}: a batch of {batch} answered {r.status_code}", flush=True)
 
 
@@ -233,8 +255,9 @@ def main(argv: list[str] | None = None) -> int:
                 if (s := sample(pid)) is not None and (pid not in warm or s.private_kib > warm[pid].private_kib):
                     warm[pid] = s
         load.pause()
-        baseline = {pid: Sample(warm[pid].rss_kib, s.fds, warm[pid].shmem_kib)
-                    for pid in warm if (s := sample(pid)) is not None}
+        baseline = {
+            pid: Sample(warm[pid].rss_kib, s.fds, warm[pid].shmem_kib) for pid in warm if (s := sample(pid)) is not None
+        }
         trace: dict[int, list[int]] = defaultdict(list)  # RSS every SAMPLE_EVERY_S, for the trend
         load.resume()
         print(f"measuring: {args.duration:.0f} s", flush=True)
@@ -260,18 +283,26 @@ def report(args, load: Load, roles, baseline, final, trace, replaced, seconds: f
     failures: list[str] = []
     total = sum(load.statuses.values())
     bad = sum(n for (_, status), n in load.statuses.items() if status != 200)
-    print(f"\n{total} requests in {seconds:.0f} s ({total / seconds:.1f}/s) at concurrency {args.concurrency}, "
-          f"{bad} errors")
+    print(
+        f"\n{total} requests in {seconds:.0f} s ({total / seconds:.1f}/s) at concurrency {args.concurrency}, "
+        f"{bad} errors"
+    )
     for model in sorted(load.latencies):
         values = load.latencies[model]
-        print(f"  {model:10} {len(values):6} ok  p50 {percentile(values, 50) * 1000:7.1f} ms  "
-              f"p99 {percentile(values, 99) * 1000:7.1f} ms  mean {statistics.fmean(values) * 1000:7.1f} ms")
+        print(
+            f"  {model:10} {len(values):6} ok  p50 {percentile(values, 50) * 1000:7.1f} ms  "
+            f"p99 {percentile(values, 99) * 1000:7.1f} ms  mean {statistics.fmean(values) * 1000:7.1f} ms"
+        )
     if bad:
         failures.append(f"{bad} requests failed: " + "; ".join(load.errors[:5]))
-    print("\nprivate = RSS less shared memory; warm: the warm-up's highest; growth: of private memory, from warm "
-          "to the end;\nfds: counted with nothing in flight; the last column: private MiB at each quarter")
-    print(f"{'process':16} {'pid':>8} {'RSS warm':>9} {'RSS end':>8} {'private warm':>13} {'private end':>12} "
-          f"{'growth':>8} {'fds warm':>9} {'fds end':>8}  trend")
+    print(
+        "\nprivate = RSS less shared memory; warm: the warm-up's highest; growth: of private memory, from warm "
+        "to the end;\nfds: counted with nothing in flight; the last column: private MiB at each quarter"
+    )
+    print(
+        f"{'process':16} {'pid':>8} {'RSS warm':>9} {'RSS end':>8} {'private warm':>13} {'private end':>12} "
+        f"{'growth':>8} {'fds warm':>9} {'fds end':>8}  trend"
+    )
     for pid, role in sorted(roles.items(), key=lambda item: (item[1], item[0])):
         start, end = baseline.get(pid), final.get(pid)
         if start is None or end is None:
@@ -282,9 +313,11 @@ def report(args, load: Load, roles, baseline, final, trace, replaced, seconds: f
         growth = 100.0 * grown_kib / start.private_kib
         points = trace.get(pid) or [end.private_kib]
         quarters = "/".join(f"{points[min(len(points) - 1, q * len(points) // 4)] / 1024:.0f}" for q in (1, 2, 3, 4))
-        print(f"{role:16} {pid:>8} {start.rss_kib / 1024:9.1f} {end.rss_kib / 1024:8.1f} "
-              f"{start.private_kib / 1024:13.1f} {end.private_kib / 1024:12.1f} {growth:7.1f}% "
-              f"{start.fds:9} {end.fds:8}  {quarters}")
+        print(
+            f"{role:16} {pid:>8} {start.rss_kib / 1024:9.1f} {end.rss_kib / 1024:8.1f} "
+            f"{start.private_kib / 1024:13.1f} {end.private_kib / 1024:12.1f} {growth:7.1f}% "
+            f"{start.fds:9} {end.fds:8}  {quarters}"
+        )
         if growth >= args.max_rss_growth and grown_kib >= args.min_rss_growth_mib * 1024:
             failures.append(f"{role} {pid}: private resident memory grew {growth:.1f} % ({grown_kib / 1024:.1f} MiB)")
         if end.fds - start.fds > args.max_fd_growth:

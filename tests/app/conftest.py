@@ -9,13 +9,21 @@ ensemble (``<name>_pipeline``) runs the real python-backend steps
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest
 
-from app.core.pipeline import DETECTION_OPTIONS, DETECTIONS, ENSEMBLE_SUFFIX, IMAGE, IMAGE_LENGTH, NUM_DETECTIONS, triton_models
+from app.core.pipeline import (
+    DETECTION_OPTIONS,
+    DETECTIONS,
+    ENSEMBLE_SUFFIX,
+    IMAGE,
+    IMAGE_LENGTH,
+    NUM_DETECTIONS,
+    triton_models,
+)
 from app.core.settings import Settings
 from app.core.spec import find_specs
 from app.router import create_app
@@ -31,8 +39,9 @@ class FakeTriton:
         self.specs = find_specs(repository)
         self.steps: dict = {}  # the pipeline steps' clients, by network
         self.calls: list[tuple[str, dict[str, tuple[int, ...]], str | None]] = []
-        self.states = {model: "READY" for name, spec in self.specs.items()
-                       for model in triton_models(name, spec.pipeline)}
+        self.states = {
+            model: "READY" for name, spec in self.specs.items() for model in triton_models(name, spec.pipeline)
+        }
         self.ready = True
         self.live = True
         self.error: Exception | None = None  # raised by infer when set
@@ -67,7 +76,9 @@ class FakeTriton:
         if name not in self.steps:
             self.steps[name] = load_client(self.repository / name)
         client = self.steps[name]
-        tensor, sizes = preprocess_batch(client, inputs[IMAGE], inputs[IMAGE_LENGTH])  # InvalidItem for an image that does not decode
+        tensor, sizes = preprocess_batch(
+            client, inputs[IMAGE], inputs[IMAGE_LENGTH]
+        )  # InvalidItem for an image that does not decode
         outputs = getattr(self, f"_{spec.family}")(spec, {spec.inputs[0].name: tensor}, len(tensor))
         if spec.family == "detection":
             options = {option: inputs[option] for option in DETECTION_OPTIONS}
@@ -90,8 +101,10 @@ class FakeTriton:
         exp = np.exp(logits - logits.max(axis=1, keepdims=True))
         probabilities = exp / exp.sum(axis=1, keepdims=True)
         ranked = np.argsort(-probabilities, axis=1, kind="stable")
-        return {spec.outputs[0].name: np.take_along_axis(probabilities, ranked, axis=1),
-                spec.outputs[1].name: ranked.astype(spec.outputs[1].numpy_dtype)}
+        return {
+            spec.outputs[0].name: np.take_along_axis(probabilities, ranked, axis=1),
+            spec.outputs[1].name: ranked.astype(spec.outputs[1].numpy_dtype),
+        }
 
     def _detection(self, spec, inputs, batch):
         rows, cols = spec.outputs[0].dims
@@ -151,4 +164,3 @@ def app(settings, triton):
 @pytest.fixture
 def client(app):
     return app.test_client()
-

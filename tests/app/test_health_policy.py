@@ -30,9 +30,13 @@ def test_an_optional_model_that_is_down_is_listed_but_the_instance_stays_healthy
     settings = Settings(model_repository=optional_yolov5)
     for name in [n for n in triton.states if n.startswith("yolov5")]:
         triton.states[name] = "UNAVAILABLE"
-    assert ping(settings, triton) == (200, {
-        "status": "healthy", "models": {"bert_base": "READY", "resnet": "READY", "yolov5": "UNAVAILABLE"},
-    })
+    assert ping(settings, triton) == (
+        200,
+        {
+            "status": "healthy",
+            "models": {"bert_base": "READY", "resnet": "READY", "yolov5": "UNAVAILABLE"},
+        },
+    )
     triton.states["resnet_pipeline"] = "UNAVAILABLE"  # a required one down: unhealthy
     status, body = ping(settings, triton)
     assert status == 503 and body["models"]["resnet"] == "UNAVAILABLE" and body["status"] == "unhealthy"

@@ -48,13 +48,19 @@ def mixed_lines() -> list[dict]:
 def test_execution_parameters_are_the_configured_ones(settings, triton):
     cases = [
         (replace(settings, max_concurrent_transforms=4), {"MaxConcurrentTransforms": 4, "MaxPayloadInMB": 6}),
-        (replace(settings, max_body_bytes=20 * 2**20, max_concurrent_transforms=4),
-         {"MaxConcurrentTransforms": 4, "MaxPayloadInMB": 20}),
+        (
+            replace(settings, max_body_bytes=20 * 2**20, max_concurrent_transforms=4),
+            {"MaxConcurrentTransforms": 4, "MaxPayloadInMB": 20},
+        ),
         # Batch Transform allows MaxPayloadInMB <= 100 and MaxConcurrentTransforms * MaxPayloadInMB <= 100.
-        (replace(settings, max_body_bytes=64 * 2**20, max_concurrent_transforms=4),
-         {"MaxConcurrentTransforms": 1, "MaxPayloadInMB": 64}),
-        (replace(settings, max_body_bytes=2**30, max_concurrent_transforms=4),
-         {"MaxConcurrentTransforms": 1, "MaxPayloadInMB": 100}),
+        (
+            replace(settings, max_body_bytes=64 * 2**20, max_concurrent_transforms=4),
+            {"MaxConcurrentTransforms": 1, "MaxPayloadInMB": 64},
+        ),
+        (
+            replace(settings, max_body_bytes=2**30, max_concurrent_transforms=4),
+            {"MaxConcurrentTransforms": 1, "MaxPayloadInMB": 100},
+        ),
     ]
     for configured, expected in cases:
         response = create_app(configured, triton=triton).test_client().get("/execution-parameters")
@@ -93,16 +99,23 @@ def test_items_of_one_model_across_lines_share_triton_calls(client, triton):
     assert len(answer_lines(response)[6]["result"]) == 3 and len(answer_lines(response)[6]["result"][0]) == 1
 
 
-@pytest.mark.parametrize(("bad", "status", "code", "fragment"), [
-    ('{"modelname": "resnet", "payload": ', 400, "invalid_json", "not valid JSON"),
-    ("", 400, "invalid_input", "empty"),
-    ('["not", "an", "object"]', 400, "invalid_json", "JSON object"),
-    (json.dumps(envelope("nope", img="x")), 404, "unknown_model", "'nope'"),
-    (json.dumps(envelope("resnet", img="not base64!")), 400, "invalid_input", "payload.img"),
-    (json.dumps(envelope("yolov5", img=b64(solid_image()), conf_threshold=3)), 400, "invalid_input",
-     "conf_threshold"),
-    (json.dumps(envelope("bert_base", text="no mask")), 400, "invalid_input", "[MASK]"),
-])
+@pytest.mark.parametrize(
+    ("bad", "status", "code", "fragment"),
+    [
+        ('{"modelname": "resnet", "payload": ', 400, "invalid_json", "not valid JSON"),
+        ("", 400, "invalid_input", "empty"),
+        ('["not", "an", "object"]', 400, "invalid_json", "JSON object"),
+        (json.dumps(envelope("nope", img="x")), 404, "unknown_model", "'nope'"),
+        (json.dumps(envelope("resnet", img="not base64!")), 400, "invalid_input", "payload.img"),
+        (
+            json.dumps(envelope("yolov5", img=b64(solid_image()), conf_threshold=3)),
+            400,
+            "invalid_input",
+            "conf_threshold",
+        ),
+        (json.dumps(envelope("bert_base", text="no mask")), 400, "invalid_input", "[MASK]"),
+    ],
+)
 def test_a_bad_line_is_named_and_nothing_is_answered(client, triton, bad, status, code, fragment):
     lines = [json.dumps(line) for line in mixed_lines()]
     lines.insert(3, bad)  # line 4
@@ -127,13 +140,16 @@ def test_an_empty_body_is_refused(client):
     assert_error(response, 400, "invalid_input", "no lines")
 
 
-@pytest.mark.parametrize(("accept", "expected"), [
-    ("application/json", "application/json"),
-    ("application/jsonlines", JSONL),
-    ("*/*", "application/json"),
-    ("text/csv, application/jsonlines;q=0.5", JSONL),
-    ("application/json;q=0.2, application/jsonlines", JSONL),
-])
+@pytest.mark.parametrize(
+    ("accept", "expected"),
+    [
+        ("application/json", "application/json"),
+        ("application/jsonlines", JSONL),
+        ("*/*", "application/json"),
+        ("text/csv, application/jsonlines;q=0.5", JSONL),
+        ("application/json;q=0.2, application/jsonlines", JSONL),
+    ],
+)
 def test_accept_picks_the_answer_of_one_envelope(client, accept, expected):
     line = mixed_lines()[0]
     single = client.post("/invocations", json=line).get_json()
@@ -159,8 +175,14 @@ def test_a_raw_body_can_be_answered_in_json_lines(client):
 
 @pytest.mark.parametrize("accept", ["text/csv", "application/json;q=0", "image/png, text/html"])
 def test_an_accept_that_cannot_be_answered_is_406(client, triton, accept):
-    assert_error(client.post("/invocations", json=mixed_lines()[0], headers={"Accept": accept}),
-                 406, "not_acceptable", accept, "application/json", "application/jsonlines")
+    assert_error(
+        client.post("/invocations", json=mixed_lines()[0], headers={"Accept": accept}),
+        406,
+        "not_acceptable",
+        accept,
+        "application/json",
+        "application/jsonlines",
+    )
     assert triton.calls == []
 
 
@@ -172,8 +194,12 @@ def test_a_request_past_its_deadline_is_504_before_triton_is_called(settings, tr
 
 def test_the_default_concurrency_is_two_requests_per_router_worker():
     assert Settings.from_env({"MODEL_SERVER_WORKERS": "3"}).execution_parameters()["MaxConcurrentTransforms"] == 6
-    assert Settings.from_env({"MODEL_SERVER_WORKERS": "3", "MAX_CONCURRENT_TRANSFORMS": "5"}
-                             ).execution_parameters()["MaxConcurrentTransforms"] == 5
+    assert (
+        Settings.from_env({"MODEL_SERVER_WORKERS": "3", "MAX_CONCURRENT_TRANSFORMS": "5"}).execution_parameters()[
+            "MaxConcurrentTransforms"
+        ]
+        == 5
+    )
 
 
 @pytest.mark.parametrize("bad", ["not base64!", b64(b"GIF89a not ours"), ""], ids=["base64", "format", "empty"])

@@ -53,8 +53,13 @@ def plain_model(tmp_path: Path) -> Path:
 def ensemble_model(tmp_path: Path) -> Path:
     """Two folders that make one model: ``net`` and the ensemble over it (loaded in that order)."""
     url = tmp_path / "url" / "ensemble"
-    for name, config in (("net", 'name: "net"'), ("net_pipeline", 'name: "net_pipeline" platform: "ensemble" '
-                                                   'ensemble_scheduling { step { model_name: "net" } }')):
+    for name, config in (
+        ("net", 'name: "net"'),
+        (
+            "net_pipeline",
+            ('name: "net_pipeline" platform: "ensemble" ensemble_scheduling { step { model_name: "net" } }'),
+        ),
+    ):
         (url / name / "1").mkdir(parents=True)
         (url / name / "config.pbtxt").write_text(config)
     return url
@@ -121,6 +126,7 @@ def test_two_archives_holding_one_folder_name_load_side_by_side_under_names_of_t
     """Two versions of one pipeline (both hold resnet/, resnet_preprocess/, resnet_pipeline/):
     each folder goes into Triton's repository behind its model's prefix, its config renamed
     (name, ensemble steps, the step's source_model), its files linked, nothing else changed."""
+
     def pipeline(url: Path, weights: bytes) -> Path:
         for name in ("resnet", "resnet_preprocess", "resnet_pipeline"):
             (url / name / "1").mkdir(parents=True)
@@ -129,11 +135,13 @@ def test_two_archives_holding_one_folder_name_load_side_by_side_under_names_of_t
         (url / "resnet_preprocess" / "config.pbtxt").write_text(
             'name: "resnet_preprocess"\nbackend: "python"\n'
             'parameters { key: "source_model" value { string_value: "resnet" } }\n'
-            'parameters { key: "step" value { string_value: "preprocess" } }\n')
+            'parameters { key: "step" value { string_value: "preprocess" } }\n'
+        )
         (url / "resnet_pipeline" / "config.pbtxt").write_text(
             'name: "resnet_pipeline"  # ours\nplatform: "ensemble"\ninput { name: "image" }\nensemble_scheduling {\n'
             '  step { model_name: "resnet_preprocess" model_version: -1 }\n'
-            '  step { model_name: "resnet" model_version: -1 }\n}\n')
+            '  step { model_name: "resnet" model_version: -1 }\n}\n'
+        )
         return url
 
     triton = SlowTriton()
@@ -151,12 +159,16 @@ def test_two_archives_holding_one_folder_name_load_side_by_side_under_names_of_t
         folder = models.store.repository / record.entry
         ensemble = parse((folder / "config.pbtxt").read_text())
         assert ensemble.string("name") == prefix + "resnet_pipeline"
-        steps = [step.string("model_name") for s in ensemble.messages("ensemble_scheduling") for step in s.messages("step")]
+        steps = [
+            step.string("model_name") for s in ensemble.messages("ensemble_scheduling") for step in s.messages("step")
+        ]
         assert steps == [prefix + "resnet_preprocess", prefix + "resnet"]
         assert [i.string("name") for i in ensemble.messages("input")] == ["image"]  # tensors keep their names
         assert "# ours" in (folder / "config.pbtxt").read_text()
         step = parse((models.store.repository / (prefix + "resnet_preprocess") / "config.pbtxt").read_text())
-        values = {p.string("key"): next(p.messages("value")).string("string_value") for p in step.messages("parameters")}
+        values = {
+            p.string("key"): next(p.messages("value")).string("string_value") for p in step.messages("parameters")
+        }
         assert values == {"source_model": prefix + "resnet", "step": "preprocess"}
         assert (models.store.repository / (prefix + "resnet") / "1" / "model.onnx").read_bytes() == weights
     models.unload("v1")
@@ -191,7 +203,9 @@ def test_a_load_is_bounded_by_the_load_timeout_not_the_request_timeout(tmp_path,
             super().load(name, timeout_s)
 
     triton = Timed(0.0)
-    settings = Settings(multi_model=True, multi_model_dir=tmp_path / "state", server_timeout_s=1.0, model_load_timeout_s=300)
+    settings = Settings(
+        multi_model=True, multi_model_dir=tmp_path / "state", server_timeout_s=1.0, model_load_timeout_s=300
+    )
     models = MultiModel(settings, triton, triton)
     models.store.create()
     models.load("m", str(ensemble_model))
@@ -200,7 +214,9 @@ def test_a_load_is_bounded_by_the_load_timeout_not_the_request_timeout(tmp_path,
 
     triton = Timed(0.6)
     models = MultiModel(replace(settings, model_load_timeout_s=1.0), triton, triton)
-    with pytest.raises(errors.InferenceTimeout, match=r"loading 'm' did not finish within 1 s: raise MODEL_LOAD_TIMEOUT"):
+    with pytest.raises(
+        errors.InferenceTimeout, match=r"loading 'm' did not finish within 1 s: raise MODEL_LOAD_TIMEOUT"
+    ):
         models.load("m", str(ensemble_model))
     assert triton.loaded == [] and models.store.all() == [] and list(models.store.repository.iterdir()) == []
 
@@ -227,8 +243,9 @@ def test_a_load_past_its_timeout_does_not_wait_again_for_its_unload(tmp_path, en
             return super().model_states()
 
     triton = Stuck()
-    models = MultiModel(Settings(multi_model=True, multi_model_dir=tmp_path / "state", model_load_timeout_s=0.5),
-                        triton, triton)
+    models = MultiModel(
+        Settings(multi_model=True, multi_model_dir=tmp_path / "state", model_load_timeout_s=0.5), triton, triton
+    )
     models.store.create()
     with pytest.raises(errors.InferenceTimeout, match="did not finish within 0.5 s"):
         models.load("m", str(ensemble_model))
@@ -242,8 +259,9 @@ def measured(tmp_path: Path, monkeypatch, limit_mib: int) -> tuple[MultiModel, S
     monkeypatch.setattr("app.router.multimodel.process_tree_memory", lambda pid: next(readings))
     triton = SlowTriton()
     triton.go.set()
-    settings = Settings(multi_model=True, multi_model_dir=tmp_path / "state", triton_pid=12345,
-                        model_memory_limit_bytes=limit_mib * MIB)
+    settings = Settings(
+        multi_model=True, multi_model_dir=tmp_path / "state", triton_pid=12345, model_memory_limit_bytes=limit_mib * MIB
+    )
     models = MultiModel(settings, triton, triton)
     models.store.create()
     return models, triton

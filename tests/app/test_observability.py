@@ -31,15 +31,18 @@ def samples(client) -> dict[tuple[str, tuple], float]:
 
 
 def test_request_id_is_taken_from_the_caller_or_made(client):
-    r = client.post("/invocations", json={"modelname": "resnet", "payload": {"img": jpeg()}},
-                    headers={"X-Amzn-SageMaker-Inference-Id": "sm-123"})
+    r = client.post(
+        "/invocations",
+        json={"modelname": "resnet", "payload": {"img": jpeg()}},
+        headers={"X-Amzn-SageMaker-Inference-Id": "sm-123"},
+    )
     assert r.status_code == 200 and r.headers["X-Request-Id"] == "sm-123"
     assert client.get("/ping", headers={"X-Request-Id": "mine.1"}).headers["X-Request-Id"] == "mine.1"
     made = client.get("/ping").headers["X-Request-Id"]
     assert len(made) == 32
     # An id that could forge log lines or headers is replaced, not echoed.
-    odd = client.get("/ping", headers={"X-Request-Id": "a b\"c"}).headers["X-Request-Id"]
-    assert odd != "a b\"c" and len(odd) == 32
+    odd = client.get("/ping", headers={"X-Request-Id": 'a b"c'}).headers["X-Request-Id"]
+    assert odd != 'a b"c' and len(odd) == 32
     assert client.get("/nope").headers["X-Request-Id"]
 
 
@@ -49,8 +52,12 @@ def test_metrics_count_by_model_and_status_with_stage_latencies(client):
     client.post("/invocations", json={"modelname": "resnet", "payload": {"img": "%%"}})
     client.post("/invocations", json={"modelname": "resnet", "version": "v1", "payload": {}})  # after the lookup
     client.post("/invocations", json={"modelname": "vgg", "payload": {}})
-    client.post("/invocations", data=b"The [MASK] sat.", content_type="text/plain",
-                headers={"X-Amzn-SageMaker-Custom-Attributes": "modelname=bert_base"})
+    client.post(
+        "/invocations",
+        data=b"The [MASK] sat.",
+        content_type="text/plain",
+        headers={"X-Amzn-SageMaker-Custom-Attributes": "modelname=bert_base"},
+    )
     after = samples(client)
 
     def delta(name, **labels):
@@ -72,8 +79,11 @@ def test_metrics_count_by_model_and_status_with_stage_latencies(client):
 def test_one_access_line_per_request_without_the_payload(client, caplog):
     secret = jpeg()
     with caplog.at_level(logging.INFO, logger="app.access"):
-        client.post("/invocations", json={"modelname": "resnet", "payload": {"img": secret}},
-                    headers={"X-Request-Id": "trace-me"})
+        client.post(
+            "/invocations",
+            json={"modelname": "resnet", "payload": {"img": secret}},
+            headers={"X-Request-Id": "trace-me"},
+        )
     lines = [json.loads(JsonFormatter().format(r)) for r in caplog.records if r.name == "app.access"]
     assert len(lines) == 1
     line = lines[0]
@@ -85,8 +95,11 @@ def test_one_access_line_per_request_without_the_payload(client, caplog):
 
 def test_the_access_line_names_sagemakers_target_model(client, caplog):
     with caplog.at_level(logging.INFO, logger="app.access"):
-        client.post("/invocations", json={"modelname": "resnet", "payload": {"img": jpeg()}},
-                    headers={"X-Amzn-SageMaker-Target-Model": "resnet-v2.tar.gz"})
+        client.post(
+            "/invocations",
+            json={"modelname": "resnet", "payload": {"img": jpeg()}},
+            headers={"X-Amzn-SageMaker-Target-Model": "resnet-v2.tar.gz"},
+        )
     lines = [json.loads(JsonFormatter().format(r)) for r in caplog.records if r.name == "app.access"]
     assert [line["target_model"] for line in lines] == ["resnet-v2.tar.gz"]
 
@@ -94,8 +107,9 @@ def test_the_access_line_names_sagemakers_target_model(client, caplog):
 def test_a_bug_logs_its_traceback_once_with_the_request_id(client, triton, caplog):
     triton.error = RuntimeError("boom")
     with caplog.at_level(logging.INFO):
-        r = client.post("/invocations", json={"modelname": "resnet", "payload": {"img": jpeg()}},
-                        headers={"X-Request-Id": "bug-1"})
+        r = client.post(
+            "/invocations", json={"modelname": "resnet", "payload": {"img": jpeg()}}, headers={"X-Request-Id": "bug-1"}
+        )
     assert r.status_code == 500
     lines = [json.loads(JsonFormatter().format(rec)) for rec in caplog.records]
     with_traceback = [line for line in lines if "traceback" in line]

@@ -184,8 +184,9 @@ def test_bert_one_mask_and_two_masks(client, triton):
 def test_bert_errors(client):
     assert_error(invoke(client, "bert_base", {"text": "no mask here"}), 400, "invalid_input", "payload.text", "[MASK]")
     long_text = "word " * 200 + "[MASK]"
-    assert_error(invoke(client, "bert_base", {"text": ["a [MASK]", long_text]}), 400, "invalid_input",
-                 "payload.text[1]", "128")
+    assert_error(
+        invoke(client, "bert_base", {"text": ["a [MASK]", long_text]}), 400, "invalid_input", "payload.text[1]", "128"
+    )
     response = invoke(client, "bert_base", {"text": "[MASK] " + "word " * 200})
     assert response.status_code == 200  # only text after the last mask is cut
     assert_error(invoke(client, "bert_base", {"text": 5}), 400, "invalid_input", "payload.text")
@@ -214,7 +215,7 @@ def test_raw_image_with_custom_attributes(client, triton):
 def test_raw_text(client):
     response = client.post(
         "/invocations",
-        data="paris is the [MASK] of france.".encode(),
+        data=b"paris is the [MASK] of france.",
         headers={"Content-Type": "text/plain; charset=utf-8", ATTRIBUTES: "modelname=bert_base,topk=3"},
     )
     assert response.status_code == 200, response.get_data(as_text=True)
@@ -223,22 +224,31 @@ def test_raw_text(client):
 
 def test_raw_option_errors(client):
     headers = {"Content-Type": "image/png", ATTRIBUTES: "modelname=yolov5,conf_threshold=abc"}
-    assert_error(client.post("/invocations", data=solid_image(), headers=headers), 400, "invalid_input",
-                 "conf_threshold")
+    assert_error(
+        client.post("/invocations", data=solid_image(), headers=headers), 400, "invalid_input", "conf_threshold"
+    )
     headers[ATTRIBUTES] = "modelname=yolov5,conf_threshold=1.5"
-    assert_error(client.post("/invocations", data=solid_image(), headers=headers), 400, "invalid_input",
-                 "conf_threshold", "between 0 and 1")
+    assert_error(
+        client.post("/invocations", data=solid_image(), headers=headers),
+        400,
+        "invalid_input",
+        "conf_threshold",
+        "between 0 and 1",
+    )
 
 
 def test_raw_wrong_content_type_is_415(client):
-    response = client.post("/invocations", data=solid_image(),
-                           headers={"Content-Type": "image/png", ATTRIBUTES: "modelname=bert_base"})
+    response = client.post(
+        "/invocations", data=solid_image(), headers={"Content-Type": "image/png", ATTRIBUTES: "modelname=bert_base"}
+    )
     assert_error(response, 415, "unsupported_media_type", "bert_base", "image/png")
-    response = client.post("/invocations", data=b"[MASK]",
-                           headers={"Content-Type": "text/plain", ATTRIBUTES: "modelname=resnet"})
+    response = client.post(
+        "/invocations", data=b"[MASK]", headers={"Content-Type": "text/plain", ATTRIBUTES: "modelname=resnet"}
+    )
     assert_error(response, 415, "unsupported_media_type", "resnet")
-    response = client.post("/invocations", data=b"<x/>",
-                           headers={"Content-Type": "application/xml", ATTRIBUTES: "modelname=resnet"})
+    response = client.post(
+        "/invocations", data=b"<x/>", headers={"Content-Type": "application/xml", ATTRIBUTES: "modelname=resnet"}
+    )
     assert_error(response, 415, "unsupported_media_type")
 
 
@@ -248,24 +258,35 @@ def test_raw_without_modelname_is_404(client):
 
 
 def test_raw_undecodable_image(client):
-    response = client.post("/invocations", data=b"not an image",
-                           headers={"Content-Type": "image/jpeg", ATTRIBUTES: "modelname=resnet"})
+    response = client.post(
+        "/invocations", data=b"not an image", headers={"Content-Type": "image/jpeg", ATTRIBUTES: "modelname=resnet"}
+    )
     assert_error(response, 400, "invalid_input", "the body is not a decodable image")
 
 
 # ---- the error table ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("body", [b"{not json", b"[1, 2]", b'"text"', b'{"modelname": "resnet", "x": NaN}',
-                                  b'{"a": Infinity}', b'{"a": -Infinity}', b"\xff\xfe\xfa", b"[" * 100000])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{not json",
+        b"[1, 2]",
+        b'"text"',
+        b'{"modelname": "resnet", "x": NaN}',
+        b'{"a": Infinity}',
+        b'{"a": -Infinity}',
+        b"\xff\xfe\xfa",
+        b"[" * 100000,
+    ],
+)
 def test_invalid_json(client, body):
     response = client.post("/invocations", data=body, headers={"Content-Type": "application/json"})
     assert_error(response, 400, "invalid_json")
 
 
 def test_modelname_errors(client):
-    assert_error(client.post("/invocations", json={"payload": {}}), 404, "unknown_model",
-                 "bert_base, resnet, yolov5")
+    assert_error(client.post("/invocations", json={"payload": {}}), 404, "unknown_model", "bert_base, resnet, yolov5")
     assert_error(invoke(client, "nope"), 404, "unknown_model", "'nope'", "bert_base, resnet, yolov5")
     assert_error(invoke(client, 5), 400, "invalid_input", "modelname")
     assert_error(invoke(client, ["resnet"]), 400, "invalid_input", "modelname")
@@ -279,20 +300,24 @@ def test_payload_errors(client, settings):
     assert_error(invoke(client, payload={"img": []}), 400, "invalid_input", "payload.img")
     assert_error(invoke(client, payload={"img": "%%%not base64"}), 400, "invalid_input", "payload.img", "base64")
     images = [b64(solid_image())] * 2 + [b64(b"garbage bytes")]
-    assert_error(invoke(client, payload={"img": images}), 400, "invalid_input",
-                 "payload.img[2] is not a decodable image")
+    assert_error(
+        invoke(client, payload={"img": images}), 400, "invalid_input", "payload.img[2] is not a decodable image"
+    )
     big = b64(solid_image(1001, 1000))  # the fixture's limit is 1,000,000 pixels
     assert_error(invoke(client, payload={"img": big}), 400, "invalid_input", "payload.img", "1001x1000")
 
 
-@pytest.mark.parametrize("payload, fragment", [
-    ({"topk": 0}, "payload.topk"),
-    ({"topk": 1001}, "payload.topk"),
-    ({"topk": "3"}, "payload.topk"),
-    ({"topk": 2.5}, "payload.topk"),
-    ({"topk": True}, "payload.topk"),
-    ({"colour": 1}, "payload.colour"),
-])
+@pytest.mark.parametrize(
+    "payload, fragment",
+    [
+        ({"topk": 0}, "payload.topk"),
+        ({"topk": 1001}, "payload.topk"),
+        ({"topk": "3"}, "payload.topk"),
+        ({"topk": 2.5}, "payload.topk"),
+        ({"topk": True}, "payload.topk"),
+        ({"colour": 1}, "payload.colour"),
+    ],
+)
 def test_option_errors(client, payload, fragment):
     response = invoke(client, payload={"img": b64(solid_image()), **payload})
     assert_error(response, 400, "invalid_input", fragment)
@@ -300,8 +325,9 @@ def test_option_errors(client, payload, fragment):
 
 def test_options_at_their_bounds(client):
     assert len(invoke(client, payload={"img": b64(solid_image()), "topk": 1000}).get_json()["result"]) == 1000
-    response = invoke(client, "yolov5", {"img": b64(solid_image()), "conf_threshold": 0, "iou_threshold": 1,
-                                         "max_detections": 1000})
+    response = invoke(
+        client, "yolov5", {"img": b64(solid_image()), "conf_threshold": 0, "iou_threshold": 1, "max_detections": 1000}
+    )
     assert response.status_code == 200
 
 
@@ -309,8 +335,7 @@ def test_version_is_passed_and_echoed(client, triton):
     response = invoke(client, payload={"img": b64(solid_image())}, version="2")
     assert response.get_json()["version"] == "2"
     assert triton.calls[-1][2] == "2"
-    assert_error(invoke(client, payload={"img": b64(solid_image())}, version="latest"), 400, "invalid_input",
-                 "version")
+    assert_error(invoke(client, payload={"img": b64(solid_image())}, version="latest"), 400, "invalid_input", "version")
 
 
 def test_payload_too_large(client, settings):
@@ -348,11 +373,14 @@ def test_an_http_error_without_a_class_gets_a_code_from_its_name(settings, trito
     assert response.get_json()["error"]["message"] == ImATeapot.description
 
 
-@pytest.mark.parametrize("error, status, code", [
-    (ModelNotReady("model 'resnet' is not ready"), 503, "model_not_ready"),
-    (TritonUnavailable("Triton cannot be reached"), 503, "triton_unavailable"),
-    (InferenceTimeout("model 'resnet' did not answer within 30 s"), 504, "inference_timeout"),
-])
+@pytest.mark.parametrize(
+    "error, status, code",
+    [
+        (ModelNotReady("model 'resnet' is not ready"), 503, "model_not_ready"),
+        (TritonUnavailable("Triton cannot be reached"), 503, "triton_unavailable"),
+        (InferenceTimeout("model 'resnet' did not answer within 30 s"), 504, "inference_timeout"),
+    ],
+)
 def test_triton_errors(client, triton, error, status, code):
     triton.error = error
     assert_error(invoke(client, payload={"img": b64(solid_image())}), status, code)

@@ -95,8 +95,17 @@ def run(capsys, *argv) -> tuple[int, str, str]:
 def test_every_line_answers_what_a_single_call_answers(stack, records, tmp_path, capsys):
     lines = [json.dumps(r) for r in records]
     out = tmp_path / "out.jsonl"
-    status, stdout, err = run(capsys, write_jsonl(tmp_path / "in.jsonl", lines), out, "--endpoint-url", stack.url,
-                              "--max-payload-mb", limit_mb(lines, BATCHES), "--concurrency", 4)
+    status, stdout, err = run(
+        capsys,
+        write_jsonl(tmp_path / "in.jsonl", lines),
+        out,
+        "--endpoint-url",
+        stack.url,
+        "--max-payload-mb",
+        limit_mb(lines, BATCHES),
+        "--concurrency",
+        4,
+    )
     assert status == 0, err
     batches = int(stdout.split(" lines, ")[1].split(" batches")[0])
     assert batches >= BATCHES // 2, stdout
@@ -106,8 +115,9 @@ def test_every_line_answers_what_a_single_call_answers(stack, records, tmp_path,
     with requests.Session() as session:
         for number, (line, answer) in enumerate(zip(lines, answered), 1):
             if line not in singles:
-                single = session.post(f"{stack.url}/invocations", data=line, timeout=120,
-                                      headers={"Content-Type": "application/json"})
+                single = session.post(
+                    f"{stack.url}/invocations", data=line, timeout=120, headers={"Content-Type": "application/json"}
+                )
                 assert single.status_code == 200, (number, single.text[:300])
                 singles[line] = single.json()
             assert json.loads(answer) == singles[line], f"line {number}"
@@ -124,8 +134,17 @@ def test_a_broken_line_137_is_reported_and_nothing_is_written(stack, records, tm
     assert records[0]["modelname"] == "resnet"
     lines[BROKEN - 1] = json.dumps({"modelname": "resnet", "payload": {"img": base64.b64encode(b"no image").decode()}})
     out = tmp_path / "out.jsonl"
-    status, stdout, err = run(capsys, write_jsonl(tmp_path / "in.jsonl", lines), out, "--endpoint-url", stack.url,
-                              "--max-payload-mb", limit_mb(lines, 2), "--concurrency", 1)
+    status, stdout, err = run(
+        capsys,
+        write_jsonl(tmp_path / "in.jsonl", lines),
+        out,
+        "--endpoint-url",
+        stack.url,
+        "--max-payload-mb",
+        limit_mb(lines, 2),
+        "--concurrency",
+        1,
+    )
     assert status == 1
     refusals = [line for line in err.splitlines() if line.startswith("batch_local: line ")]
     assert len(refusals) == 1, err

@@ -54,8 +54,9 @@ def test_async_limits_take_a_40_mib_list_of_images_the_defaults_refuse(stack, sm
     raised.wait_healthy()
     parameters = requests.get(f"{raised.url}/execution-parameters", timeout=10).json()
     assert parameters == {"MaxConcurrentTransforms": 1, "BatchStrategy": "MULTI_RECORD", "MaxPayloadInMB": 64}
-    answered = requests.post(f"{raised.url}/invocations", data=body, headers={"Content-Type": "application/json"},
-                             timeout=600)
+    answered = requests.post(
+        f"{raised.url}/invocations", data=body, headers={"Content-Type": "application/json"}, timeout=600
+    )
     assert answered.status_code == 200, answered.text[:300]
     result = answered.json()["result"]
     assert len(result) == count and all(r["width"] == 2400 and r["height"] == 1800 for r in result)

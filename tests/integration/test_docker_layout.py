@@ -64,8 +64,9 @@ def ignored_by(patterns: list[str], relative: str) -> bool:
         body = pattern.lstrip("!").strip("/")
         if body.startswith("**/"):  # at any depth
             tail = body[3:]
-            hit = any(fnmatch.fnmatchcase("/".join(parts[j:i]), tail)
-                      for i in range(1, len(parts) + 1) for j in range(i))
+            hit = any(
+                fnmatch.fnmatchcase("/".join(parts[j:i]), tail) for i in range(1, len(parts) + 1) for j in range(i)
+            )
         else:
             hit = any(fnmatch.fnmatchcase("/".join(parts[:i]), body) for i in range(1, len(parts) + 1))
         if hit:
@@ -101,7 +102,9 @@ def assemble(layout: Layout, root: Path) -> None:
         for source in sources:
             path = PROJECT_ROOT / source
             assert path.exists(), f"COPY {source}: not in the repository"
-            assert not ignored_by(patterns, path.relative_to(PROJECT_ROOT).as_posix()), f"COPY {source}: .dockerignore drops it"
+            assert not ignored_by(patterns, path.relative_to(PROJECT_ROOT).as_posix()), (
+                f"COPY {source}: .dockerignore drops it"
+            )
             if path.is_dir():
                 copy_tree(path, target, patterns)  # COPY of a folder copies its contents
             elif destination.endswith("/") or len(sources) > 1:

@@ -37,8 +37,7 @@ def own_triton(small_repository: Path, tmp_path: Path):
 
 def test_hung_then_back_then_dead_triton(own_triton, small_repository: Path, new_stack):
     triton, ports = own_triton
-    stack = new_stack(small_repository, TRITON_GRPC_URL=f"127.0.0.1:{ports[1]}",
-                      TRITON_TIMEOUT_S=str(TRITON_TIMEOUT_S))
+    stack = new_stack(small_repository, TRITON_GRPC_URL=f"127.0.0.1:{ports[1]}", TRITON_TIMEOUT_S=str(TRITON_TIMEOUT_S))
     stack.wait_healthy(timeout=120)
     body = {"modelname": "yolov5", "payload": {"img": b64(noise_image(320, 240, 0))}}
     assert requests.post(f"{stack.url}/invocations", json=body, timeout=30).status_code == 200
@@ -99,8 +98,11 @@ def test_a_bug_is_an_opaque_500_with_an_id_in_the_log(repository: Path, tmp_path
     toml.write_text('pipeline = "router"\n' + toml.read_text())
     stack = new_stack(repo)
     stack.wait_healthy(timeout=120)
-    r = requests.post(f"{stack.url}/invocations", timeout=30,
-                      json={"modelname": "resnet", "payload": {"img": b64(noise_image(64, 64, 0))}})
+    r = requests.post(
+        f"{stack.url}/invocations",
+        timeout=30,
+        json={"modelname": "resnet", "payload": {"img": b64(noise_image(64, 64, 0))}},
+    )
     assert_error(r, 500, "internal_error")
     message = r.json()["error"]["message"]
     error_id = message.split()[-1]
@@ -119,14 +121,16 @@ def test_a_killed_worker_is_replaced_and_the_next_100_requests_answer_200(small_
     os.kill(workers[0], signal.SIGKILL)
     body = {"modelname": "yolov5", "payload": {"img": b64(noise_image(160, 120, 5))}}
     with ThreadPoolExecutor(8) as pool:  # eight at a time, as callers would: Triton batches them
-        statuses = list(pool.map(lambda _: requests.post(f"{stack.url}/invocations", json=body, timeout=60).status_code,
-                                 range(100)))
+        statuses = list(
+            pool.map(lambda _: requests.post(f"{stack.url}/invocations", json=body, timeout=60).status_code, range(100))
+        )
     print(f"after SIGKILL of worker {workers[0]}: {statuses.count(200)} of 100 requests answered 200")
     assert statuses == [200] * 100
 
     def replaced() -> bool:
         now = stack.pids()["router"]
         return now[0] == master and len(now) == 3 and workers[0] not in now and not alive(workers[0])
+
     assert wait_until(replaced, timeout=30) is not None, stack.pids()
     assert stack.proc.poll() is None and stack.ping().status_code == 200
 
@@ -134,8 +138,10 @@ def test_a_killed_worker_is_replaced_and_the_next_100_requests_answer_200(small_
 def _slow_client(port: int, stop: threading.Event, started: threading.Barrier) -> None:
     """Announces a 1,000-byte JSON body and sends it one byte a second until told to stop."""
     with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
-        conn.sendall(b"POST /invocations HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: 1000\r\n\r\n{")
+        conn.sendall(
+            b"POST /invocations HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 1000\r\n\r\n{"
+        )
         started.wait()
         while not stop.wait(1.0):
             conn.sendall(b" ")
@@ -173,6 +179,8 @@ def test_ten_slow_clients_do_not_delay_a_normal_request(stack):
         for t in slow:
             t.join(timeout=5)
     for name, pick in (("fastest", min), ("median", statistics.median)):
-        print(f"{name} of 20: {pick(alone) * 1000:.1f} ms alone, {pick(beside) * 1000:.1f} ms beside ten slow "
-              f"clients ({(pick(beside) - pick(alone)) * 1000:+.1f} ms)")
+        print(
+            f"{name} of 20: {pick(alone) * 1000:.1f} ms alone, {pick(beside) * 1000:.1f} ms beside ten slow "
+            f"clients ({(pick(beside) - pick(alone)) * 1000:+.1f} ms)"
+        )
     assert min(beside) - min(alone) <= 0.1

@@ -76,8 +76,9 @@ def test_a_list_is_served_in_few_triton_executions(stack, model, count):
     max_batch_size = int(triton_get(stack, f"{model}/config")["max_batch_size"])
     bound = math.ceil(count / max_batch_size)
     before = executions(stack, model)
-    response = requests.post(f"{stack.url}/invocations", timeout=120,
-                             json={"modelname": model, "payload": {"img": images}})
+    response = requests.post(
+        f"{stack.url}/invocations", timeout=120, json={"modelname": model, "payload": {"img": images}}
+    )
     assert response.status_code == 200, response.text
     assert len(response.json()["result"]) == count
     # Triton records an execution's statistics just after its responses are sent: let them land.
@@ -85,8 +86,10 @@ def test_a_list_is_served_in_few_triton_executions(stack, model, count):
     while (after := executions(stack, model))[1] - before[1] < count and time.monotonic() < deadline:
         time.sleep(0.05)
     ran, inferred = after[0] - before[0], after[1] - before[1]
-    print(f"{model}: {count} images -> {ran} Triton execution(s) ({inferred} inferences; "
-          f"max_batch_size {max_batch_size}, bound ceil({count}/{max_batch_size}) = {bound})")
+    print(
+        f"{model}: {count} images -> {ran} Triton execution(s) ({inferred} inferences; "
+        f"max_batch_size {max_batch_size}, bound ceil({count}/{max_batch_size}) = {bound})"
+    )
     assert inferred == count
     assert ran <= bound
 
@@ -97,6 +100,7 @@ def test_a_list_is_served_in_few_triton_executions(stack, model, count):
 def png_bomb(width: int, height: int, rows: int = 100) -> bytes:
     """A valid PNG header claiming width x height RGB, with the first ``rows`` rows of zeros
     compressed (about 6 KB for 100 rows of 20,000 pixels): a few KB on the wire, 1.2 GB decoded."""
+
     def chunk(kind: bytes, body: bytes) -> bytes:
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
 
@@ -116,19 +120,26 @@ def test_a_huge_png_is_refused_fast_and_without_memory(stack):
     for attempt in range(2 * len(workers)):  # every worker gets a few, whichever takes them
         started = time.monotonic()
         if attempt % 2:
-            response = requests.post(f"{stack.url}/invocations", timeout=10, data=bomb, headers={
-                "Content-Type": "image/png", "X-Amzn-SageMaker-Custom-Attributes": "modelname=resnet"})
+            response = requests.post(
+                f"{stack.url}/invocations",
+                timeout=10,
+                data=bomb,
+                headers={"Content-Type": "image/png", "X-Amzn-SageMaker-Custom-Attributes": "modelname=resnet"},
+            )
         else:
-            response = requests.post(f"{stack.url}/invocations", timeout=10,
-                                     json={"modelname": "yolov5", "payload": {"img": b64(bomb)}})
+            response = requests.post(
+                f"{stack.url}/invocations", timeout=10, json={"modelname": "yolov5", "payload": {"img": b64(bomb)}}
+            )
         timings.append(time.monotonic() - started)
         assert response.status_code == 400, response.text
         error = response.json()["error"]
         assert error["code"] == "invalid_input" and "20000x20000" in error["message"]
     growth = {pid: (rss_kib(pid) - kb) / 1024 for pid, kb in before.items()}
-    print(f"PNG of {len(bomb)} bytes claiming 20000x20000: {len(timings)} requests, slowest "
-          f"{max(timings) * 1000:.1f} ms; router RSS growth per process (MB): "
-          + ", ".join(f"{pid}: {mb:+.1f}" for pid, mb in growth.items()))
+    print(
+        f"PNG of {len(bomb)} bytes claiming 20000x20000: {len(timings)} requests, slowest "
+        f"{max(timings) * 1000:.1f} ms; router RSS growth per process (MB): "
+        + ", ".join(f"{pid}: {mb:+.1f}" for pid, mb in growth.items())
+    )
     assert max(timings) < 1.0
     assert max(growth.values()) < 50
 
@@ -139,8 +150,8 @@ def test_a_huge_png_is_refused_fast_and_without_memory(stack):
 def readme_example() -> tuple[str, str]:
     """The README's "Adding a model" shell block: (steps 1-3, the step-4 build command)."""
     text = (PROJECT_ROOT / "README.md").read_text()
-    section = text[text.index("\n## Adding a model\n"):]
-    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    section = text[text.index("\n## Adding a model\n") :]
+    block = re.search(r"```bash\n(.*?)```", section, re.DOTALL).group(1)
     setup, _, rest = block.partition("# 4.")
     build = next(line for line in rest.splitlines() if "-m scripts.model_prep" in line)
     return setup, build
@@ -151,14 +162,13 @@ def fourth_model(repository, tmp_path_factory):
     """A copy of the test repository (hard links) as ``<tmp>/models``, with the README's squeezenet
     example added by running the README's own commands in ``<tmp>``, then built."""
     work = tmp_path_factory.mktemp("adding-a-model")
-    shutil.copytree(repository, work / "models", copy_function=os.link,
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(repository, work / "models", copy_function=os.link, ignore=shutil.ignore_patterns("__pycache__"))
     setup, build = readme_example()
     python = sys.executable
-    subprocess.run(["bash", "-euo", "pipefail", "-c", setup.replace(".venv/bin/python", python)],
-                   cwd=work, check=True)
+    subprocess.run(["bash", "-euo", "pipefail", "-c", setup.replace(".venv/bin/python", python)], cwd=work, check=True)
     command = build.replace(".venv/bin/python", python).replace(
-        "-m scripts.model_prep", f"-m scripts.model_prep --source {work / 'models'}")
+        "-m scripts.model_prep", f"-m scripts.model_prep --source {work / 'models'}"
+    )
     done = subprocess.run(["bash", "-c", command], cwd=work, capture_output=True, text=True)
     print(done.stdout + done.stderr)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -185,10 +195,14 @@ MEAN_STD = ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
 def reference_top(session, data: bytes, k: int, normalize=([0.5] * 3, [0.5] * 3)) -> list[tuple[int, float]]:
     from torchvision import transforms
 
-    reference = transforms.Compose([
-        transforms.Resize(182), transforms.CenterCrop(160), transforms.ToTensor(),
-        transforms.Normalize(*normalize),  # the default: v / 127.5 - 1 on 0..255 values
-    ])
+    reference = transforms.Compose(
+        [
+            transforms.Resize(182),
+            transforms.CenterCrop(160),
+            transforms.ToTensor(),
+            transforms.Normalize(*normalize),  # the default: v / 127.5 - 1 on 0..255 values
+        ]
+    )
     tensor = reference(Image.open(io.BytesIO(data)).convert("RGB")).numpy()[None]
     (logits,) = session.run(None, {"input": tensor})
     logits = logits[0].astype(np.float64)
@@ -207,17 +221,28 @@ def test_the_fourth_model_is_served_as_onnx_runtime_answers(fourth_model, new_st
     assert ping["models"].get("squeezenet") == "READY", ping
     labels = (fourth_model / "labels.txt").read_text().splitlines()
     session = ort.InferenceSession(str(fourth_model / "model.onnx"), providers=["CPUExecutionProvider"])
-    photos = {**{k: v for k, v in darknet_photos().items() if k in ("dog.jpg", "horses.jpg", "person.jpg")},
-              **{k: v for k, v in skimage_photos().items() if k in ("astronaut.png", "camera-grey.png")}}
+    photos = {
+        **{k: v for k, v in darknet_photos().items() if k in ("dog.jpg", "horses.jpg", "person.jpg")},
+        **{k: v for k, v in skimage_photos().items() if k in ("astronaut.png", "camera-grey.png")},
+    }
     wrong_diffs = []
     for name, data in photos.items():
         expected = reference_top(session, data, 5)
-        raw = requests.post(f"{stack.url}/invocations", data=data, timeout=60, headers={
-            "Content-Type": "image/png" if name.endswith(".png") else "image/jpeg",
-            "X-Amzn-SageMaker-Custom-Attributes": "modelname=squeezenet"})
+        raw = requests.post(
+            f"{stack.url}/invocations",
+            data=data,
+            timeout=60,
+            headers={
+                "Content-Type": "image/png" if name.endswith(".png") else "image/jpeg",
+                "X-Amzn-SageMaker-Custom-Attributes": "modelname=squeezenet",
+            },
+        )
         assert raw.status_code == 200, raw.text
-        envelope = requests.post(f"{stack.url}/invocations", timeout=60,
-                                 json={"modelname": "squeezenet", "payload": {"img": b64(data), "topk": 3}})
+        envelope = requests.post(
+            f"{stack.url}/invocations",
+            timeout=60,
+            json={"modelname": "squeezenet", "payload": {"img": b64(data), "topk": 3}},
+        )
         assert envelope.status_code == 200, envelope.text
         assert envelope.json()["modelname"] == "squeezenet"
         served = raw.json()["result"]  # topk 5: the model.toml's default
@@ -227,9 +252,11 @@ def test_the_fourth_model_is_served_as_onnx_runtime_answers(fourth_model, new_st
         diff = max(abs(c["score"] - score) / score for c, (_, score) in zip(served, expected))
         wrong = reference_top(session, data, 5, normalize=MEAN_STD)
         wrong_diff = max(abs(c["score"] - score) / score for c, (_, score) in zip(served, wrong))
-        print(f"{name}: served top-5 {[(c['index'], round(c['score'], 7)) for c in served]}; ONNX Runtime on "
-              f"torchvision's preprocessing: same indices and labels, max relative score diff {diff:.1e} "
-              f"(with ImageNet mean/std instead: {wrong_diff:.1e})")
+        print(
+            f"{name}: served top-5 {[(c['index'], round(c['score'], 7)) for c in served]}; ONNX Runtime on "
+            f"torchvision's preprocessing: same indices and labels, max relative score diff {diff:.1e} "
+            f"(with ImageNet mean/std instead: {wrong_diff:.1e})"
+        )
         assert diff <= SCORE_RTOL, name
         wrong_diffs.append(wrong_diff)
     assert max(wrong_diffs) > SCORE_RTOL, "the tolerance must tell a wrong normalisation apart"

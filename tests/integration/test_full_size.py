@@ -39,11 +39,18 @@ def test_the_full_size_networks_are_served(full):
     assert all(sizes[m] >= FULL_SIZE_BYTES[m] for m in FULL_SIZE_BYTES), sizes
     photo = real_photos()["dog.jpg"]
     for model in ("resnet", "yolov5"):
-        r = requests.post(f"{full.url}/invocations", data=photo, timeout=120, headers={
-            "Content-Type": "image/jpeg", "X-Amzn-SageMaker-Custom-Attributes": f"modelname={model}"})
+        r = requests.post(
+            f"{full.url}/invocations",
+            data=photo,
+            timeout=120,
+            headers={"Content-Type": "image/jpeg", "X-Amzn-SageMaker-Custom-Attributes": f"modelname={model}"},
+        )
         assert r.status_code == 200 and r.json()["modelname"] == model, r.text[:300]
-    r = requests.post(f"{full.url}/invocations", timeout=120, json={
-        "modelname": "bert_base", "payload": {"text": "Paris is the [MASK] of France.", "topk": 4}})
+    r = requests.post(
+        f"{full.url}/invocations",
+        timeout=120,
+        json={"modelname": "bert_base", "payload": {"text": "Paris is the [MASK] of France.", "topk": 4}},
+    )
     assert r.status_code == 200, r.text[:300]
     candidates = r.json()["result"]
     assert len(candidates) == 4 and all(c["sequence"].startswith("paris is the") for c in candidates)

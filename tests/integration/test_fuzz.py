@@ -45,9 +45,26 @@ def test_schemathesis_finds_no_5xx_and_no_undocumented_response(stack, tmp_path:
     models = sorted(stack.ping().json()["models"])
     examples = os.environ.get("FUZZ_EXAMPLES", "100")
     argv = [
-        sys.executable, "-m", "schemathesis.cli", "run", str(description_for(models, tmp_path / "openapi.json")),
-        "--url", stack.url, "--max-examples", examples, "--checks", ",".join(CHECKS), "--seed", "6",
-        "--workers", "2", "--request-timeout", "60", "--no-color", "--suppress-health-check", "all",
+        sys.executable,
+        "-m",
+        "schemathesis.cli",
+        "run",
+        str(description_for(models, tmp_path / "openapi.json")),
+        "--url",
+        stack.url,
+        "--max-examples",
+        examples,
+        "--checks",
+        ",".join(CHECKS),
+        "--seed",
+        "6",
+        "--workers",
+        "2",
+        "--request-timeout",
+        "60",
+        "--no-color",
+        "--suppress-health-check",
+        "all",
     ]
     run = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     print(run.stdout[-3000:], run.stderr[-2000:])

@@ -67,10 +67,13 @@ def test_resnet_json_envelope(stack):
 
 def test_a_list_of_three_images_gives_three_results_in_order(stack):
     images = [noise_image(300 + 100 * i, 200 + 50 * i, seed=i) for i in range(3)]
-    single = [invoke(stack, {"modelname": "yolov5", "payload": {"img": b64(im), "conf_threshold": 0.01}}).json()
-              for im in images]
-    listed = invoke(stack, {"modelname": "yolov5", "payload": {"img": [b64(im) for im in images],
-                                                                "conf_threshold": 0.01}})
+    single = [
+        invoke(stack, {"modelname": "yolov5", "payload": {"img": b64(im), "conf_threshold": 0.01}}).json()
+        for im in images
+    ]
+    listed = invoke(
+        stack, {"modelname": "yolov5", "payload": {"img": [b64(im) for im in images], "conf_threshold": 0.01}}
+    )
     assert listed.status_code == 200, listed.text
     results = listed.json()["result"]
     assert len(results) == 3
@@ -92,8 +95,13 @@ def test_a_list_of_three_images_gives_three_results_in_order(stack):
 
 
 def test_yolov5_json_envelope(stack):
-    r = invoke(stack, {"modelname": "yolov5", "payload": {"img": b64(noise_image(768, 576, 2)),
-                                                          "conf_threshold": 0.01, "max_detections": 20}})
+    r = invoke(
+        stack,
+        {
+            "modelname": "yolov5",
+            "payload": {"img": b64(noise_image(768, 576, 2)), "conf_threshold": 0.01, "max_detections": 20},
+        },
+    )
     assert r.status_code == 200, r.text
     result = r.json()["result"]
     assert_detection(result, 768, 576)
@@ -112,56 +120,98 @@ def test_bert_json_envelope_one_and_two_masks(stack):
     assert_fill_mask(single, topk=3)
 
 
-@pytest.mark.parametrize("fmt,content_type", [("JPEG", "image/jpeg"), ("PNG", "image/png"),
-                                               ("JPEG", "application/octet-stream")])
+@pytest.mark.parametrize(
+    "fmt,content_type", [("JPEG", "image/jpeg"), ("PNG", "image/png"), ("JPEG", "application/octet-stream")]
+)
 def test_image_models_raw_body(stack, fmt: str, content_type: str):
     data = noise_image(500, 400, 3, fmt)
-    r = requests.post(f"{stack.url}/invocations", data=data, timeout=60, headers={
-        "Content-Type": content_type, "X-Amzn-SageMaker-Custom-Attributes": "modelname=resnet,topk=4,trace=abc"})
+    r = requests.post(
+        f"{stack.url}/invocations",
+        data=data,
+        timeout=60,
+        headers={
+            "Content-Type": content_type,
+            "X-Amzn-SageMaker-Custom-Attributes": "modelname=resnet,topk=4,trace=abc",
+        },
+    )
     assert r.status_code == 200, r.text
     assert r.json()["modelname"] == "resnet"
     assert_classification(r.json()["result"], topk=4)
 
-    r = requests.post(f"{stack.url}/invocations", data=data, timeout=60, headers={
-        "Content-Type": content_type, "X-Amzn-SageMaker-Custom-Attributes": "modelname=yolov5,conf_threshold=0.01"})
+    r = requests.post(
+        f"{stack.url}/invocations",
+        data=data,
+        timeout=60,
+        headers={
+            "Content-Type": content_type,
+            "X-Amzn-SageMaker-Custom-Attributes": "modelname=yolov5,conf_threshold=0.01",
+        },
+    )
     assert r.status_code == 200, r.text
     assert_detection(r.json()["result"], 500, 400)
 
 
 def test_bert_raw_body(stack):
-    r = requests.post(f"{stack.url}/invocations", data=TEXT.encode(), timeout=60, headers={
-        "Content-Type": "text/plain; charset=utf-8", "X-Amzn-SageMaker-Custom-Attributes": "modelname=bert_base,topk=7"})
+    r = requests.post(
+        f"{stack.url}/invocations",
+        data=TEXT.encode(),
+        timeout=60,
+        headers={
+            "Content-Type": "text/plain; charset=utf-8",
+            "X-Amzn-SageMaker-Custom-Attributes": "modelname=bert_base,topk=7",
+        },
+    )
     assert r.status_code == 200, r.text
     assert_fill_mask(r.json()["result"], topk=7)
 
 
 @pytest.fixture(scope="module")
 def runtime(stack):
-    return boto3.client("sagemaker-runtime", endpoint_url=stack.url, region_name="us-east-1",
-                        aws_access_key_id="x", aws_secret_access_key="x",
-                        config=Config(retries={"max_attempts": 1}, read_timeout=120))
+    return boto3.client(
+        "sagemaker-runtime",
+        endpoint_url=stack.url,
+        region_name="us-east-1",
+        aws_access_key_id="x",
+        aws_secret_access_key="x",
+        config=Config(retries={"max_attempts": 1}, read_timeout=120),
+    )
 
 
-@pytest.mark.parametrize("modelname,payload", [
-    ("resnet", {"img": b64(noise_image(640, 480, 4))}),
-    ("yolov5", {"img": b64(noise_image(640, 480, 5)), "conf_threshold": 0.01}),
-    ("bert_base", {"text": TEXT}),
-])
+@pytest.mark.parametrize(
+    "modelname,payload",
+    [
+        ("resnet", {"img": b64(noise_image(640, 480, 4))}),
+        ("yolov5", {"img": b64(noise_image(640, 480, 5)), "conf_threshold": 0.01}),
+        ("bert_base", {"text": TEXT}),
+    ],
+)
 def test_boto3_invoke_endpoint_json(runtime, modelname: str, payload: dict):
-    response = runtime.invoke_endpoint(EndpointName="local", ContentType="application/json",
-                                       Body=json.dumps({"modelname": modelname, "payload": payload}))
+    response = runtime.invoke_endpoint(
+        EndpointName="local",
+        ContentType="application/json",
+        Body=json.dumps({"modelname": modelname, "payload": payload}),
+    )
     body = json.loads(response["Body"].read())
     assert body["modelname"] == modelname and body["version"] == "1"
     {"resnet": assert_classification, "bert_base": assert_fill_mask}.get(
-        modelname, lambda result: assert_detection(result, 640, 480))(body["result"])
+        modelname, lambda result: assert_detection(result, 640, 480)
+    )(body["result"])
 
 
 def test_boto3_invoke_endpoint_raw_with_custom_attributes(runtime):
-    response = runtime.invoke_endpoint(EndpointName="local", ContentType="image/jpeg",
-                                       Body=noise_image(320, 240, 6), CustomAttributes="modelname=yolov5")
+    response = runtime.invoke_endpoint(
+        EndpointName="local",
+        ContentType="image/jpeg",
+        Body=noise_image(320, 240, 6),
+        CustomAttributes="modelname=yolov5",
+    )
     assert_detection(json.loads(response["Body"].read())["result"], 320, 240)
-    response = runtime.invoke_endpoint(EndpointName="local", ContentType="text/plain; charset=utf-8",
-                                       Body=TWO_MASKS.encode(), CustomAttributes="modelname=bert_base,topk=2")
+    response = runtime.invoke_endpoint(
+        EndpointName="local",
+        ContentType="text/plain; charset=utf-8",
+        Body=TWO_MASKS.encode(),
+        CustomAttributes="modelname=bert_base,topk=2",
+    )
     result = json.loads(response["Body"].read())["result"]
     assert len(result) == 2 and all(len(per_mask) == 2 for per_mask in result)
 

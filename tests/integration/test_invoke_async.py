@@ -28,8 +28,11 @@ BUCKET = "async-bucket"
 PREFIX = f"s3://{BUCKET}/inputs/"
 ANSWER_DELAY_S = 1.0  # the answer appears after invoke has started waiting
 # How boto3 sends InvokeEndpointAsync's parameters (botocore's sagemaker-runtime model).
-INPUT_LOCATION, CONTENT_TYPE, ACCEPT = ("X-Amzn-SageMaker-InputLocation", "X-Amzn-SageMaker-Content-Type",
-                                        "X-Amzn-SageMaker-Accept")
+INPUT_LOCATION, CONTENT_TYPE, ACCEPT = (
+    "X-Amzn-SageMaker-InputLocation",
+    "X-Amzn-SageMaker-Content-Type",
+    "X-Amzn-SageMaker-Accept",
+)
 
 
 class Fabric:
@@ -49,8 +52,11 @@ class Fabric:
         inference_id = uuid.uuid4().hex
         output = f"s3://{BUCKET}/answers/{inference_id}.out"
         failure = f"s3://{BUCKET}/answers/failures/{inference_id}-error.out"
-        headers = {"Content-Type": sent[CONTENT_TYPE], CUSTOM_ATTRIBUTES: sent[CUSTOM_ATTRIBUTES],
-                   "Accept": sent[ACCEPT]}
+        headers = {
+            "Content-Type": sent[CONTENT_TYPE],
+            CUSTOM_ATTRIBUTES: sent[CUSTOM_ATTRIBUTES],
+            "Accept": sent[ACCEPT],
+        }
         worker = threading.Thread(target=self.answer, args=(sent[INPUT_LOCATION], headers, output, failure))
         worker.start()
         self.workers.append(worker)
@@ -90,15 +96,23 @@ def run_async(stack, argv: list[str]) -> tuple[int, Fabric]:
     runtime = boto3.client("sagemaker-runtime", region_name=REGION)
     fabric = Fabric(s3, stack.url)
     fabric.attach(runtime)
-    status = invoke.main(["--endpoint-name", "mm-async", "--async", PREFIX, "--poll-seconds", "0.2",
-                          "--wait-timeout", "120", *argv], client=runtime, s3=s3)
+    status = invoke.main(
+        ["--endpoint-name", "mm-async", "--async", PREFIX, "--poll-seconds", "0.2", "--wait-timeout", "120", *argv],
+        client=runtime,
+        s3=s3,
+    )
     fabric.join()
     return status, fabric
 
 
 def test_async_answers_print_as_the_real_time_ones(stack, files, aws, capsys):
-    calls = ["--option", "topk=2", f"resnet={files['dog.jpg']}", f"yolov5={files['chelsea.png']}",
-             f"bert_base={files['sentence.txt']}"]
+    calls = [
+        "--option",
+        "topk=2",
+        f"resnet={files['dog.jpg']}",
+        f"yolov5={files['chelsea.png']}",
+        f"bert_base={files['sentence.txt']}",
+    ]
     assert invoke.main(["--endpoint-url", stack.url, *calls]) == 0
     real_time = capsys.readouterr().out
 
@@ -108,7 +122,10 @@ def test_async_answers_print_as_the_real_time_ones(stack, files, aws, capsys):
     assert captured.out == real_time
     assert "resnet (version 1):" in real_time and "detections in " in real_time and "france" in real_time
     assert [h[CUSTOM_ATTRIBUTES] for h in fabric.forwarded] == [
-        "modelname=resnet,topk=2", "modelname=yolov5,topk=2", "modelname=bert_base,topk=2"]
+        "modelname=resnet,topk=2",
+        "modelname=yolov5,topk=2",
+        "modelname=bert_base,topk=2",
+    ]
     assert [h["Content-Type"] for h in fabric.forwarded] == ["image/jpeg", "image/png", "text/plain; charset=utf-8"]
     assert "waiting for s3://async-bucket/answers/" in captured.err  # it waited: the answer came later
 

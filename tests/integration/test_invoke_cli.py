@@ -28,8 +28,9 @@ def sample_image(tmp_path_factory) -> Path:
 
 
 def run_invoke(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *COMMAND, *args], cwd=PROJECT_ROOT, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, *COMMAND, *args], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_prints_a_result_for_each_model(stack, sample_image):
@@ -47,8 +48,9 @@ def test_prints_a_result_for_each_model(stack, sample_image):
 def test_model_file_pairs_and_options(stack, sample_image, tmp_path):
     sentence = tmp_path / "sentence.txt"
     sentence.write_text("The world has [MASK] people.")
-    result = run_invoke("--endpoint-url", stack.url, "--option", "topk=2",
-                        f"resnet={sample_image}", f"bert_base={sentence}")
+    result = run_invoke(
+        "--endpoint-url", stack.url, "--option", "topk=2", f"resnet={sample_image}", f"bert_base={sentence}"
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     resnet, bert = result.stdout.split("bert_base (version 1):")
     assert resnet.count("(index ") == 2

@@ -38,8 +38,16 @@ def test_every_model_is_ready(triton, repository: Path):
     assert served <= set(index)
     assert index == {folder.name: "READY" for folder in repository.iterdir() if (folder / "config.pbtxt").is_file()}
     # the image models' pipelines: the ensemble and its python-backend steps
-    assert set(index) == {"resnet", "yolov5", "bert_base", "resnet_preprocess", "resnet_pipeline",
-                          "yolov5_preprocess", "yolov5_postprocess", "yolov5_pipeline"}
+    assert set(index) == {
+        "resnet",
+        "yolov5",
+        "bert_base",
+        "resnet_preprocess",
+        "resnet_pipeline",
+        "yolov5_preprocess",
+        "yolov5_postprocess",
+        "yolov5_pipeline",
+    }
 
 
 @pytest.mark.parametrize("name", ["resnet", "yolov5", "bert_base"])
@@ -52,8 +60,11 @@ def test_batch_of_two_gives_the_documented_shapes(triton, repository: Path, name
         print(f"{name}.{tensor.name}: {array.shape} {array.dtype}")
         assert array.shape == (2, *tensor.dims)
         assert array.dtype == tensor.numpy_dtype
-    documented = {"resnet": {"scores": (2, 1000), "classes": (2, 1000)}, "yolov5": {"output": (2, 25200, 85)},
-                  "bert_base": {"scores": (2, 128, 50), "token_ids": (2, 128, 50)}}[name]
+    documented = {
+        "resnet": {"scores": (2, 1000), "classes": (2, 1000)},
+        "yolov5": {"output": (2, 25200, 85)},
+        "bert_base": {"scores": (2, 128, 50), "token_ids": (2, 128, 50)},
+    }[name]
     assert {t: result.as_numpy(t).shape for t in documented} == documented
 
 
@@ -67,8 +78,9 @@ def test_sixteen_concurrent_requests_form_batches(triton, repository: Path):
 
     before = stats()
     with ThreadPoolExecutor(16) as pool:
-        results = list(pool.map(lambda i: triton.infer("resnet", random_inputs(spec, 1, seed=i), outputs=outputs),
-                                range(16)))
+        results = list(
+            pool.map(lambda i: triton.infer("resnet", random_inputs(spec, 1, seed=i), outputs=outputs), range(16))
+        )
     # Triton records an execution's statistics just after its responses are sent: let them land.
     deadline = time.monotonic() + 5
     while (after := stats())[0] - before[0] < 16 and time.monotonic() < deadline:

@@ -65,8 +65,9 @@ def urls(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
 
 
 def multi_model_stack(logs: Path, stopping: list[Stack], **env: str):
-    started = Stack(logs, env_extra={"SAGEMAKER_MULTI_MODEL": "true", "MULTI_MODEL_DIR": str(logs / "state"),
-                                     **env}).start(logs)
+    started = Stack(
+        logs, env_extra={"SAGEMAKER_MULTI_MODEL": "true", "MULTI_MODEL_DIR": str(logs / "state"), **env}
+    ).start(logs)
     stopping.append(started)
     started.wait_healthy()
     yield started
@@ -79,7 +80,9 @@ def mme(tmp_path_factory: pytest.TempPathFactory, stopping):
 
 
 @pytest.fixture(scope="module")
-def full_urls(urls: dict[str, Path], full_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def full_urls(
+    urls: dict[str, Path], full_repository: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
     """bert at full size (its 0.4 GB of weights against what Triton takes for it), resnet small."""
     root = tmp_path_factory.mktemp("opt-ml-models-full")
     return {"bert": link_copy(full_repository / "bert_base", root / "bert" / "model"), "resnet": urls["resnet"]}
@@ -88,8 +91,9 @@ def full_urls(urls: dict[str, Path], full_repository: Path, tmp_path_factory: py
 @pytest.fixture(scope="module")
 def small(full_urls, tmp_path_factory: pytest.TempPathFactory, stopping):
     limit = files_size(full_urls["bert"], full_urls["resnet"]) + 16 * MIB  # bert and resnet fit by their files
-    yield from multi_model_stack(tmp_path_factory.mktemp("small-logs"), stopping, MODEL_SERVER_TIMEOUT="1",
-                                 MODEL_MEMORY_LIMIT_BYTES=str(limit))
+    yield from multi_model_stack(
+        tmp_path_factory.mktemp("small-logs"), stopping, MODEL_SERVER_TIMEOUT="1", MODEL_MEMORY_LIMIT_BYTES=str(limit)
+    )
 
 
 def load(mme, name: str, url: Path | str) -> requests.Response:
@@ -123,11 +127,14 @@ def test_three_models_load_list_and_answer(mme, stack, urls, repository):
     listed = requests.get(f"{mme.url}/models", timeout=5).json()
     assert listed == {"models": [{"modelName": n, "modelUrl": str(urls[n])} for n in ("bert", "plain", "resnet")]}
     page = requests.get(f"{mme.url}/models", params={"max_results": 2}, timeout=5).json()
-    rest = requests.get(f"{mme.url}/models", params={"max_results": 2, "next_page_token": page["nextPageToken"]},
-                        timeout=5).json()
+    rest = requests.get(
+        f"{mme.url}/models", params={"max_results": 2, "next_page_token": page["nextPageToken"]}, timeout=5
+    ).json()
     assert page["models"] + rest["models"] == listed["models"] and "nextPageToken" not in rest
-    assert requests.get(f"{mme.url}/models/resnet", timeout=5).json() == {"modelName": "resnet",
-                                                                           "modelUrl": str(urls["resnet"])}
+    assert requests.get(f"{mme.url}/models/resnet", timeout=5).json() == {
+        "modelName": "resnet",
+        "modelUrl": str(urls["resnet"]),
+    }
     ping = mme.ping().json()
     assert ping == {"status": "healthy", "models": {"bert": "READY", "plain": "READY", "resnet": "READY"}}
 
@@ -135,11 +142,17 @@ def test_three_models_load_list_and_answer(mme, stack, urls, repository):
     one = requests.post(f"{stack.url}/invocations", json={"modelname": "bert_base", **TEXT}, timeout=60)
     assert invoke(mme, "bert", json=TEXT).json() == one.json()
     # /invocations with the TargetModel header, as boto3 sends it to a local stack, answers the same.
-    r = requests.post(f"{mme.url}/invocations", json=TEXT, timeout=60, headers={"X-Amzn-SageMaker-Target-Model": "bert"})
+    r = requests.post(
+        f"{mme.url}/invocations", json=TEXT, timeout=60, headers={"X-Amzn-SageMaker-Target-Model": "bert"}
+    )
     assert r.json() == one.json()
     photo = real_photos()["dog.jpg"]
-    one = requests.post(f"{stack.url}/invocations", data=photo, timeout=60,
-                        headers={"Content-Type": "image/jpeg", "X-Amzn-SageMaker-Custom-Attributes": "modelname=resnet"})
+    one = requests.post(
+        f"{stack.url}/invocations",
+        data=photo,
+        timeout=60,
+        headers={"Content-Type": "image/jpeg", "X-Amzn-SageMaker-Custom-Attributes": "modelname=resnet"},
+    )
     r = invoke(mme, "resnet", data=photo, headers={"Content-Type": "image/jpeg"})
     assert r.status_code == 200 and r.json() == one.json()
 
@@ -174,9 +187,23 @@ def test_malformed_v2_bodies_are_4xx_on_a_loaded_model(mme):
 def test_invoke_py_target_model_calls_a_loaded_model(mme, tmp_path):
     photo = tmp_path / "dog.jpg"
     photo.write_bytes(real_photos()["dog.jpg"])
-    run = subprocess.run([sys.executable, "-m", "scripts.caller", "invoke", "--endpoint-url", mme.url,
-                          "--target-model", "resnet", f"resnet={photo}"],
-                         capture_output=True, text=True, timeout=120, cwd=PROJECT_ROOT)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scripts.caller",
+            "invoke",
+            "--endpoint-url",
+            mme.url,
+            "--target-model",
+            "resnet",
+            f"resnet={photo}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=PROJECT_ROOT,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "resnet (version 1):" in run.stdout
 
@@ -209,7 +236,10 @@ def test_an_unload_lets_the_requests_in_flight_finish(mme, urls):
     # yolov5's pipeline (network, two steps, ensemble) loads and answers beside resnet's.
     r = load(mme, "detector", urls["yolov5"])
     assert r.status_code == 200, r.text
-    assert invoke(mme, "detector", data=real_photos()["dog.jpg"], headers={"Content-Type": "image/jpeg"}).status_code == 200
+    assert (
+        invoke(mme, "detector", data=real_photos()["dog.jpg"], headers={"Content-Type": "image/jpeg"}).status_code
+        == 200
+    )
 
 
 def test_bad_folders_are_404_and_400(mme, urls, tmp_path):
@@ -231,8 +261,9 @@ def test_bad_folders_are_404_and_400(mme, urls, tmp_path):
     r = load(mme, "two", two)
     assert r.status_code == 400 and "one Triton model, or one ensemble" in r.json()["error"]["message"]
     assert requests.get(f"{mme.url}/models", timeout=5).json()["models"] == [
-        {"modelName": n, "modelUrl": str(urls[u])} for n, u in (("detector", "yolov5"), ("plain", "plain"),
-                                                                  ("resnet", "resnet"))]
+        {"modelName": n, "modelUrl": str(urls[u])}
+        for n, u in (("detector", "yolov5"), ("plain", "plain"), ("resnet", "resnet"))
+    ]
     assert mme.ping().status_code == 200
 
 

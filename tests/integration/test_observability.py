@@ -42,14 +42,26 @@ def requests_by_model_and_status(samples) -> Counter:
 # (model label, status, request): what the test sends and how /metrics must count it.
 SENT = [
     ("resnet", "200", {"json": {"modelname": "resnet", "payload": {"img": b64(JPEG)}}}),
-    ("resnet", "200", {"data": JPEG, "headers": {"Content-Type": "image/jpeg",
-                                                 "X-Amzn-SageMaker-Custom-Attributes": "modelname=resnet"}}),
+    (
+        "resnet",
+        "200",
+        {
+            "data": JPEG,
+            "headers": {"Content-Type": "image/jpeg", "X-Amzn-SageMaker-Custom-Attributes": "modelname=resnet"},
+        },
+    ),
     ("yolov5", "200", {"json": {"modelname": "yolov5", "payload": {"img": [b64(JPEG)] * 2}}}),
     ("bert_base", "200", {"json": {"modelname": "bert_base", "payload": {"text": "The [MASK] is blue."}}}),
     ("resnet", "400", {"json": {"modelname": "resnet", "payload": {"img": "%%%"}}}),
     ("yolov5", "400", {"json": {"modelname": "yolov5", "payload": {"img": b64(JPEG), "conf_threshold": 2}}}),
-    ("bert_base", "415", {"data": JPEG, "headers": {"Content-Type": "image/jpeg",
-                                                    "X-Amzn-SageMaker-Custom-Attributes": "modelname=bert_base"}}),
+    (
+        "bert_base",
+        "415",
+        {
+            "data": JPEG,
+            "headers": {"Content-Type": "image/jpeg", "X-Amzn-SageMaker-Custom-Attributes": "modelname=bert_base"},
+        },
+    ),
     ("none", "404", {"json": {"modelname": "vgg", "payload": {}}}),
     ("none", "400", {"data": b"{oops", "headers": {"Content-Type": "application/json"}}),
 ]
@@ -81,15 +93,23 @@ def test_request_id_round_trips_and_the_log_has_one_line_per_request(stack):
     ours = f"sm-{uuid.uuid4().hex}"
     theirs = f"rq-{uuid.uuid4().hex}"
     image = b64(noise_image(80, 60, 11))
-    r = requests.post(f"{stack.url}/invocations", timeout=60,
-                      json={"modelname": "yolov5", "payload": {"img": image}},
-                      headers={"X-Amzn-SageMaker-Inference-Id": ours})
+    r = requests.post(
+        f"{stack.url}/invocations",
+        timeout=60,
+        json={"modelname": "yolov5", "payload": {"img": image}},
+        headers={"X-Amzn-SageMaker-Inference-Id": ours},
+    )
     assert r.status_code == 200 and r.headers["X-Request-Id"] == ours
-    bad = requests.post(f"{stack.url}/invocations", timeout=60, json={"modelname": "nope", "payload": {}},
-                        headers={"X-Request-Id": theirs})
+    bad = requests.post(
+        f"{stack.url}/invocations",
+        timeout=60,
+        json={"modelname": "nope", "payload": {}},
+        headers={"X-Request-Id": theirs},
+    )
     assert bad.status_code == 404 and bad.headers["X-Request-Id"] == theirs
-    made = requests.post(f"{stack.url}/invocations", timeout=60,
-                         json={"modelname": "bert_base", "payload": {"text": "a [MASK] b"}}).headers["X-Request-Id"]
+    made = requests.post(
+        f"{stack.url}/invocations", timeout=60, json={"modelname": "bert_base", "payload": {"text": "a [MASK] b"}}
+    ).headers["X-Request-Id"]
     assert len(made) == 32 and made not in (ours, theirs)
 
     wanted = {ours, theirs, made}

@@ -53,9 +53,11 @@ def encoded(data: bytes) -> dict[str, np.ndarray]:
 
 
 def options_tensors(options: dict) -> dict[str, np.ndarray]:
-    return {"conf_threshold": np.array([[options["conf_threshold"]]], dtype=np.float32),
-            "iou_threshold": np.array([[options["iou_threshold"]]], dtype=np.float32),
-            "max_detections": np.array([[options["max_detections"]]], dtype=np.int32)}
+    return {
+        "conf_threshold": np.array([[options["conf_threshold"]]], dtype=np.float32),
+        "iou_threshold": np.array([[options["iou_threshold"]]], dtype=np.float32),
+        "max_detections": np.array([[options["max_detections"]]], dtype=np.int32),
+    }
 
 
 def displayed(data: bytes) -> np.ndarray:
@@ -67,8 +69,14 @@ def test_resnet_pipeline_equals_torchvision(triton, repository, name):
     data = PHOTOS[name]
     pre = infer(triton, "resnet_preprocess", encoded(data), ["input", IMAGE_SIZE])
     ours = pre["input"][0]
-    reference = transforms.Compose([transforms.Resize(256), transforms.CenterCrop(224), transforms.ToTensor(),
-                                    transforms.Normalize(MEAN.tolist(), STD.tolist())])
+    reference = transforms.Compose(
+        [
+            transforms.Resize(256),
+            transforms.CenterCrop(224),
+            transforms.ToTensor(),
+            transforms.Normalize(MEAN.tolist(), STD.tolist()),
+        ]
+    )
     theirs = reference(Image.open(io.BytesIO(data)).convert("RGB")).numpy()
     levels = np.abs(ours - theirs) * STD[:, None, None] * 255
     height, width = displayed(data).shape[:2]
@@ -77,9 +85,11 @@ def test_resnet_pipeline_equals_torchvision(triton, repository, name):
     served = infer(triton, "resnet_pipeline", encoded(data), ["scores", "classes"])
     session = OnnxTriton(repository).session("resnet")
     scores, classes = session.run(None, {"input": np.stack([ours, theirs])})
-    print(f"{name}: {width}x{height}, mean |Triton's preprocessing - torchvision| {levels.mean():.2f} levels "
-          f"(max {levels.max():.1f}); top-5 ensemble {served['classes'][0][:5].tolist()} "
-          f"torchvision {classes[1][:5].tolist()}")
+    print(
+        f"{name}: {width}x{height}, mean |Triton's preprocessing - torchvision| {levels.mean():.2f} levels "
+        f"(max {levels.max():.1f}); top-5 ensemble {served['classes'][0][:5].tolist()} "
+        f"torchvision {classes[1][:5].tolist()}"
+    )
     assert float(levels.mean()) <= RESNET_MEAN_LEVELS
     assert served["classes"][0][:5].tolist() == classes[0][:5].tolist() == classes[1][:5].tolist()
     np.testing.assert_allclose(served["scores"][0][:5], scores[0][:5], rtol=0, atol=1e-6)
@@ -98,25 +108,34 @@ def test_yolov5_pipeline_equals_yolov5(triton, name):
     # a real forward pass in Triton, its exact score ties broken (see untie), then Triton's NMS step
     (output,) = infer(triton, "yolov5", {"images": pre["images"]}, ["output"]).values()
     untied = untie(output[0])
-    post = infer(triton, "yolov5_postprocess",
-                 {"output": untied[None], IMAGE_SIZE: pre[IMAGE_SIZE], **options_tensors(OPTIONS)},
-                 [DETECTIONS, NUM_DETECTIONS])
+    post = infer(
+        triton,
+        "yolov5_postprocess",
+        {"output": untied[None], IMAGE_SIZE: pre[IMAGE_SIZE], **options_tensors(OPTIONS)},
+        [DETECTIONS, NUM_DETECTIONS],
+    )
     count = int(post[NUM_DETECTIONS][0, 0])
     found = post[DETECTIONS][0][:count]
-    result = {"detections": [{"box": row[:4].tolist(), "score": float(row[4]), "class_id": int(row[5])}
-                             for row in found]}
-    theirs = reference_detections(untied, pixels.shape[:2], OPTIONS["conf_threshold"], OPTIONS["iou_threshold"],
-                                  OPTIONS["max_detections"])
+    result = {
+        "detections": [{"box": row[:4].tolist(), "score": float(row[4]), "class_id": int(row[5])} for row in found]
+    }
+    theirs = reference_detections(
+        untied, pixels.shape[:2], OPTIONS["conf_threshold"], OPTIONS["iou_threshold"], OPTIONS["max_detections"]
+    )
     print(f"{name}: mean |Triton's letterbox - ultralytics| {levels.mean():.3f} levels; ", end="")
     assert float(levels.mean()) <= LETTERBOX_MEAN_LEVELS
     assert len(theirs) > 0, "random weights give low-score boxes at this threshold"
     assert_same_detections(result, theirs, name)
 
     # the ensemble is its steps: the same detections as postprocessing the same (not untied) output
-    served = infer(triton, "yolov5_pipeline", {**encoded(data), **options_tensors(OPTIONS)},
-                   [DETECTIONS, NUM_DETECTIONS])
-    steps = infer(triton, "yolov5_postprocess",
-                  {"output": output, IMAGE_SIZE: pre[IMAGE_SIZE], **options_tensors(OPTIONS)},
-                  [DETECTIONS, NUM_DETECTIONS])
+    served = infer(
+        triton, "yolov5_pipeline", {**encoded(data), **options_tensors(OPTIONS)}, [DETECTIONS, NUM_DETECTIONS]
+    )
+    steps = infer(
+        triton,
+        "yolov5_postprocess",
+        {"output": output, IMAGE_SIZE: pre[IMAGE_SIZE], **options_tensors(OPTIONS)},
+        [DETECTIONS, NUM_DETECTIONS],
+    )
     assert served[NUM_DETECTIONS].tolist() == steps[NUM_DETECTIONS].tolist()
     np.testing.assert_array_equal(served[DETECTIONS], steps[DETECTIONS])

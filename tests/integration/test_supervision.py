@@ -128,8 +128,12 @@ def test_what_a_caller_sees_while_a_dead_triton_takes_the_stack_down(small_repos
     def call() -> None:
         while stack.proc.poll() is None:
             try:
-                r = requests.post(f"{stack.url}/invocations", data=jpeg(), timeout=10, headers={
-                    "Content-Type": "image/jpeg", "X-Amzn-SageMaker-Custom-Attributes": "modelname=yolov5"})
+                r = requests.post(
+                    f"{stack.url}/invocations",
+                    data=jpeg(),
+                    timeout=10,
+                    headers={"Content-Type": "image/jpeg", "X-Amzn-SageMaker-Custom-Attributes": "modelname=yolov5"},
+                )
                 seen.append(f"{r.status_code} {r.json()['error']['code'] if r.status_code != 200 else 'ok'}")
             except requests.ConnectionError:
                 seen.append("connection refused")
@@ -206,11 +210,12 @@ def test_ping_answers_within_2s_while_every_worker_is_busy(full_detector_reposit
     stack = new_stack(full_detector_repository, MODEL_SERVER_WORKERS="1", MODEL_SERVER_THREADS="2")
     stack.wait_healthy(timeout=120)
     # 24 images: three batches of the detector each (a request of 8 took ~1 s on a fast day, too short).
-    body = {"modelname": "yolov5", "payload": {"img": [base64.b64encode(jpeg(320, 240, seed=i)).decode()
-                                                       for i in range(24)]}}
+    body = {
+        "modelname": "yolov5",
+        "payload": {"img": [base64.b64encode(jpeg(320, 240, seed=i)).decode() for i in range(24)]},
+    }
     with ThreadPoolExecutor(6) as pool:
-        futures = [pool.submit(requests.post, f"{stack.url}/invocations", json=body, timeout=120)
-                   for _ in range(6)]
+        futures = [pool.submit(requests.post, f"{stack.url}/invocations", json=body, timeout=120) for _ in range(6)]
         time.sleep(1.0)
         timings = []
         for _ in range(6):

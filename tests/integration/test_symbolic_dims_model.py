@@ -29,12 +29,15 @@ LABELS = ["cat", "kite"]
 # Rows of the output, in the 64-pixel input's pixels: cx, cy, w, h, objectness, class scores.
 # Row 0's cx moves right by 8 px from a black to a white image (mean pixel 0 -> 1, scale 1/255);
 # row 2 overlaps row 0 (same class, lower score: NMS drops it); row 3 is under the threshold.
-BASE = np.array([
-    [16, 16, 16, 16, 0.9, 0.8, 0.1],
-    [48, 40, 12, 20, 0.8, 0.05, 0.7],
-    [17, 16, 16, 16, 0.85, 0.8, 0.1],
-    [32, 56, 8, 8, 0.1, 0.5, 0.5],
-], np.float32)
+BASE = np.array(
+    [
+        [16, 16, 16, 16, 0.9, 0.8, 0.1],
+        [48, 40, 12, 20, 0.8, 0.05, 0.7],
+        [17, 16, 16, 16, 0.85, 0.8, 0.1],
+        [32, 56, 8, 8, 0.1, 0.5, 0.5],
+    ],
+    np.float32,
+)
 SHIFT = np.zeros_like(BASE)
 SHIFT[[0, 2], 0] = 8
 
@@ -97,7 +100,8 @@ def tiny_detector(path: Path) -> None:
         helper.make_node("Reshape", ["rows", "shape"], ["output"]),
     ]
     graph = helper.make_graph(
-        nodes, NAME,
+        nodes,
+        NAME,
         [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["batch", 3, "height", "width"])],
         [helper.make_tensor_value_info("output", TensorProto.FLOAT, [-1, -1, -1])],
         initializers,
@@ -122,8 +126,9 @@ def expected(mean: float, scale: float) -> list[dict]:
         cx, cy, w, h, objectness, *classes = (float(v) for v in row)
         class_id = int(np.argmax(classes))
         box = [(cx - w / 2) * scale, (cy - h / 2) * scale, (cx + w / 2) * scale, (cy + h / 2) * scale]
-        found.append({"label": LABELS[class_id], "class_id": class_id, "score": objectness * classes[class_id],
-                      "box": box})
+        found.append(
+            {"label": LABELS[class_id], "class_id": class_id, "score": objectness * classes[class_id], "box": box}
+        )
     return sorted(found, key=lambda d: -d["score"])
 
 
@@ -147,8 +152,18 @@ def build(work: Path, pipeline: str) -> tuple[Path, Path]:
     repository = work / "repository"
     with pytest.MonkeyPatch.context() as patch:  # the declared copy goes under the test's folder, not build/
         patch.setattr(onnx_export, "_default_cache_dir", lambda: work / "cache")
-        argv = ["--source", str(work / "models"), "--models", NAME, "--repository", str(repository),
-                "--target", "python", "--cache-dir", str(work / "cache")]
+        argv = [
+            "--source",
+            str(work / "models"),
+            "--models",
+            NAME,
+            "--repository",
+            str(repository),
+            "--target",
+            "python",
+            "--cache-dir",
+            str(work / "cache"),
+        ]
         assert prepare_models.main(argv) == 0
     return source, repository
 
@@ -172,8 +187,11 @@ def test_a_detector_with_symbolic_output_dims_is_added_by_configuration_and_answ
     print(f"{NAME} ({pipeline} pipeline): stack healthy after {stack.wait_healthy(timeout=120):.1f} s")
     assert stack.ping().json()["models"].get(NAME) == "READY"
 
-    envelope = requests.post(f"{stack.url}/invocations", timeout=60, json={
-        "modelname": NAME, "payload": {"img": [b64(png(0)), b64(png(255))]}})
+    envelope = requests.post(
+        f"{stack.url}/invocations",
+        timeout=60,
+        json={"modelname": NAME, "payload": {"img": [b64(png(0)), b64(png(255))]}},
+    )
     assert envelope.status_code == 200, envelope.text
     body = envelope.json()
     assert body["modelname"] == NAME
@@ -182,7 +200,14 @@ def test_a_detector_with_symbolic_output_dims_is_added_by_configuration_and_answ
     assert_detections(black, mean=0.0)
     assert_detections(white, mean=1.0)
 
-    raw = requests.post(f"{stack.url}/invocations", data=png(255), timeout=60, headers={
-        "Content-Type": "image/png", "X-Amzn-SageMaker-Custom-Attributes": f"modelname={NAME},conf_threshold=0.6"})
+    raw = requests.post(
+        f"{stack.url}/invocations",
+        data=png(255),
+        timeout=60,
+        headers={
+            "Content-Type": "image/png",
+            "X-Amzn-SageMaker-Custom-Attributes": f"modelname={NAME},conf_threshold=0.6",
+        },
+    )
     assert raw.status_code == 200, raw.text
     assert [d["label"] for d in raw.json()["result"]["detections"]] == ["cat"]  # kite's 0.56 is under 0.6

@@ -27,11 +27,21 @@ EXAMPLES = int(os.environ.get("V2_FUZZ_EXAMPLES", "100"))
 MODELS = ("bert_base", "resnet_preprocess")
 # Values a good body carries, per input (bert's token ids within its vocabulary).
 GOOD_VALUES = {"input_ids": (0, 30521), "attention_mask": (0, 1), "image": (0, 255), "image_length": (1, 64)}
-ODD_VALUES = st.one_of(st.text(max_size=5), st.floats(allow_nan=False, allow_infinity=False), st.booleans(),
-                       st.none(), st.integers(-(2 ** 70), 2 ** 70), st.dictionaries(st.text(max_size=3), st.integers(),
-                                                                                      max_size=2))
-ODD_DIMS = st.one_of(st.sampled_from([0, -1, -128, 10 ** 12, 2 ** 63, -(2 ** 63), 129]), st.integers(-5, 300),
-                     st.text(max_size=3), st.floats(allow_nan=False), st.none())
+ODD_VALUES = st.one_of(
+    st.text(max_size=5),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.booleans(),
+    st.none(),
+    st.integers(-(2**70), 2**70),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
+ODD_DIMS = st.one_of(
+    st.sampled_from([0, -1, -128, 10**12, 2**63, -(2**63), 129]),
+    st.integers(-5, 300),
+    st.text(max_size=3),
+    st.floats(allow_nan=False),
+    st.none(),
+)
 
 
 @st.composite
@@ -56,21 +66,42 @@ def mutated_body(draw, contract: ModelContract):
     inputs = body["inputs"]
     for _ in range(draw(st.sampled_from([0, 1, 1, 1, 2, 2, 3]))):
         tensor = inputs[draw(st.integers(0, len(inputs) - 1))] if inputs else {}
-        kind = draw(st.sampled_from(["dim", "rank", "datatype", "shorter", "longer", "nested", "value", "name",
-                                     "twice", "drop", "inputs", "outputs", "parameters", "binary", "data"]))
+        kind = draw(
+            st.sampled_from(
+                [
+                    "dim",
+                    "rank",
+                    "datatype",
+                    "shorter",
+                    "longer",
+                    "nested",
+                    "value",
+                    "name",
+                    "twice",
+                    "drop",
+                    "inputs",
+                    "outputs",
+                    "parameters",
+                    "binary",
+                    "data",
+                ]
+            )
+        )
         if kind == "dim" and tensor.get("shape"):
             tensor["shape"][draw(st.integers(0, len(tensor["shape"]) - 1))] = draw(ODD_DIMS)
         elif kind == "rank" and "shape" in tensor:
             tensor["shape"] = draw(st.lists(ODD_DIMS, max_size=4))
         elif kind == "datatype":
-            tensor["datatype"] = draw(st.one_of(st.sampled_from(sorted(ITEM_BYTES)), st.text(max_size=6), st.integers()))
+            tensor["datatype"] = draw(
+                st.one_of(st.sampled_from(sorted(ITEM_BYTES)), st.text(max_size=6), st.integers())
+            )
         elif kind == "shorter" and isinstance(tensor.get("data"), list):
-            tensor["data"] = tensor["data"][:draw(st.integers(0, max(0, len(tensor["data"]) - 1)))]
+            tensor["data"] = tensor["data"][: draw(st.integers(0, max(0, len(tensor["data"]) - 1)))]
         elif kind == "longer" and isinstance(tensor.get("data"), list):
             tensor["data"] = tensor["data"] + [tensor["data"][0] if tensor["data"] else 1] * draw(st.integers(1, 300))
         elif kind == "nested" and isinstance(tensor.get("data"), list):
             width = draw(st.integers(1, 8))
-            tensor["data"] = [tensor["data"][i:i + width] for i in range(0, len(tensor["data"]), width)]
+            tensor["data"] = [tensor["data"][i : i + width] for i in range(0, len(tensor["data"]), width)]
         elif kind == "value" and isinstance(tensor.get("data"), list) and tensor["data"]:
             tensor["data"][draw(st.integers(0, len(tensor["data"]) - 1))] = draw(ODD_VALUES)
         elif kind == "name":
@@ -80,18 +111,37 @@ def mutated_body(draw, contract: ModelContract):
         elif kind == "drop" and inputs:
             inputs.pop(draw(st.integers(0, len(inputs) - 1)))
         elif kind == "inputs":
-            body["inputs"] = draw(st.one_of(st.none(), st.text(max_size=4), st.integers(),
-                                            st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
-                                            st.just([]), st.lists(st.integers(), max_size=2)))
+            body["inputs"] = draw(
+                st.one_of(
+                    st.none(),
+                    st.text(max_size=4),
+                    st.integers(),
+                    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+                    st.just([]),
+                    st.lists(st.integers(), max_size=2),
+                )
+            )
         elif kind == "outputs":
-            body["outputs"] = draw(st.one_of(st.lists(st.fixed_dictionaries({"name": st.one_of(
-                st.sampled_from(sorted(contract.outputs)), st.text(max_size=6))}), max_size=3), st.text(max_size=3)))
+            body["outputs"] = draw(
+                st.one_of(
+                    st.lists(
+                        st.fixed_dictionaries(
+                            {"name": st.one_of(st.sampled_from(sorted(contract.outputs)), st.text(max_size=6))}
+                        ),
+                        max_size=3,
+                    ),
+                    st.text(max_size=3),
+                )
+            )
         elif kind == "parameters":
             target = tensor if tensor and draw(st.booleans()) else body
-            target["parameters"] = draw(st.one_of(st.dictionaries(st.text(max_size=8), ODD_VALUES, max_size=3),
-                                                  st.lists(st.integers(), max_size=2)))
+            target["parameters"] = draw(
+                st.one_of(
+                    st.dictionaries(st.text(max_size=8), ODD_VALUES, max_size=3), st.lists(st.integers(), max_size=2)
+                )
+            )
         elif kind == "binary" and tensor:
-            tensor.setdefault("parameters", {})["binary_data_size"] = draw(st.integers(-5, 10 ** 6))
+            tensor.setdefault("parameters", {})["binary_data_size"] = draw(st.integers(-5, 10**6))
         elif kind == "data" and tensor:
             tensor["data"] = draw(ODD_VALUES)
     return body
@@ -104,8 +154,9 @@ def test_v2_fuzz_gets_no_5xx_and_triton_lives_on(stack, repository, model):
     statuses: collections.Counter = collections.Counter()
     headers = {"Content-Type": "application/json", "X-Amzn-SageMaker-Target-Model": model}
 
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=EXAMPLES, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
+    )
     @given(mutated_body(contract))
     def one(body: dict) -> None:
         r = requests.post(f"{stack.url}/invocations", data=json.dumps(body), headers=headers, timeout=60)

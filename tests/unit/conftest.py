@@ -27,9 +27,11 @@ def sent(aws):
     """Real boto3 clients (moto behind them) that record every request's parameters."""
     calls: list[tuple[str, dict]] = []
     session = boto3.session.Session(region_name=REGION)
-    clients = deploy.Clients(session.client("sagemaker"), session.client("application-autoscaling"),
-                             session.client("cloudwatch"))
+    clients = deploy.Clients(
+        session.client("sagemaker"), session.client("application-autoscaling"), session.client("cloudwatch")
+    )
     for client in (clients.sagemaker, clients.autoscaling, clients.cloudwatch):
-        client.meta.events.register("provide-client-params.*.*",
-                                    lambda params, model, **_: calls.append((model.name, dict(params))))
+        client.meta.events.register(
+            "provide-client-params.*.*", lambda params, model, **_: calls.append((model.name, dict(params)))
+        )
     return clients, calls

@@ -53,8 +53,11 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self) -> None:
-        parameters = {"MaxConcurrentTransforms": self.server.concurrency, "BatchStrategy": "MULTI_RECORD",
-                      "MaxPayloadInMB": self.server.max_mb}
+        parameters = {
+            "MaxConcurrentTransforms": self.server.concurrency,
+            "BatchStrategy": "MULTI_RECORD",
+            "MaxPayloadInMB": self.server.max_mb,
+        }
         self.reply(200, json.dumps(parameters).encode())
 
     def do_POST(self) -> None:
@@ -88,8 +91,11 @@ class Handler(BaseHTTPRequestHandler):
             except ValueError:
                 envelope = {"modelname": "broken"}
             if envelope["modelname"] == "broken":
-                error = {"code": "invalid_input", "message": f"line {number}: modelname broken is refused",
-                         "line": number}
+                error = {
+                    "code": "invalid_input",
+                    "message": f"line {number}: modelname broken is refused",
+                    "line": number,
+                }
                 return 400, json.dumps({"error": error}).encode(), "application/json"
             out.append(json.dumps({"modelname": envelope["modelname"], "version": "1", "result": envelope["payload"]}))
         if fake.drop_a_line:
@@ -152,8 +158,17 @@ def test_an_oversize_line_is_refused_with_its_file_line_before_anything_is_sent(
     records[4]["payload"]["text"] = "y" * 5000
     fake = container()
     out = tmp_path / "out.jsonl"
-    status, _, err = run(capsys, write_jsonl(tmp_path / "in.jsonl", records), out, "--endpoint-url", fake.url,
-                         "--max-payload-mb", 2000 / MIB, "--concurrency", 2)
+    status, _, err = run(
+        capsys,
+        write_jsonl(tmp_path / "in.jsonl", records),
+        out,
+        "--endpoint-url",
+        fake.url,
+        "--max-payload-mb",
+        2000 / MIB,
+        "--concurrency",
+        2,
+    )
     assert status == 1
     size = len(json.dumps(records[4])) + 1
     assert f"batch_local: line 5 is {size} bytes with its newline, over the payload limit of 2000 bytes" in err
@@ -165,8 +180,17 @@ def test_output_is_in_input_order_with_requests_answered_out_of_order(container,
     records = envelopes(80)
     fake = container(delay=lambda first: 0.06 * ((first * 7) % 3) / 2)
     out = tmp_path / "out.jsonl"
-    status, stdout, err = run(capsys, write_jsonl(tmp_path / "in.jsonl", records), out, "--endpoint-url", fake.url,
-                              "--max-payload-mb", 900 / MIB, "--concurrency", 4)
+    status, stdout, err = run(
+        capsys,
+        write_jsonl(tmp_path / "in.jsonl", records),
+        out,
+        "--endpoint-url",
+        fake.url,
+        "--max-payload-mb",
+        900 / MIB,
+        "--concurrency",
+        4,
+    )
     assert status == 0, err
     assert len(fake.sizes) > 8 and max(fake.sizes) <= 900
     assert fake.answered != sorted(fake.answered)  # the container did answer out of order
@@ -177,8 +201,17 @@ def test_output_is_in_input_order_with_requests_answered_out_of_order(container,
 
 def test_concurrency_never_exceeds_the_flag(container, tmp_path, capsys):
     fake = container(concurrency=16, delay=lambda first: 0.05)
-    status, _, err = run(capsys, write_jsonl(tmp_path / "in.jsonl", envelopes(60)), tmp_path / "out.jsonl",
-                         "--endpoint-url", fake.url, "--max-payload-mb", 600 / MIB, "--concurrency", 3)
+    status, _, err = run(
+        capsys,
+        write_jsonl(tmp_path / "in.jsonl", envelopes(60)),
+        tmp_path / "out.jsonl",
+        "--endpoint-url",
+        fake.url,
+        "--max-payload-mb",
+        600 / MIB,
+        "--concurrency",
+        3,
+    )
     assert status == 0, err
     assert len(fake.sizes) >= 9
     assert 2 <= fake.max_in_flight <= 3
@@ -186,8 +219,9 @@ def test_concurrency_never_exceeds_the_flag(container, tmp_path, capsys):
 
 def test_without_flags_the_containers_execution_parameters_rule(container, tmp_path, capsys):
     fake = container(concurrency=2, max_mb=800 / MIB, delay=lambda first: 0.05)
-    status, stdout, err = run(capsys, write_jsonl(tmp_path / "in.jsonl", envelopes(60)), tmp_path / "out.jsonl",
-                              "--endpoint-url", fake.url)
+    status, stdout, err = run(
+        capsys, write_jsonl(tmp_path / "in.jsonl", envelopes(60)), tmp_path / "out.jsonl", "--endpoint-url", fake.url
+    )
     assert status == 0, err
     assert len(fake.sizes) > 4 and max(fake.sizes) <= 800
     assert 1 <= fake.max_in_flight <= 2
@@ -199,8 +233,17 @@ def test_a_refused_batch_names_the_files_line_and_leaves_no_output(container, tm
     records[136]["modelname"] = "broken"
     fake = container()
     out = tmp_path / "out.jsonl"
-    status, stdout, err = run(capsys, write_jsonl(tmp_path / "in.jsonl", records), out, "--endpoint-url", fake.url,
-                              "--max-payload-mb", 1500 / MIB, "--concurrency", 3)
+    status, stdout, err = run(
+        capsys,
+        write_jsonl(tmp_path / "in.jsonl", records),
+        out,
+        "--endpoint-url",
+        fake.url,
+        "--max-payload-mb",
+        1500 / MIB,
+        "--concurrency",
+        3,
+    )
     assert status == 1
     assert "batch_local: line 137: modelname broken is refused (400 invalid_input)" in err
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
@@ -227,8 +270,15 @@ def test_a_refusal_without_a_line_names_the_batch():
 
 def test_progress_is_shown_on_stderr(container, tmp_path, capsys):
     fake = container()
-    status, _, err = run(capsys, write_jsonl(tmp_path / "in.jsonl", envelopes(30)), tmp_path / "out.jsonl",
-                         "--endpoint-url", fake.url, "--max-payload-mb", 500 / MIB)
+    status, _, err = run(
+        capsys,
+        write_jsonl(tmp_path / "in.jsonl", envelopes(30)),
+        tmp_path / "out.jsonl",
+        "--endpoint-url",
+        fake.url,
+        "--max-payload-mb",
+        500 / MIB,
+    )
     assert status == 0, err
     assert f"30/30 lines, {len(fake.sizes)}/{len(fake.sizes)} batches" in err and "lines/s" in err
 
@@ -281,8 +331,17 @@ def test_every_refused_batch_is_reported_in_the_files_order(container, tmp_path,
     for number in (52, 9):
         records[number - 1]["modelname"] = "broken"
     fake = container(delay=lambda first: 0.2)  # every batch is in flight before the first answer
-    status, _, err = run(capsys, write_jsonl(tmp_path / "in.jsonl", records), tmp_path / "out.jsonl",
-                         "--endpoint-url", fake.url, "--max-payload-mb", 600 / MIB, "--concurrency", 16)
+    status, _, err = run(
+        capsys,
+        write_jsonl(tmp_path / "in.jsonl", records),
+        tmp_path / "out.jsonl",
+        "--endpoint-url",
+        fake.url,
+        "--max-payload-mb",
+        600 / MIB,
+        "--concurrency",
+        16,
+    )
     assert status == 1
     reported = [line for line in err.splitlines() if line.startswith("batch_local: line ")]
     assert reported == [f"batch_local: line {n}: modelname broken is refused (400 invalid_input)" for n in (9, 52)]
@@ -292,7 +351,16 @@ def test_after_a_refusal_no_further_batch_is_sent(container, tmp_path, capsys):
     records = envelopes(60)
     records[2]["modelname"] = "broken"  # in the first batch
     fake = container()
-    status, _, err = run(capsys, write_jsonl(tmp_path / "in.jsonl", records), tmp_path / "out.jsonl",
-                         "--endpoint-url", fake.url, "--max-payload-mb", 600 / MIB, "--concurrency", 1)
+    status, _, err = run(
+        capsys,
+        write_jsonl(tmp_path / "in.jsonl", records),
+        tmp_path / "out.jsonl",
+        "--endpoint-url",
+        fake.url,
+        "--max-payload-mb",
+        600 / MIB,
+        "--concurrency",
+        1,
+    )
     assert status == 1 and "batch_local: line 3: modelname broken is refused" in err
     assert len(fake.sizes) == 1  # one at a time: the batches after the refused one never left

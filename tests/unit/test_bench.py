@@ -80,9 +80,14 @@ def _summary(throughput, p50=10.0):
 
 def test_target_figures_ratios_and_marks():
     results = {
-        "resnet": {"A-raw": {"8": _summary(45.0)}, "A-json": {"8": _summary(40.0)}, "B": {"8": _summary(50.0),
-                   "16": _summary(52.0)}, "B-nobatch": {"16": _summary(40.0)}, "C-json": {"8": _summary(30.0)},
-                   "C-binary": {"8": _summary(50.0)}},
+        "resnet": {
+            "A-raw": {"8": _summary(45.0)},
+            "A-json": {"8": _summary(40.0)},
+            "B": {"8": _summary(50.0), "16": _summary(52.0)},
+            "B-nobatch": {"16": _summary(40.0)},
+            "C-json": {"8": _summary(30.0)},
+            "C-binary": {"8": _summary(50.0)},
+        },
         "identity": {"A-raw": {"1": _summary(300.0, p50=1.6)}, "B": {"1": _summary(2000.0, p50=0.4)}},
     }
     figures = {f.name: f for f in target_figures(results, {"start_to_ping_s": 12.0})}
@@ -109,8 +114,10 @@ def test_figure_marks():
 
 
 def test_nobatch_config_drops_dynamic_batching_only():
-    config = ('name: "resnet"\nmax_batch_size: 8\ninput { name: "input" data_type: TYPE_FP32 dims: [3, 224, 224] }\n'
-              'dynamic_batching { max_queue_delay_microseconds: 2000 }\nbackend: "python"\n')
+    config = (
+        'name: "resnet"\nmax_batch_size: 8\ninput { name: "input" data_type: TYPE_FP32 dims: [3, 224, 224] }\n'
+        'dynamic_batching { max_queue_delay_microseconds: 2000 }\nbackend: "python"\n'
+    )
     out = _without_dynamic_batching(triton_config.parse(config), "resnet_nobatch")
     assert 'name: "resnet_nobatch"' in out and "dynamic_batching" not in out
     assert "max_batch_size: 8" in out and 'backend: "python"' in out
@@ -139,8 +146,10 @@ def test_model_only_tensors_are_the_clients_own(tmp_path):
 
 def test_placement_figures_compare_the_two_pipelines_and_the_wire():
     results = {
-        "resnet": {"P-triton": {"8": {**_summary(30.0), "router_cpu_ms": 3.2}},
-                   "P-router": {"8": {**_summary(25.0), "router_cpu_ms": 7.0}}},
+        "resnet": {
+            "P-triton": {"8": {**_summary(30.0), "router_cpu_ms": 3.2}},
+            "P-router": {"8": {**_summary(25.0), "router_cpu_ms": 7.0}},
+        },
         "yolov5": {"P-triton": {"8": {**_summary(10.0), "router_cpu_ms": 4.0}}},
         "bert_base": {"P-router": {"8": {**_summary(80.0), "router_cpu_ms": 2.5}}},
     }

@@ -28,7 +28,7 @@ SENTENCES = [
     "The [MASK] sat on the [MASK].",
     "HELLO, World: naïve café [MASK] résumé?",
     "[MASK] [MASK] [MASK]",
-    "She said, \"don't [MASK] me\" -- and left.",
+    'She said, "don\'t [MASK] me" -- and left.',
     "Numbers like 3.14 and 1,000,000 are [MASK] in 2024.",
     "Tokenization of unbelievably long words: [MASK]ization, pre[MASK].",
     "中文 [MASK] 字",

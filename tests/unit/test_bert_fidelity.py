@@ -25,7 +25,7 @@ SENTENCES = [
     "Paris is the [MASK] of France.",
     "The [MASK] sat on the [MASK].",
     "I can't believe it's [MASK]!",
-    "She said, \"don't [MASK] me\" -- and left the [MASK].",
+    'She said, "don\'t [MASK] me" -- and left the [MASK].',
     "HELLO, World: naïve café [MASK] résumé?",
     "Numbers like 3.14 and 1,000,000 are [MASK] in 2024.",
     "The man worked as a [MASK].",
@@ -96,6 +96,8 @@ def test_results_equal_fill_mask_pipeline(client, pipeline, top_k):
             assert diff <= SCORE_ATOL, text
             worst = max(worst, float(diff))
         first = result[0][0]
-        print(f"{text!r}: {masks} mask(s), first {first['token']} {first['token_str']!r} "
-              f"{first['score']:.6f} {first['sequence']!r}")
+        print(
+            f"{text!r}: {masks} mask(s), first {first['token']} {first['token_str']!r} "
+            f"{first['score']:.6f} {first['sequence']!r}"
+        )
     print(f"top_k {top_k}: {len(SENTENCES)} sentences, max |score diff| {worst:.2e} (tolerance {SCORE_ATOL})")

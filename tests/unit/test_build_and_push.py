@@ -26,14 +26,22 @@ def aws_env(monkeypatch):
 
 def test_dry_run_prints_login_build_tag_push(aws_env):
     env = {**os.environ, "AWS_ACCOUNT_ID": "111122223333", "AWS_REGION": "eu-west-1"}
-    result = subprocess.run([sys.executable, *COMMAND, "--dry-run", "--repository", "multi-model", "--tag", "v1"],
-                            cwd=PROJECT_ROOT, capture_output=True, text=True, env=env, timeout=60)
+    result = subprocess.run(
+        [sys.executable, *COMMAND, "--dry-run", "--repository", "multi-model", "--tag", "v1"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
     assert len(lines) == 5
     login, repository, build, tag, push = lines
-    assert login == ("aws ecr get-login-password --region eu-west-1 | docker login --username AWS "
-                     "--password-stdin 111122223333.dkr.ecr.eu-west-1.amazonaws.com")
+    assert login == (
+        "aws ecr get-login-password --region eu-west-1 | docker login --username AWS "
+        "--password-stdin 111122223333.dkr.ecr.eu-west-1.amazonaws.com"
+    )
     assert "aws ecr create-repository --region eu-west-1 --repository-name multi-model" in repository
     assert build.startswith("docker build --platform linux/amd64 ") and "-t multi-model:v1" in build
     assert tag == f"docker tag multi-model:v1 {URI}"
@@ -52,10 +60,19 @@ def test_dry_run_runs_nothing_and_takes_the_account_from_sts(aws_env, monkeypatc
 def test_without_dry_run_each_command_runs_in_order(aws_env, monkeypatch, capsys):
     ran = []
     monkeypatch.setattr(build_and_push, "run_command", ran.append)
-    assert build_and_push.main(["--account", "111122223333", "--region", "eu-west-1",
-                                "--repository", "multi-model", "--tag", "v1"]) == 0
-    assert [c.split()[0:2] for c in ran] == [["aws", "ecr"], ["aws", "ecr"], ["docker", "build"],
-                                             ["docker", "tag"], ["docker", "push"]]
+    assert (
+        build_and_push.main(
+            ["--account", "111122223333", "--region", "eu-west-1", "--repository", "multi-model", "--tag", "v1"]
+        )
+        == 0
+    )
+    assert [c.split()[0:2] for c in ran] == [
+        ["aws", "ecr"],
+        ["aws", "ecr"],
+        ["docker", "build"],
+        ["docker", "tag"],
+        ["docker", "push"],
+    ]
     assert f"pushed {URI}" in capsys.readouterr().out
 
 

@@ -25,7 +25,9 @@ def test_prices_and_hours_are_parameters(capsys):
     assert rows[4].endswith("| -100.00 (-33%) |")
 
 
-@pytest.mark.parametrize("setup, expected", [(cost.Setup("x", 3, 2, 0.5), 3.0), (cost.Setup("y", 1, 1, 0.7364), 0.7364)])
+@pytest.mark.parametrize(
+    "setup, expected", [(cost.Setup("x", 3, 2, 0.5), 3.0), (cost.Setup("y", 1, 1, 0.7364), 0.7364)]
+)
 def test_hourly(setup, expected):
     assert setup.hourly == pytest.approx(expected)
 

@@ -23,19 +23,19 @@ import pytest
 
 pytest.importorskip("nvidia.dali")
 
-from PIL import Image, ImageOps  # noqa: E402
-from torchvision import transforms  # noqa: E402
+from PIL import Image, ImageOps
+from torchvision import transforms
 
-from app.core.pipeline import IMAGE, IMAGE_LENGTH, IMAGE_SIZE, ROUTER, preprocess_model  # noqa: E402
-from app.core.settings import PROJECT_ROOT, Settings  # noqa: E402
-from app.core.spec import ModelSpec, SpecError, TensorSpec, load_spec  # noqa: E402
-from clients import images  # noqa: E402
-from clients.classification import ImageClassificationClient  # noqa: E402
-from clients.detection import DetectionClient  # noqa: E402
-from scripts.model_prep import dali_pipeline  # noqa: E402
-from scripts.model_prep.triton_config import data_type  # noqa: E402
-from tests import yolov5_reference  # noqa: E402
-from tests.references import real_photos  # noqa: E402
+from app.core.pipeline import IMAGE, IMAGE_LENGTH, IMAGE_SIZE, ROUTER, preprocess_model
+from app.core.settings import PROJECT_ROOT, Settings
+from app.core.spec import ModelSpec, SpecError, TensorSpec, load_spec
+from clients import images
+from clients.classification import ImageClassificationClient
+from clients.detection import DetectionClient
+from scripts.model_prep import dali_pipeline
+from scripts.model_prep.triton_config import data_type
+from tests import yolov5_reference
+from tests.references import real_photos
 
 # Tolerances, as the mean |DALI - reference| per photo in levels of 255 (measured here: resnet
 # 0.10-0.18, yolov5 0.0-0.12, single pixels by 1 level).
@@ -60,8 +60,13 @@ def model_spec(name: str) -> ModelSpec:
     return load_spec(PROJECT_ROOT / "models" / name)
 
 
-def variant(spec: ModelSpec, dtype: str | None = None, dims: tuple[int, ...] | None = None,
-            family: str | None = None, **preprocess) -> ModelSpec:
+def variant(
+    spec: ModelSpec,
+    dtype: str | None = None,
+    dims: tuple[int, ...] | None = None,
+    family: str | None = None,
+    **preprocess,
+) -> ModelSpec:
     """The spec with its input's dtype/dims and ``[preprocess]`` keys changed (``None`` removes one)."""
     tensor = spec.inputs[0]
     pre = {k: v for k, v in {**spec.preprocess, **preprocess}.items() if v is not None}
@@ -134,6 +139,7 @@ def test_resnet_equals_torchvision_resize_crop(resnet_out, index, name):
 
 # --- (b) yolov5 against ultralytics' letterbox ----------------------------------------------------
 
+
 @pytest.mark.parametrize("index, name", list(enumerate(NAMES)))
 def test_yolov5_equals_ultralytics_letterbox(yolov5_out, index, name):
     spec = model_spec("yolov5")
@@ -143,13 +149,16 @@ def test_yolov5_equals_ultralytics_letterbox(yolov5_out, index, name):
     pixels = np.asarray(images.decode_image(PHOTOS[name], "img", 40_000_000), dtype=np.uint8)  # EXIF applied
     theirs, _, _ = yolov5_reference.letterbox(pixels.copy(), (640, 640), color=(114, 114, 114), auto=False)
     diff = np.abs(to_levels(spec, ours) - theirs.transpose(2, 0, 1))
-    print(f"\nyolov5 {name} {pixels.shape[1]}x{pixels.shape[0]}: IMAGE_SIZE {size.tolist()}, "
-          f"mean |DALI - ultralytics| {diff.mean():.3f} levels, max {diff.max():.0f}")
+    print(
+        f"\nyolov5 {name} {pixels.shape[1]}x{pixels.shape[0]}: IMAGE_SIZE {size.tolist()}, "
+        f"mean |DALI - ultralytics| {diff.mean():.3f} levels, max {diff.max():.0f}"
+    )
     assert size.dtype == np.int64 and size.tolist() == list(pixels.shape[:2])
     assert diff.mean() <= YOLOV5_MEAN_LEVELS
 
 
 # --- (c) EXIF orientation -----------------------------------------------------------------------
+
 
 def _segments(jpeg: bytes):
     """(start, end) of each marker segment after SOI, the last one from SOS to the end."""
@@ -158,7 +167,7 @@ def _segments(jpeg: bytes):
         if jpeg[i + 1] == 0xDA:
             yield i, len(jpeg)
             return
-        (length,) = struct.unpack(">H", jpeg[i + 2:i + 4])
+        (length,) = struct.unpack(">H", jpeg[i + 2 : i + 4])
         yield i, i + 2 + length
         i += 2 + length
 
@@ -170,7 +179,7 @@ def with_orientation(jpeg: bytes, orientation: int) -> bytes:
     payload = exif.tobytes()  # b"Exif\0\0" + TIFF
     assert payload.startswith(b"Exif\x00\x00")
     app1 = b"\xff\xe1" + struct.pack(">H", len(payload) + 2) + payload
-    kept = [jpeg[s:e] for s, e in _segments(jpeg) if jpeg[s + 1] != 0xE1 or jpeg[s + 4:s + 10] != b"Exif\x00\x00"]
+    kept = [jpeg[s:e] for s, e in _segments(jpeg) if jpeg[s + 1] != 0xE1 or jpeg[s + 4 : s + 10] != b"Exif\x00\x00"]
     return jpeg[:2] + app1 + b"".join(kept)
 
 
@@ -222,6 +231,7 @@ def test_zero_padding_after_the_image_is_cut_off_by_its_length():
 
 # --- (d) the generated dali.py ------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("model", ["resnet", "yolov5"])
 def test_pipeline_file_compiles_and_imports_dali_only(model):
     spec = model_spec(model)
@@ -242,7 +252,7 @@ def test_pipeline_file_compiles_and_imports_dali_only(model):
     # is defined (every operator's arguments checked against DALI's schemas; not built: no GPU), and
     # the file's own copy of the graph gives the same output on the CPU as build_cpu_pipeline
     namespace: dict = {"__name__": "dali_file"}
-    exec(code, namespace)
+    exec(code, namespace)  # noqa: S102 - the pipeline file this project writes, run as Triton would
     assert namespace["PARAMS"] == dali_pipeline.preprocess_params(spec)
     assert getattr(namespace["preprocess"], "_is_autoserialize", False)
     gpu = namespace["preprocess"]()
@@ -263,6 +273,7 @@ def test_pipeline_file_compiles_and_imports_dali_only(model):
 
 # --- (e) the Triton config ----------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("model", ["resnet", "yolov5"])
 def test_preprocess_config(model):
     spec = model_spec(model)
@@ -271,7 +282,11 @@ def test_preprocess_config(model):
     assert len(config.input) == 2
     image, length = config.input
     assert (image.name, image.data_type, list(image.dims), image.allow_ragged_batch) == (
-        IMAGE, data_type("UINT8"), [-1], True)
+        IMAGE,
+        data_type("UINT8"),
+        [-1],
+        True,
+    )
     assert (length.name, length.data_type, list(length.dims)) == (IMAGE_LENGTH, data_type("INT64"), [1])
     network = spec.inputs[0]
     expected = [(network.name, data_type(network.dtype), list(network.dims))]
@@ -284,19 +299,41 @@ def test_preprocess_config(model):
     for (name, _, dims), (out,) in zip(expected, outputs):
         dtype = network.numpy_dtype if name == network.name else np.dtype(np.int64)
         assert (list(out.shape), out.dtype) == (dims, dtype), name
-    assert "backend: \"dali\"" in dali_pipeline.preprocess_config_text(spec, 16)
+    assert 'backend: "dali"' in dali_pipeline.preprocess_config_text(spec, 16)
 
 
 # --- other spec settings, against the router's client ---------------------------------------------
 
 VARIANTS = {
-    "resnet BGR NHWC FP16": ("resnet", dict(dims=(224, 224, 3), dtype="FP16", layout="NHWC", channels="BGR")),
-    "resnet UINT8": ("resnet", dict(dtype="UINT8", mean=None, std=None)),
-    "resnet scale/offset": ("resnet", dict(mean=None, std=None, scale=[0.01, 0.02, 0.03], offset=[-1.0, 0.5, 0.0])),
-    "resnet letterbox BGR": ("resnet", dict(letterbox=True, resize=None, crop=None, fast_path=None,
-                                            pad_color=[10, 120, 250], channels="BGR")),
-    "yolov5 BGR NHWC UINT8": ("yolov5", dict(dims=(640, 640, 3), dtype="UINT8", layout="NHWC", channels="BGR",
-                                             scale=None, offset=None, pad_color=[0, 64, 255])),
+    "resnet BGR NHWC FP16": ("resnet", {"dims": (224, 224, 3), "dtype": "FP16", "layout": "NHWC", "channels": "BGR"}),
+    "resnet UINT8": ("resnet", {"dtype": "UINT8", "mean": None, "std": None}),
+    "resnet scale/offset": (
+        "resnet",
+        {"mean": None, "std": None, "scale": [0.01, 0.02, 0.03], "offset": [-1.0, 0.5, 0.0]},
+    ),
+    "resnet letterbox BGR": (
+        "resnet",
+        {
+            "letterbox": True,
+            "resize": None,
+            "crop": None,
+            "fast_path": None,
+            "pad_color": [10, 120, 250],
+            "channels": "BGR",
+        },
+    ),
+    "yolov5 BGR NHWC UINT8": (
+        "yolov5",
+        {
+            "dims": (640, 640, 3),
+            "dtype": "UINT8",
+            "layout": "NHWC",
+            "channels": "BGR",
+            "scale": None,
+            "offset": None,
+            "pad_color": [0, 64, 255],
+        },
+    ),
 }
 
 
@@ -338,8 +375,9 @@ def test_small_and_odd_images():
         rgb = image.convert("RGB")
         theirs = np.asarray(TORCHVISION(rgb), dtype=np.float64).transpose(2, 0, 1)
         resnet_diff = np.abs(to_levels(model_spec("resnet"), resnet[k]) - theirs).mean()
-        letterboxed, _, _ = yolov5_reference.letterbox(np.asarray(rgb).copy(), (640, 640), color=(114, 114, 114),
-                                                       auto=False)
+        letterboxed, _, _ = yolov5_reference.letterbox(
+            np.asarray(rgb).copy(), (640, 640), color=(114, 114, 114), auto=False
+        )
         yolo_diff = np.abs(to_levels(model_spec("yolov5"), yolo[k]) - letterboxed.transpose(2, 0, 1)).mean()
         print(f"\n{label}: resnet {resnet_diff:.3f}, yolov5 {yolo_diff:.3f} levels")
         assert resnet_diff <= RESNET_MEAN_LEVELS and yolo_diff <= YOLOV5_MEAN_LEVELS
@@ -349,37 +387,38 @@ def test_small_and_odd_images():
 # --- (f) settings the step cannot take ----------------------------------------------------------
 
 BAD_SPECS = [
-    ("resnet", dict(dims=(3, 224, 200)), "dims"),
-    ("yolov5", dict(dims=(3, 640, 320)), "dims"),
-    ("resnet", dict(dims=(4, 224, 224)), "dims"),
-    ("resnet", dict(dtype="UINT8"), "mean"),  # with resnet's mean and std
-    ("yolov5", dict(dtype="UINT8"), "scale"),  # with yolov5's scale and offset
-    ("resnet", dict(dtype="INT32"), "dtype"),
-    ("resnet", dict(layout="NHCW"), "layout"),
-    ("resnet", dict(channels="RGBA"), "channels"),
-    ("resnet", dict(crop=200), "crop"),
-    ("resnet", dict(resize=200), "resize"),
-    ("resnet", dict(resize="big"), "resize"),
-    ("resnet", dict(mean=[0.5, 0.5]), "mean"),
-    ("resnet", dict(std=[0.2, 0.0, 0.2]), "std"),
-    ("resnet", dict(std=None), "std"),
-    ("resnet", dict(scale=0.5), "scale"),
-    ("resnet", dict(mean=None, std=None), "scale"),
-    ("resnet", dict(pad_color=[1, 2, 3]), "pad_color"),
-    ("resnet", dict(letterbox=True, fast_path=None, crop=None), "resize"),
-    ("resnet", dict(letterbox="yes"), "letterbox"),
-    ("yolov5", dict(size=320), "size"),
-    ("yolov5", dict(pad_color=[114, 114]), "pad_color"),
-    ("yolov5", dict(pad_color=[114, 114, 300]), "pad_color"),
-    ("yolov5", dict(scale="x"), "scale"),
-    ("yolov5", dict(offset=[0.0, 0.0]), "offset"),
-    ("yolov5", dict(scale=0.0), "scale"),
-    ("resnet", dict(family="fill_mask"), "family"),
+    ("resnet", {"dims": (3, 224, 200)}, "dims"),
+    ("yolov5", {"dims": (3, 640, 320)}, "dims"),
+    ("resnet", {"dims": (4, 224, 224)}, "dims"),
+    ("resnet", {"dtype": "UINT8"}, "mean"),  # with resnet's mean and std
+    ("yolov5", {"dtype": "UINT8"}, "scale"),  # with yolov5's scale and offset
+    ("resnet", {"dtype": "INT32"}, "dtype"),
+    ("resnet", {"layout": "NHCW"}, "layout"),
+    ("resnet", {"channels": "RGBA"}, "channels"),
+    ("resnet", {"crop": 200}, "crop"),
+    ("resnet", {"resize": 200}, "resize"),
+    ("resnet", {"resize": "big"}, "resize"),
+    ("resnet", {"mean": [0.5, 0.5]}, "mean"),
+    ("resnet", {"std": [0.2, 0.0, 0.2]}, "std"),
+    ("resnet", {"std": None}, "std"),
+    ("resnet", {"scale": 0.5}, "scale"),
+    ("resnet", {"mean": None, "std": None}, "scale"),
+    ("resnet", {"pad_color": [1, 2, 3]}, "pad_color"),
+    ("resnet", {"letterbox": True, "fast_path": None, "crop": None}, "resize"),
+    ("resnet", {"letterbox": "yes"}, "letterbox"),
+    ("yolov5", {"size": 320}, "size"),
+    ("yolov5", {"pad_color": [114, 114]}, "pad_color"),
+    ("yolov5", {"pad_color": [114, 114, 300]}, "pad_color"),
+    ("yolov5", {"scale": "x"}, "scale"),
+    ("yolov5", {"offset": [0.0, 0.0]}, "offset"),
+    ("yolov5", {"scale": 0.0}, "scale"),
+    ("resnet", {"family": "fill_mask"}, "family"),
 ]
 
 
-@pytest.mark.parametrize("model, changes, key", BAD_SPECS,
-                         ids=[f"{m}-{k}-{i}" for i, (m, _, k) in enumerate(BAD_SPECS)])
+@pytest.mark.parametrize(
+    "model, changes, key", BAD_SPECS, ids=[f"{m}-{k}-{i}" for i, (m, _, k) in enumerate(BAD_SPECS)]
+)
 def test_bad_spec_raises_spec_error_naming_the_key(model, changes, key):
     spec = variant(model_spec(model), **changes)
     with pytest.raises(SpecError, match=rf"\b{key}\b") as raised:
@@ -391,16 +430,41 @@ def test_bad_spec_raises_spec_error_naming_the_key(model, changes, key):
 
 # --- python -m scripts.bench.preprocessing, a smoke run -------------------------------------------
 
+
 def test_preprocessing_bench_runs(capsys):
     from scripts.bench.preprocessing import cli as preprocessing
 
     photo = PROJECT_ROOT / "build" / "samples" / "dog.jpg"  # real_photos() made sure it is there
-    assert preprocessing.main(["--models", "resnet,yolov5", "--images", str(photo), "--threads", "1", "--batch", "2",
-                               "--rounds", "1", "--seconds", "0.1", "--warmup-seconds", "0"]) == 0
+    assert (
+        preprocessing.main(
+            [
+                "--models",
+                "resnet,yolov5",
+                "--images",
+                str(photo),
+                "--threads",
+                "1",
+                "--batch",
+                "2",
+                "--rounds",
+                "1",
+                "--seconds",
+                "0.1",
+                "--warmup-seconds",
+                "0",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     rows = {tuple(line.split()[:2]): line.split() for line in out.splitlines() if line.startswith(("resnet", "yolov5"))}
-    assert {("resnet", "router"), ("resnet", "router-exact"), ("resnet", "dali-cpu"),
-            ("yolov5", "router"), ("yolov5", "dali-cpu")} <= set(rows)
+    assert {
+        ("resnet", "router"),
+        ("resnet", "router-exact"),
+        ("resnet", "dali-cpu"),
+        ("yolov5", "router"),
+        ("yolov5", "dali-cpu"),
+    } <= set(rows)
     assert float(rows[("resnet", "router-exact")][-2]) <= RESNET_MEAN_LEVELS  # mean |dali - router| in levels
     assert float(rows[("yolov5", "router")][-2]) <= YOLOV5_MEAN_LEVELS
     assert "DALI CPU" in out and "x router" in out

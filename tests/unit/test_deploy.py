@@ -15,12 +15,30 @@ from tests.support import DATA, IMAGE, REGION, RESOURCE, ROLE, deploy_argv, para
 
 def test_deploy_sends_the_parameters_and_scales(sent, capsys):
     clients, calls = sent
-    assert deploy.main(deploy_argv("--health-check-timeout", "900", "--min-capacity", "1", "--max-capacity", "4",
-                                   "--invocations-per-instance", "250"), clients=clients, sleep=lambda s: None) == 0
+    assert (
+        deploy.main(
+            deploy_argv(
+                "--health-check-timeout",
+                "900",
+                "--min-capacity",
+                "1",
+                "--max-capacity",
+                "4",
+                "--invocations-per-instance",
+                "250",
+            ),
+            clients=clients,
+            sleep=lambda s: None,
+        )
+        == 0
+    )
 
     model = params(calls, "CreateModel")
-    assert model["PrimaryContainer"] == {"Image": IMAGE, "ModelDataUrl": DATA,
-                                         "Environment": {"MODEL_SERVER_WORKERS": "2"}}
+    assert model["PrimaryContainer"] == {
+        "Image": IMAGE,
+        "ModelDataUrl": DATA,
+        "Environment": {"MODEL_SERVER_WORKERS": "2"},
+    }
     assert model["ExecutionRoleArn"] == ROLE
     (variant,) = params(calls, "CreateEndpointConfig")["ProductionVariants"]
     assert variant["InstanceType"] == "ml.g4dn.xlarge"
@@ -31,14 +49,21 @@ def test_deploy_sends_the_parameters_and_scales(sent, capsys):
     assert params(calls, "CreateEndpoint")["EndpointName"] == "mm"
 
     target = params(calls, "RegisterScalableTarget")
-    assert target == {"ServiceNamespace": "sagemaker", "ResourceId": RESOURCE,
-                      "ScalableDimension": "sagemaker:variant:DesiredInstanceCount", "MinCapacity": 1, "MaxCapacity": 4}
+    assert target == {
+        "ServiceNamespace": "sagemaker",
+        "ResourceId": RESOURCE,
+        "ScalableDimension": "sagemaker:variant:DesiredInstanceCount",
+        "MinCapacity": 1,
+        "MaxCapacity": 4,
+    }
     policy = params(calls, "PutScalingPolicy")
     assert policy["PolicyType"] == "TargetTrackingScaling"
     assert policy["ResourceId"] == RESOURCE
     tracking = policy["TargetTrackingScalingPolicyConfiguration"]
     assert tracking["TargetValue"] == 250.0
-    assert tracking["PredefinedMetricSpecification"] == {"PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"}
+    assert tracking["PredefinedMetricSpecification"] == {
+        "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"
+    }
 
     # What moto now holds.
     sm, aas = clients.sagemaker, clients.autoscaling
@@ -51,8 +76,12 @@ def test_deploy_sends_the_parameters_and_scales(sent, capsys):
 
 def test_instance_type_and_options_are_parameters(sent):
     clients, calls = sent
-    assert deploy.main(deploy_argv("--instance-type", "ml.g4dn.2xlarge", "--no-scaling"),
-                       clients=clients, sleep=lambda s: None) == 0
+    assert (
+        deploy.main(
+            deploy_argv("--instance-type", "ml.g4dn.2xlarge", "--no-scaling"), clients=clients, sleep=lambda s: None
+        )
+        == 0
+    )
     assert params(calls, "CreateEndpointConfig")["ProductionVariants"][0]["InstanceType"] == "ml.g4dn.2xlarge"
     assert not [name for name, _ in calls if name == "RegisterScalableTarget"]
 
@@ -65,8 +94,13 @@ def test_an_existing_endpoint_is_not_overwritten(sent, capsys):
 
 
 def test_wait_shows_progress_and_reports_a_failure():
-    states = iter([{"EndpointStatus": "Creating"}, {"EndpointStatus": "Creating"},
-                   {"EndpointStatus": "Failed", "FailureReason": "ping did not pass"}])
+    states = iter(
+        [
+            {"EndpointStatus": "Creating"},
+            {"EndpointStatus": "Creating"},
+            {"EndpointStatus": "Failed", "FailureReason": "ping did not pass"},
+        ]
+    )
 
     class FakeSageMaker:
         def describe_endpoint(self, EndpointName):
@@ -81,13 +115,26 @@ def test_wait_shows_progress_and_reports_a_failure():
 def test_invoke_against_the_deployed_endpoint(sent, tmp_path, capsys):
     clients, _ = sent
     assert deploy.main(deploy_argv(), clients=clients, sleep=lambda s: None) == 0
-    answer = {"modelname": "resnet", "version": "1",
-              "result": [{"label": "malamute, malemute, Alaskan malamute", "index": 249, "score": 0.41}]}
+    answer = {
+        "modelname": "resnet",
+        "version": "1",
+        "result": [{"label": "malamute, malemute, Alaskan malamute", "index": 249, "score": 0.41}],
+    }
     # moto's own API queues what its sagemaker-runtime answers.
-    requests.post("http://motoapi.amazonaws.com/moto-api/static/sagemaker/endpoint-results",
-                  json={"region": REGION, "results": [{"Body": json.dumps(answer), "ContentType": "application/json",
-                                                       "InvokedProductionVariant": "AllTraffic",
-                                                       "CustomAttributes": ""}]})
+    requests.post(
+        "http://motoapi.amazonaws.com/moto-api/static/sagemaker/endpoint-results",
+        json={
+            "region": REGION,
+            "results": [
+                {
+                    "Body": json.dumps(answer),
+                    "ContentType": "application/json",
+                    "InvokedProductionVariant": "AllTraffic",
+                    "CustomAttributes": "",
+                }
+            ],
+        },
+    )
     sentence = tmp_path / "sentence.txt"  # moto's runtime takes text bodies only
     sentence.write_text("The world has [MASK] people.")
     runtime = boto3.client("sagemaker-runtime", region_name=REGION)
@@ -109,8 +156,16 @@ def test_delete_leaves_nothing(sent, capsys):
     assert aas.describe_scalable_targets(ServiceNamespace="sagemaker")["ScalableTargets"] == []
     assert aas.describe_scaling_policies(ServiceNamespace="sagemaker")["ScalingPolicies"] == []
     operations = [name for name, _ in calls]
-    order = [operations.index(op) for op in ("DeleteScalingPolicy", "DeregisterScalableTarget", "DeleteEndpoint",
-                                             "DeleteEndpointConfig", "DeleteModel")]
+    order = [
+        operations.index(op)
+        for op in (
+            "DeleteScalingPolicy",
+            "DeregisterScalableTarget",
+            "DeleteEndpoint",
+            "DeleteEndpointConfig",
+            "DeleteModel",
+        )
+    ]
     assert order == sorted(order)
     # A second delete finds nothing and still succeeds.
     assert deploy.main(["--name", "mm", "--delete"], clients=clients, sleep=lambda s: None) == 0
@@ -121,9 +176,17 @@ def test_delete_cleans_up_after_a_deploy_that_failed_half_way(sent):
     clients, _ = sent
     sm = clients.sagemaker
     sm.create_model(ModelName="mm-model-20260101-000000", PrimaryContainer={"Image": IMAGE}, ExecutionRoleArn=ROLE)
-    sm.create_endpoint_config(EndpointConfigName="mm-config-20260101-000000", ProductionVariants=[{
-        "VariantName": "AllTraffic", "ModelName": "mm-model-20260101-000000", "InstanceType": "ml.g4dn.xlarge",
-        "InitialInstanceCount": 1}])
+    sm.create_endpoint_config(
+        EndpointConfigName="mm-config-20260101-000000",
+        ProductionVariants=[
+            {
+                "VariantName": "AllTraffic",
+                "ModelName": "mm-model-20260101-000000",
+                "InstanceType": "ml.g4dn.xlarge",
+                "InitialInstanceCount": 1,
+            }
+        ],
+    )
     sm.create_model(ModelName="other-model", PrimaryContainer={"Image": IMAGE}, ExecutionRoleArn=ROLE)
     assert deploy.main(["--name", "mm", "--delete"], clients=clients, sleep=lambda s: None) == 0
     assert sm.list_endpoint_configs()["EndpointConfigs"] == []
@@ -139,8 +202,9 @@ def test_deploy_needs_an_image_and_a_role(monkeypatch, capsys):
 
 def test_an_aws_error_is_one_line_not_a_traceback(sent, capsys):
     clients, _ = sent
-    assert deploy.main(deploy_argv("--instance-type", "ml.nonexistent.xlarge"), clients=clients,
-                       sleep=lambda s: None) == 1
+    assert (
+        deploy.main(deploy_argv("--instance-type", "ml.nonexistent.xlarge"), clients=clients, sleep=lambda s: None) == 1
+    )
     err = capsys.readouterr().err
     assert err.startswith("deploy: ") and "CreateEndpointConfig" in err and "Traceback" not in err
 
@@ -149,9 +213,15 @@ def test_a_model_error_shows_the_containers_json_error():
     from botocore.exceptions import ClientError
 
     body = '{"error": {"code": "invalid_input", "message": "payload.img[0] is not a decodable image"}}'
-    error = ClientError({"Error": {"Code": "ModelError", "Message": "Received client error (400)"},
-                         "OriginalStatusCode": 400, "OriginalMessage": body,
-                         "ResponseMetadata": {"HTTPStatusCode": 424}}, "InvokeEndpoint")
+    error = ClientError(
+        {
+            "Error": {"Code": "ModelError", "Message": "Received client error (400)"},
+            "OriginalStatusCode": 400,
+            "OriginalMessage": body,
+            "ResponseMetadata": {"HTTPStatusCode": 424},
+        },
+        "InvokeEndpoint",
+    )
     lines = invoke.error_lines("resnet", error)
     assert lines[0] == "resnet: failed with status 400 (ModelError)"
     assert '"code": "invalid_input"' in "\n".join(lines)

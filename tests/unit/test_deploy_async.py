@@ -22,14 +22,19 @@ def test_async_endpoint_configuration_and_container_limits(sent):
 
     config = params(calls, "CreateEndpointConfig")
     assert config["AsyncInferenceConfig"] == {
-        "OutputConfig": {"S3OutputPath": "s3://answers-bucket/mm/async/",
-                         "S3FailurePath": "s3://answers-bucket/mm/async/failures/"},
+        "OutputConfig": {
+            "S3OutputPath": "s3://answers-bucket/mm/async/",
+            "S3FailurePath": "s3://answers-bucket/mm/async/failures/",
+        },
         "ClientConfig": {"MaxConcurrentInvocationsPerInstance": 2},
     }
     assert "DataCaptureConfig" not in config
     # SageMaker's asynchronous limits (1 GiB, an hour), beside what --env gave.
     assert params(calls, "CreateModel")["PrimaryContainer"]["Environment"] == {
-        "MODEL_SERVER_WORKERS": "2", "MAX_BODY_BYTES": str(1024 ** 3), "MODEL_SERVER_TIMEOUT": "3600"}
+        "MODEL_SERVER_WORKERS": "2",
+        "MAX_BODY_BYTES": str(1024**3),
+        "MODEL_SERVER_TIMEOUT": "3600",
+    }
     stored = clients.sagemaker.describe_endpoint_config(EndpointConfigName=config["EndpointConfigName"])
     assert stored["AsyncInferenceConfig"]["OutputConfig"]["S3FailurePath"].endswith("/failures/")
 
@@ -54,32 +59,63 @@ def test_a_real_time_endpoint_keeps_the_containers_defaults(sent):
 
 def test_async_scales_to_zero_on_the_backlog_and_back_from_zero_on_an_alarm(sent, capsys):
     clients, calls = sent
-    assert run(clients, "--async", OUT, "--max-capacity", "3", "--backlog-per-instance", "8",
-               "--scale-in-cooldown", "600", "--scale-out-cooldown", "120") == 0
+    assert (
+        run(
+            clients,
+            "--async",
+            OUT,
+            "--max-capacity",
+            "3",
+            "--backlog-per-instance",
+            "8",
+            "--scale-in-cooldown",
+            "600",
+            "--scale-out-cooldown",
+            "120",
+        )
+        == 0
+    )
 
     assert params(calls, "RegisterScalableTarget") == {
-        "ServiceNamespace": "sagemaker", "ResourceId": RESOURCE,
-        "ScalableDimension": "sagemaker:variant:DesiredInstanceCount", "MinCapacity": 0, "MaxCapacity": 3}
+        "ServiceNamespace": "sagemaker",
+        "ResourceId": RESOURCE,
+        "ScalableDimension": "sagemaker:variant:DesiredInstanceCount",
+        "MinCapacity": 0,
+        "MaxCapacity": 3,
+    }
     policies = {p["PolicyType"]: p for name, p in calls if name == "PutScalingPolicy"}
     tracking = policies["TargetTrackingScaling"]["TargetTrackingScalingPolicyConfiguration"]
     assert tracking == {
         "TargetValue": 8.0,
-        "CustomizedMetricSpecification": {"MetricName": "ApproximateBacklogSizePerInstance",
-                                          "Namespace": "AWS/SageMaker", "Statistic": "Average",
-                                          "Dimensions": [{"Name": "EndpointName", "Value": "mm"}]},
-        "ScaleInCooldown": 600, "ScaleOutCooldown": 120}
+        "CustomizedMetricSpecification": {
+            "MetricName": "ApproximateBacklogSizePerInstance",
+            "Namespace": "AWS/SageMaker",
+            "Statistic": "Average",
+            "Dimensions": [{"Name": "EndpointName", "Value": "mm"}],
+        },
+        "ScaleInCooldown": 600,
+        "ScaleOutCooldown": 120,
+    }
     step = policies["StepScaling"]
     assert step["ResourceId"] == RESOURCE
     assert step["StepScalingPolicyConfiguration"] == {
-        "AdjustmentType": "ChangeInCapacity", "MetricAggregationType": "Average", "Cooldown": 120,
-        "StepAdjustments": [{"MetricIntervalLowerBound": 0.0, "ScalingAdjustment": 1}]}
+        "AdjustmentType": "ChangeInCapacity",
+        "MetricAggregationType": "Average",
+        "Cooldown": 120,
+        "StepAdjustments": [{"MetricIntervalLowerBound": 0.0, "ScalingAdjustment": 1}],
+    }
 
     alarm = params(calls, "PutMetricAlarm")
-    assert {k: alarm[k] for k in ("Namespace", "MetricName", "Dimensions", "Statistic", "Threshold",
-                                  "ComparisonOperator")} == {
-        "Namespace": "AWS/SageMaker", "MetricName": "HasBacklogWithoutCapacity",
-        "Dimensions": [{"Name": "EndpointName", "Value": "mm"}], "Statistic": "Average", "Threshold": 1.0,
-        "ComparisonOperator": "GreaterThanOrEqualToThreshold"}
+    assert {
+        k: alarm[k] for k in ("Namespace", "MetricName", "Dimensions", "Statistic", "Threshold", "ComparisonOperator")
+    } == {
+        "Namespace": "AWS/SageMaker",
+        "MetricName": "HasBacklogWithoutCapacity",
+        "Dimensions": [{"Name": "EndpointName", "Value": "mm"}],
+        "Statistic": "Average",
+        "Threshold": 1.0,
+        "ComparisonOperator": "GreaterThanOrEqualToThreshold",
+    }
     # The alarm fires the step policy moto created.
     stored = clients.autoscaling.describe_scaling_policies(ServiceNamespace="sagemaker", ResourceId=RESOURCE)
     step_arn = next(p["PolicyARN"] for p in stored["ScalingPolicies"] if p["PolicyType"] == "StepScaling")
@@ -104,9 +140,12 @@ def test_data_capture_keeps_json_readable(sent):
     assert run(clients, "--capture", CAPTURE, "--capture-percent", "25") == 0
     capture = params(calls, "CreateEndpointConfig")["DataCaptureConfig"]
     assert capture == {
-        "EnableCapture": True, "InitialSamplingPercentage": 25, "DestinationS3Uri": CAPTURE,
+        "EnableCapture": True,
+        "InitialSamplingPercentage": 25,
+        "DestinationS3Uri": CAPTURE,
         "CaptureOptions": [{"CaptureMode": "Input"}, {"CaptureMode": "Output"}],
-        "CaptureContentTypeHeader": {"JsonContentTypes": ["application/json", "application/jsonlines"]}}
+        "CaptureContentTypeHeader": {"JsonContentTypes": ["application/json", "application/jsonlines"]},
+    }
 
 
 def test_capture_samples_everything_by_default_and_goes_with_async(sent):
@@ -121,8 +160,7 @@ def test_delete_removes_the_alarm_and_both_policies(sent, capsys):
     clients, calls = sent
     assert run(clients, "--async", OUT) == 0
     assert len(clients.autoscaling.describe_scaling_policies(ServiceNamespace="sagemaker")["ScalingPolicies"]) == 2
-    assert deploy.main(["--name", "mm", "--delete", "--poll-seconds", "0"], clients=clients,
-                       sleep=lambda s: None) == 0
+    assert deploy.main(["--name", "mm", "--delete", "--poll-seconds", "0"], clients=clients, sleep=lambda s: None) == 0
 
     assert clients.cloudwatch.describe_alarms()["MetricAlarms"] == []
     assert clients.autoscaling.describe_scaling_policies(ServiceNamespace="sagemaker")["ScalingPolicies"] == []

@@ -15,7 +15,7 @@ from scripts.sagemaker import deploy
 from tests.support import IMAGE, REGION, ROLE
 
 PREFIX = "s3://models-bucket/per-model/"
-NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 ARN = "arn:aws:sagemaker:us-east-1:123456789012"
 SCALING_ARN = "arn:aws:autoscaling:us-east-1:123456789012:scalingPolicy"
 ROLE_FOR_SCALING = "arn:aws:iam::123456789012:role/autoscaling"
@@ -26,13 +26,15 @@ MISSING = "ValidationException"
 def stubbed():
     """Real clients whose calls Stubbers answer in order (and check); every call's parameters recorded."""
     session = boto3.session.Session(region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing")
-    clients = deploy.Clients(session.client("sagemaker"), session.client("application-autoscaling"),
-                             session.client("cloudwatch"))
+    clients = deploy.Clients(
+        session.client("sagemaker"), session.client("application-autoscaling"), session.client("cloudwatch")
+    )
     calls: list[tuple[str, dict]] = []
     stubbers = [Stubber(c) for c in (clients.sagemaker, clients.autoscaling, clients.cloudwatch)]
     for client in (clients.sagemaker, clients.autoscaling, clients.cloudwatch):
-        client.meta.events.register("provide-client-params.*.*",
-                                    lambda params, model, **_: calls.append((model.name, dict(params))))
+        client.meta.events.register(
+            "provide-client-params.*.*", lambda params, model, **_: calls.append((model.name, dict(params)))
+        )
     for stubber in stubbers:
         stubber.activate()
     yield clients, stubbers, calls
@@ -46,14 +48,26 @@ def sent(calls, operation):
 
 
 def endpoint(status="InService", config="mm-config-1"):
-    return {"EndpointName": "mm", "EndpointArn": f"{ARN}:endpoint/mm", "EndpointStatus": status,
-            "EndpointConfigName": config, "CreationTime": NOW, "LastModifiedTime": NOW}
+    return {
+        "EndpointName": "mm",
+        "EndpointArn": f"{ARN}:endpoint/mm",
+        "EndpointStatus": status,
+        "EndpointConfigName": config,
+        "CreationTime": NOW,
+        "LastModifiedTime": NOW,
+    }
 
 
 def component(name, status="InService", model=None):
-    answer = {"InferenceComponentName": name, "InferenceComponentArn": f"{ARN}:inference-component/{name}",
-              "EndpointName": "mm", "EndpointArn": f"{ARN}:endpoint/mm", "CreationTime": NOW,
-              "LastModifiedTime": NOW, "InferenceComponentStatus": status}
+    answer = {
+        "InferenceComponentName": name,
+        "InferenceComponentArn": f"{ARN}:inference-component/{name}",
+        "EndpointName": "mm",
+        "EndpointArn": f"{ARN}:endpoint/mm",
+        "CreationTime": NOW,
+        "LastModifiedTime": NOW,
+        "InferenceComponentStatus": status,
+    }
     return {**answer, "Specification": {"ModelName": model}} if model else answer
 
 
@@ -62,61 +76,145 @@ def missing(stubber, operation, params):
 
 
 def components_argv(*extra):
-    return ["--name", "mm", "--image-uri", IMAGE, "--role-arn", ROLE, "--inference-components", PREFIX,
-            "--env", "MODEL_SERVER_WORKERS=2", "--poll-seconds", "0", *extra]
+    return [
+        "--name",
+        "mm",
+        "--image-uri",
+        IMAGE,
+        "--role-arn",
+        ROLE,
+        "--inference-components",
+        PREFIX,
+        "--env",
+        "MODEL_SERVER_WORKERS=2",
+        "--poll-seconds",
+        "0",
+        *extra,
+    ]
 
 
 def expect_deploy(sm, aas, instance_type, components, scaling=True):
     """The calls a deploy makes, in order; ``components``: (model, component name, copies, max, requirements)."""
     missing(sm, "describe_endpoint", {"EndpointName": "mm"})
-    sm.add_response("create_endpoint_config", {"EndpointConfigArn": f"{ARN}:endpoint-config/c"},
-                    {"EndpointConfigName": ANY, "ExecutionRoleArn": ROLE, "ProductionVariants": ANY})
-    sm.add_response("create_endpoint", {"EndpointArn": f"{ARN}:endpoint/mm"},
-                    {"EndpointName": "mm", "EndpointConfigName": ANY})
+    sm.add_response(
+        "create_endpoint_config",
+        {"EndpointConfigArn": f"{ARN}:endpoint-config/c"},
+        {"EndpointConfigName": ANY, "ExecutionRoleArn": ROLE, "ProductionVariants": ANY},
+    )
+    sm.add_response(
+        "create_endpoint", {"EndpointArn": f"{ARN}:endpoint/mm"}, {"EndpointName": "mm", "EndpointConfigName": ANY}
+    )
     sm.add_response("describe_endpoint", endpoint("Creating"), {"EndpointName": "mm"})
     sm.add_response("describe_endpoint", endpoint(), {"EndpointName": "mm"})
     for model, *_ in components:
-        sm.add_response("create_model", {"ModelArn": f"{ARN}:model/m"}, {
-            "ModelName": ANY, "ExecutionRoleArn": ROLE,
-            "PrimaryContainer": {"Image": IMAGE, "ModelDataUrl": f"{PREFIX}{model}.tar.gz", "Environment": {
-                "MODEL_SERVER_WORKERS": "2", "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": model}}})
+        sm.add_response(
+            "create_model",
+            {"ModelArn": f"{ARN}:model/m"},
+            {
+                "ModelName": ANY,
+                "ExecutionRoleArn": ROLE,
+                "PrimaryContainer": {
+                    "Image": IMAGE,
+                    "ModelDataUrl": f"{PREFIX}{model}.tar.gz",
+                    "Environment": {"MODEL_SERVER_WORKERS": "2", "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": model},
+                },
+            },
+        )
     for _, name, copies, _, needs in components:
-        sm.add_response("create_inference_component", {"InferenceComponentArn": f"{ARN}:inference-component/{name}"}, {
-            "InferenceComponentName": name, "EndpointName": "mm", "VariantName": "AllTraffic",
-            "Specification": {"ModelName": ANY, "ComputeResourceRequirements": needs, "StartupParameters": {
-                "ModelDataDownloadTimeoutInSeconds": 600, "ContainerStartupHealthCheckTimeoutInSeconds": 600}},
-            "RuntimeConfig": {"CopyCount": copies}})
+        sm.add_response(
+            "create_inference_component",
+            {"InferenceComponentArn": f"{ARN}:inference-component/{name}"},
+            {
+                "InferenceComponentName": name,
+                "EndpointName": "mm",
+                "VariantName": "AllTraffic",
+                "Specification": {
+                    "ModelName": ANY,
+                    "ComputeResourceRequirements": needs,
+                    "StartupParameters": {
+                        "ModelDataDownloadTimeoutInSeconds": 600,
+                        "ContainerStartupHealthCheckTimeoutInSeconds": 600,
+                    },
+                },
+                "RuntimeConfig": {"CopyCount": copies},
+            },
+        )
     for _, name, *_ in components:
         sm.add_response("describe_inference_component", component(name), {"InferenceComponentName": name})
     for _, name, copies, most, _ in components if scaling else ():
-        target = {"ServiceNamespace": "sagemaker", "ResourceId": f"inference-component/{name}",
-                  "ScalableDimension": "sagemaker:inference-component:DesiredCopyCount"}
+        target = {
+            "ServiceNamespace": "sagemaker",
+            "ResourceId": f"inference-component/{name}",
+            "ScalableDimension": "sagemaker:inference-component:DesiredCopyCount",
+        }
         aas.add_response("register_scalable_target", {}, {**target, "MinCapacity": copies, "MaxCapacity": most})
-        aas.add_response("put_scaling_policy", {"PolicyARN": f"arn:aws:autoscaling:policy/{name}"}, {
-            **target, "PolicyName": f"{name}-invocations-per-copy", "PolicyType": "TargetTrackingScaling",
-            "TargetTrackingScalingPolicyConfiguration": {
-                "TargetValue": 40.0, "ScaleInCooldown": 300, "ScaleOutCooldown": 60,
-                "PredefinedMetricSpecification": {
-                    "PredefinedMetricType": "SageMakerInferenceComponentInvocationsPerCopy"}}})
+        aas.add_response(
+            "put_scaling_policy",
+            {"PolicyARN": f"arn:aws:autoscaling:policy/{name}"},
+            {
+                **target,
+                "PolicyName": f"{name}-invocations-per-copy",
+                "PolicyType": "TargetTrackingScaling",
+                "TargetTrackingScalingPolicyConfiguration": {
+                    "TargetValue": 40.0,
+                    "ScaleInCooldown": 300,
+                    "ScaleOutCooldown": 60,
+                    "PredefinedMetricSpecification": {
+                        "PredefinedMetricType": "SageMakerInferenceComponentInvocationsPerCopy"
+                    },
+                },
+            },
+        )
 
 
 def test_a_gpu_endpoint_of_components_gets_the_documented_parameters(stubbed, capsys):
     clients, (sm, aas, _), calls = stubbed
     gpu = {"NumberOfCpuCoresRequired": 2.0, "MinMemoryRequiredInMb": 4096, "NumberOfAcceleratorDevicesRequired": 1.0}
-    expect_deploy(sm, aas, "ml.g5.12xlarge", [
-        ("resnet", "mm-resnet", 2, 5, gpu),
-        ("bert_base", "mm-bert-base", 1, 2, {**gpu, "NumberOfCpuCoresRequired": 4.0, "MinMemoryRequiredInMb": 8192}),
-    ])
-    assert deploy.main(components_argv("--instance-type", "ml.g5.12xlarge", "--max-capacity", "3",
-                                       "--invocations-per-copy", "40", "--component", "resnet:copies=2,max=5",
-                                       "--component", "bert_base:cpus=4,memory=8192"),
-                       clients=clients, sleep=lambda s: None) == 0
+    expect_deploy(
+        sm,
+        aas,
+        "ml.g5.12xlarge",
+        [
+            ("resnet", "mm-resnet", 2, 5, gpu),
+            (
+                "bert_base",
+                "mm-bert-base",
+                1,
+                2,
+                {**gpu, "NumberOfCpuCoresRequired": 4.0, "MinMemoryRequiredInMb": 8192},
+            ),
+        ],
+    )
+    assert (
+        deploy.main(
+            components_argv(
+                "--instance-type",
+                "ml.g5.12xlarge",
+                "--max-capacity",
+                "3",
+                "--invocations-per-copy",
+                "40",
+                "--component",
+                "resnet:copies=2,max=5",
+                "--component",
+                "bert_base:cpus=4,memory=8192",
+            ),
+            clients=clients,
+            sleep=lambda s: None,
+        )
+        == 0
+    )
 
     (config,) = sent(calls, "CreateEndpointConfig")
-    assert config["ProductionVariants"] == [{  # no ModelName: the components bring the models
-        "VariantName": "AllTraffic", "InstanceType": "ml.g5.12xlarge", "InitialInstanceCount": 1,
-        "RoutingConfig": {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"},
-        "ManagedInstanceScaling": {"Status": "ENABLED", "MinInstanceCount": 1, "MaxInstanceCount": 3}}]
+    assert config["ProductionVariants"] == [
+        {  # no ModelName: the components bring the models
+            "VariantName": "AllTraffic",
+            "InstanceType": "ml.g5.12xlarge",
+            "InitialInstanceCount": 1,
+            "RoutingConfig": {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"},
+            "ManagedInstanceScaling": {"Status": "ENABLED", "MinInstanceCount": 1, "MaxInstanceCount": 3},
+        }
+    ]
     models = [p["ModelName"] for p in sent(calls, "CreateModel")]
     assert [p["Specification"]["ModelName"] for p in sent(calls, "CreateInferenceComponent")] == models
     assert all(name.startswith("mm-model-") for name in models)  # what --delete finds after a failed deploy
@@ -127,11 +225,21 @@ def test_a_gpu_endpoint_of_components_gets_the_documented_parameters(stubbed, ca
 
 def test_a_cpu_endpoint_reserves_no_accelerator_and_may_go_without_scaling(stubbed):
     clients, (sm, aas, _), calls = stubbed
-    expect_deploy(sm, aas, "ml.m5.4xlarge", [("yolov5", "mm-yolov5", 1, 2,
-                                               {"NumberOfCpuCoresRequired": 2.0, "MinMemoryRequiredInMb": 4096})],
-                  scaling=False)
-    assert deploy.main(components_argv("--instance-type", "ml.m5.4xlarge", "--no-scaling", "--component", "yolov5"),
-                       clients=clients, sleep=lambda s: None) == 0
+    expect_deploy(
+        sm,
+        aas,
+        "ml.m5.4xlarge",
+        [("yolov5", "mm-yolov5", 1, 2, {"NumberOfCpuCoresRequired": 2.0, "MinMemoryRequiredInMb": 4096})],
+        scaling=False,
+    )
+    assert (
+        deploy.main(
+            components_argv("--instance-type", "ml.m5.4xlarge", "--no-scaling", "--component", "yolov5"),
+            clients=clients,
+            sleep=lambda s: None,
+        )
+        == 0
+    )
     (variant,) = sent(calls, "CreateEndpointConfig")[0]["ProductionVariants"]
     assert "ManagedInstanceScaling" not in variant
     assert sent(calls, "RegisterScalableTarget") == []
@@ -145,24 +253,29 @@ def test_a_failed_component_is_reported(stubbed, capsys):
     sm.add_response("describe_endpoint", endpoint())
     sm.add_response("create_model", {"ModelArn": f"{ARN}:model/m"})
     sm.add_response("create_inference_component", {"InferenceComponentArn": f"{ARN}:inference-component/x"})
-    sm.add_response("describe_inference_component",
-                    {**component("mm-resnet", "Failed"), "FailureReason": "the container did not pass /ping"})
+    sm.add_response(
+        "describe_inference_component",
+        {**component("mm-resnet", "Failed"), "FailureReason": "the container did not pass /ping"},
+    )
     assert deploy.main(components_argv("--component", "resnet"), clients=clients, sleep=lambda s: None) == 1
     err = capsys.readouterr().err
     assert "inference component mm-resnet is Failed: the container did not pass /ping" in err
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--component", "resnet:copies=2,max=1"], "max=1 is below copies=2"),
-    (["--component", "resnet:replicas=2"], "unknown key 'replicas'"),
-    (["--component", "resnet:memory=lots"], "memory='lots': not a number"),
-    (["--component", "resnet:cpus=0"], "cpus=0: must be above 0"),
-    (["--component", "resnet", "--component", "resnet:copies=2"], "each model once"),
-    ([], "needs at least one --component"),
-    (["--component", "resnet", "--no-wait"], "does not go with --no-wait"),
-    (["--component", "resnet", "--async", "s3://answers/mm/"], "does not go with --async"),
-    (["--component", "resnet:gpus=1", "--instance-type", "ml.c5.4xlarge"], "ml.c5.4xlarge has no accelerators"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--component", "resnet:copies=2,max=1"], "max=1 is below copies=2"),
+        (["--component", "resnet:replicas=2"], "unknown key 'replicas'"),
+        (["--component", "resnet:memory=lots"], "memory='lots': not a number"),
+        (["--component", "resnet:cpus=0"], "cpus=0: must be above 0"),
+        (["--component", "resnet", "--component", "resnet:copies=2"], "each model once"),
+        ([], "needs at least one --component"),
+        (["--component", "resnet", "--no-wait"], "does not go with --no-wait"),
+        (["--component", "resnet", "--async", "s3://answers/mm/"], "does not go with --async"),
+        (["--component", "resnet:gpus=1", "--instance-type", "ml.c5.4xlarge"], "ml.c5.4xlarge has no accelerators"),
+    ],
+)
 def test_the_flags_are_checked_before_any_call(stubbed, capsys, argv, message):
     clients, _, calls = stubbed
     with pytest.raises(SystemExit):
@@ -174,23 +287,44 @@ def test_the_flags_are_checked_before_any_call(stubbed, capsys, argv, message):
 def test_a_component_needs_the_components_endpoint(stubbed, capsys):
     clients, _, _ = stubbed
     with pytest.raises(SystemExit):
-        deploy.main(["--name", "mm", "--image-uri", IMAGE, "--role-arn", ROLE, "--component", "resnet"],
-                    clients=clients)
+        deploy.main(
+            ["--name", "mm", "--image-uri", IMAGE, "--role-arn", ROLE, "--component", "resnet"], clients=clients
+        )
     assert "--component needs --inference-components" in capsys.readouterr().err
 
 
 def expect_component_removal(sm, aas, name, model):
     resource = f"inference-component/{name}"
-    target = {"ServiceNamespace": "sagemaker", "ResourceId": resource,
-              "ScalableDimension": "sagemaker:inference-component:DesiredCopyCount"}
-    aas.add_response("describe_scaling_policies", {"ScalingPolicies": [{
-        **target, "PolicyARN": f"{SCALING_ARN}:{name}", "PolicyName": f"{name}-invocations-per-copy",
-        "PolicyType": "TargetTrackingScaling", "CreationTime": NOW}]},
-        {"ServiceNamespace": "sagemaker", "ResourceId": resource})
+    target = {
+        "ServiceNamespace": "sagemaker",
+        "ResourceId": resource,
+        "ScalableDimension": "sagemaker:inference-component:DesiredCopyCount",
+    }
+    aas.add_response(
+        "describe_scaling_policies",
+        {
+            "ScalingPolicies": [
+                {
+                    **target,
+                    "PolicyARN": f"{SCALING_ARN}:{name}",
+                    "PolicyName": f"{name}-invocations-per-copy",
+                    "PolicyType": "TargetTrackingScaling",
+                    "CreationTime": NOW,
+                }
+            ]
+        },
+        {"ServiceNamespace": "sagemaker", "ResourceId": resource},
+    )
     aas.add_response("delete_scaling_policy", {}, {**target, "PolicyName": f"{name}-invocations-per-copy"})
-    aas.add_response("describe_scalable_targets", {"ScalableTargets": [{
-        **target, "MinCapacity": 1, "MaxCapacity": 2, "RoleARN": ROLE_FOR_SCALING, "CreationTime": NOW}]},
-        {"ServiceNamespace": "sagemaker", "ResourceIds": [resource]})
+    aas.add_response(
+        "describe_scalable_targets",
+        {
+            "ScalableTargets": [
+                {**target, "MinCapacity": 1, "MaxCapacity": 2, "RoleARN": ROLE_FOR_SCALING, "CreationTime": NOW}
+            ]
+        },
+        {"ServiceNamespace": "sagemaker", "ResourceIds": [resource]},
+    )
     aas.add_response("deregister_scalable_target", {}, target)
     sm.add_response("describe_inference_component", component(name, model=model), {"InferenceComponentName": name})
     sm.add_response("delete_inference_component", {}, {"InferenceComponentName": name})
@@ -198,25 +332,36 @@ def expect_component_removal(sm, aas, name, model):
 
 def test_delete_removes_the_components_first_then_the_endpoint_and_every_model(stubbed):
     clients, (sm, aas, cw), calls = stubbed
-    config = {"EndpointConfigName": "mm-config-1", "EndpointConfigArn": f"{ARN}:endpoint-config/mm-config-1",
-              "CreationTime": NOW, "ProductionVariants": [
-                  {"VariantName": "AllTraffic", "InstanceType": "ml.g5.12xlarge", "InitialInstanceCount": 1}]}
+    config = {
+        "EndpointConfigName": "mm-config-1",
+        "EndpointConfigArn": f"{ARN}:endpoint-config/mm-config-1",
+        "CreationTime": NOW,
+        "ProductionVariants": [
+            {"VariantName": "AllTraffic", "InstanceType": "ml.g5.12xlarge", "InitialInstanceCount": 1}
+        ],
+    }
     sm.add_response("describe_endpoint", endpoint(), {"EndpointName": "mm"})
     sm.add_response("describe_endpoint_config", config, {"EndpointConfigName": "mm-config-1"})
-    summaries = [{**{k: v for k, v in component(n).items() if k != "InferenceComponentStatus"},
-                  "VariantName": "AllTraffic"} for n in ("mm-resnet", "mm-yolov5")]
+    summaries = [
+        {**{k: v for k, v in component(n).items() if k != "InferenceComponentStatus"}, "VariantName": "AllTraffic"}
+        for n in ("mm-resnet", "mm-yolov5")
+    ]
     sm.add_response("list_inference_components", {"InferenceComponents": summaries}, {"EndpointNameEquals": "mm"})
     expect_component_removal(sm, aas, "mm-resnet", "mm-model-resnet-1")
     expect_component_removal(sm, aas, "mm-yolov5", "mm-model-yolov5-1")
-    sm.add_response("describe_inference_component", component("mm-resnet", "Deleting"),
-                    {"InferenceComponentName": "mm-resnet"})
+    sm.add_response(
+        "describe_inference_component", component("mm-resnet", "Deleting"), {"InferenceComponentName": "mm-resnet"}
+    )
     missing(sm, "describe_inference_component", {"InferenceComponentName": "mm-resnet"})
     missing(sm, "describe_inference_component", {"InferenceComponentName": "mm-yolov5"})
     # Then what an endpoint's delete does: its scaling, the endpoint, its configuration, the models.
     variant = {"ServiceNamespace": "sagemaker", "ResourceId": "endpoint/mm/variant/AllTraffic"}
     aas.add_response("describe_scaling_policies", {"ScalingPolicies": []}, variant)
-    aas.add_response("describe_scalable_targets", {"ScalableTargets": []},
-                     {"ServiceNamespace": "sagemaker", "ResourceIds": [variant["ResourceId"]]})
+    aas.add_response(
+        "describe_scalable_targets",
+        {"ScalableTargets": []},
+        {"ServiceNamespace": "sagemaker", "ResourceIds": [variant["ResourceId"]]},
+    )
     cw.add_response("describe_alarms", {"MetricAlarms": []}, {"AlarmNames": ["mm-has-backlog-without-capacity"]})
     sm.add_response("describe_endpoint", endpoint(), {"EndpointName": "mm"})
     sm.add_response("delete_endpoint", {}, {"EndpointName": "mm"})
@@ -229,8 +374,7 @@ def test_delete_removes_the_components_first_then_the_endpoint_and_every_model(s
     for model in ("mm-model-resnet-1", "mm-model-yolov5-1", "mm-model-bert-base-0"):
         sm.add_response("delete_model", {}, {"ModelName": model})
 
-    assert deploy.main(["--name", "mm", "--delete", "--poll-seconds", "0"], clients=clients,
-                       sleep=lambda s: None) == 0
+    assert deploy.main(["--name", "mm", "--delete", "--poll-seconds", "0"], clients=clients, sleep=lambda s: None) == 0
     operations = [name for name, _ in calls]
     assert operations.index("DeleteInferenceComponent") < operations.index("DeleteEndpoint")
     assert operations.index("DeleteEndpoint") < operations.index("DeleteModel")

@@ -13,8 +13,21 @@ PREFIX = "s3://models-bucket/mme/"
 
 
 def mme_argv(*extra: str) -> list[str]:
-    return ["--name", "mm", "--image-uri", IMAGE, "--role-arn", ROLE, "--multi-model", PREFIX,
-            "--env", "MODEL_SERVER_WORKERS=2", "--poll-seconds", "0", *extra]
+    return [
+        "--name",
+        "mm",
+        "--image-uri",
+        IMAGE,
+        "--role-arn",
+        ROLE,
+        "--multi-model",
+        PREFIX,
+        "--env",
+        "MODEL_SERVER_WORKERS=2",
+        "--poll-seconds",
+        "0",
+        *extra,
+    ]
 
 
 def run(clients, argv) -> int:
@@ -27,9 +40,12 @@ def test_the_model_is_a_multi_model_container_on_the_prefix(sent, capsys):
 
     model = params(calls, "CreateModel")
     assert model["PrimaryContainer"] == {
-        "Image": IMAGE, "ModelDataUrl": PREFIX, "Mode": "MultiModel",
+        "Image": IMAGE,
+        "ModelDataUrl": PREFIX,
+        "Mode": "MultiModel",
         "MultiModelConfig": {"ModelCacheSetting": "Enabled"},
-        "Environment": {"MODEL_SERVER_WORKERS": "2"}}  # SageMaker itself sets SAGEMAKER_MULTI_MODEL=true
+        "Environment": {"MODEL_SERVER_WORKERS": "2"},
+    }  # SageMaker itself sets SAGEMAKER_MULTI_MODEL=true
     (variant,) = params(calls, "CreateEndpointConfig")["ProductionVariants"]
     assert variant["ModelName"] == model["ModelName"]
     assert variant["InstanceType"] == deploy.MULTI_MODEL_INSTANCE_TYPE  # a CPU type unless told otherwise
@@ -52,8 +68,9 @@ def test_the_cache_can_be_switched_off_and_the_prefix_gets_its_slash(sent):
     assert params(calls, "CreateEndpointConfig")["ProductionVariants"][0]["InstanceType"] == "ml.c5.2xlarge"
 
 
-@pytest.mark.parametrize("instance_type", ["ml.g4dn.xlarge", "ml.g5.2xlarge", "ml.p3.2xlarge", "ml.inf2.xlarge",
-                                           "ml.trn1.2xlarge"])
+@pytest.mark.parametrize(
+    "instance_type", ["ml.g4dn.xlarge", "ml.g5.2xlarge", "ml.p3.2xlarge", "ml.inf2.xlarge", "ml.trn1.2xlarge"]
+)
 def test_a_gpu_instance_type_is_refused_before_any_call(sent, capsys, instance_type):
     clients, calls = sent
     with pytest.raises(SystemExit):
@@ -64,10 +81,13 @@ def test_a_gpu_instance_type_is_refused_before_any_call(sent, capsys, instance_t
     assert calls == []
 
 
-@pytest.mark.parametrize("extra, message", [
-    (("--model-data-url", "s3://models-bucket/model.tar.gz"), "--multi-model does not go with --model-data-url"),
-    (("--async", "s3://answers-bucket/mm/"), "--multi-model does not go with --async"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (("--model-data-url", "s3://models-bucket/model.tar.gz"), "--multi-model does not go with --model-data-url"),
+        (("--async", "s3://answers-bucket/mm/"), "--multi-model does not go with --async"),
+    ],
+)
 def test_what_multi_model_does_not_go_with(sent, capsys, extra, message):
     clients, calls = sent
     with pytest.raises(SystemExit):

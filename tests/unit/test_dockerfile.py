@@ -26,8 +26,11 @@ def hadolint() -> str:
 
 def instructions() -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
-    joined = re.sub(r"\\\n", " ", "\n".join(
-        line for line in DOCKERFILE.read_text().splitlines() if not line.lstrip().startswith("#")))
+    joined = re.sub(
+        r"\\\n",
+        " ",
+        "\n".join(line for line in DOCKERFILE.read_text().splitlines() if not line.lstrip().startswith("#")),
+    )
     out = []
     for line in joined.splitlines():
         if line.strip():
@@ -51,7 +54,7 @@ def test_each_hadolint_ignore_is_justified_beside_it():
         above = lines[number - 1] if number else ""
         assert above.lstrip().startswith("#") and "hadolint" not in above, f"line {number + 1}: no justification"
         for rule in match.group(1).split(","):
-            context = "\n".join(lines[max(0, number - 6):number])
+            context = "\n".join(lines[max(0, number - 6) : number])
             assert rule in context, f"line {number + 1}: ignore of {rule} is not explained in the comment above it"
 
 

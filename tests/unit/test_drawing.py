@@ -29,23 +29,35 @@ def photo(width=400, height=300, orientation=None) -> bytes:
     return buffer.getvalue()
 
 
-DETECTOR_ANSWER = {"width": 400, "height": 300, "detections": [
-    {"label": "dog", "class_id": 16, "score": 0.91, "box": [60.2, 120.4, 250.7, 280.0]},
-    {"label": "person", "class_id": 0, "score": 0.55, "box": [300.0, 40.0, 380.0, 200.0]},
-]}
+DETECTOR_ANSWER = {
+    "width": 400,
+    "height": 300,
+    "detections": [
+        {"label": "dog", "class_id": 16, "score": 0.91, "box": [60.2, 120.4, 250.7, 280.0]},
+        {"label": "person", "class_id": 0, "score": 0.55, "box": [300.0, 40.0, 380.0, 200.0]},
+    ],
+}
 
 
 def runtime_answering(answer, body: bytes):
     """A real sagemaker-runtime client whose invoke_endpoint is stubbed (botocore's Stubber: moto's
     runtime takes text bodies only), asserting what invoke sends."""
-    client = boto3.client("sagemaker-runtime", region_name="us-east-1", aws_access_key_id="x",
-                          aws_secret_access_key="x")
+    client = boto3.client(
+        "sagemaker-runtime", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
+    )
     stubber = Stubber(client)
     payload = json.dumps({"modelname": "yolov5", "version": "1", "result": answer}).encode()
-    stubber.add_response("invoke_endpoint", {"Body": StreamingBody(io.BytesIO(payload), len(payload)),
-                                             "ContentType": "application/json"},
-                         {"EndpointName": "local", "ContentType": "image/jpeg", "Accept": "application/json",
-                          "Body": body, "CustomAttributes": "modelname=yolov5"})
+    stubber.add_response(
+        "invoke_endpoint",
+        {"Body": StreamingBody(io.BytesIO(payload), len(payload)), "ContentType": "application/json"},
+        {
+            "EndpointName": "local",
+            "ContentType": "image/jpeg",
+            "Accept": "application/json",
+            "Body": body,
+            "CustomAttributes": "modelname=yolov5",
+        },
+    )
     stubber.activate()
     return client
 
@@ -76,15 +88,19 @@ def test_invoke_draw_writes_boxes_at_the_returned_coordinates(tmp_path):
 
 def test_boxes_land_on_the_image_as_displayed():
     """An EXIF-rotated photo is drawn turned, as the model saw it (the answer's pixels)."""
-    drawn = draw_answer(photo(300, 400, orientation=6), {"detections": [
-        {"label": "x", "class_id": 3, "score": 0.5, "box": [10, 20, 390, 280]}]})
+    drawn = draw_answer(
+        photo(300, 400, orientation=6),
+        {"detections": [{"label": "x", "class_id": 3, "score": 0.5, "box": [10, 20, 390, 280]}]},
+    )
     assert drawn.size == (400, 300)
     assert np.abs(np.asarray(drawn)[150, 390].astype(int) - PALETTE[3]).max() <= 2
 
 
 def test_a_classifier_top_k_is_written_on_it(tmp_path):
-    classes = [{"label": "golden retriever", "index": 207, "score": 0.8}, {"label": "tennis ball", "index": 852,
-                                                                           "score": 0.1}]
+    classes = [
+        {"label": "golden retriever", "index": 207, "score": 0.8},
+        {"label": "tennis ball", "index": 852, "score": 0.1},
+    ]
     drawn = np.asarray(draw_answer(photo(), classes)).astype(int)
     corner = drawn[:40, :120]
     assert (corner == 0).all(axis=2).mean() > 0.5 and (corner > 200).all(axis=2).any()  # dark box, white text

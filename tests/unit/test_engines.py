@@ -39,7 +39,7 @@ def test_no_plan_means_nothing_to_check(tmp_path):
 def test_no_gpu_means_nothing_to_check(tmp_path, caplog):
     make_plan(tmp_path)
     with caplog.at_level(logging.WARNING, logger="serve.engines"):
-        check_engines(tmp_path, detect=lambda: [])
+        check_engines(tmp_path, detect=list)
     assert "no GPU visible" in caplog.text
 
 
@@ -125,6 +125,6 @@ def test_no_gpu_no_record(tmp_path, monkeypatch):
 
     plan = tmp_path / "model.plan"
     plan.write_bytes(b"engine")
-    monkeypatch.setattr(engines, "detect_gpus", lambda: [])
+    monkeypatch.setattr(engines, "detect_gpus", list)
     tensorrt_engine.record_gpu(plan, "10.8.0")
     assert not engines.record_path(plan).exists()

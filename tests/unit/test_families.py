@@ -52,15 +52,30 @@ labels = "labels.txt"
 """
 
 
-def write_model(root: Path, name: str = "tiny", family: str = "image_classification", dtype: str = "FP32",
-                dims=(3, 160, 160), classes: int = 10, preprocess: str = "", postprocess: str = "",
-                onnx_model: onnx.ModelProto | None = None) -> Path:
+def write_model(
+    root: Path,
+    name: str = "tiny",
+    family: str = "image_classification",
+    dtype: str = "FP32",
+    dims=(3, 160, 160),
+    classes: int = 10,
+    preprocess: str = "",
+    postprocess: str = "",
+    onnx_model: onnx.ModelProto | None = None,
+) -> Path:
     folder = root / name
     folder.mkdir(parents=True)
     output_dims = [100, 5 + classes] if family == "detection" else [classes]
-    (folder / "model.toml").write_text(TINY_TOML.format(family=family, dtype=dtype, dims=list(dims),
-                                                        output_dims=output_dims, preprocess=preprocess,
-                                                        postprocess=postprocess))
+    (folder / "model.toml").write_text(
+        TINY_TOML.format(
+            family=family,
+            dtype=dtype,
+            dims=list(dims),
+            output_dims=output_dims,
+            preprocess=preprocess,
+            postprocess=postprocess,
+        )
+    )
     (folder / "labels.txt").write_text("".join(f"thing {i}\n" for i in range(classes)))
     if onnx_model is not None:
         onnx.save(onnx_model, str(folder / "model.onnx"))
@@ -113,14 +128,20 @@ def test_to_input_and_its_inverse():
 
 
 def test_scale_offset_nhwc_bgr_fp16(tmp_path):
-    folder = write_model(tmp_path, dtype="FP16", dims=(160, 160, 3), preprocess="""
+    folder = write_model(
+        tmp_path,
+        dtype="FP16",
+        dims=(160, 160, 3),
+        preprocess="""
 resize = 182
 crop = 160
 layout = "NHWC"
 channels = "BGR"
 scale = 0.00784313725490196
 offset = -1.0
-""", postprocess="topk = 4")
+""",
+        postprocess="topk = 4",
+    )
     client = client_for(folder)
     arrays, _ = client.preprocess(photo(), "payload.img", {})
     tensor = arrays["pixels"]
@@ -144,8 +165,9 @@ def test_uint8_input_takes_the_pixels_and_letterbox_fits_the_whole_image(tmp_pat
 
 
 def test_softmax_off_for_probability_outputs(tmp_path):
-    folder = write_model(tmp_path, preprocess="mean = [0.5, 0.5, 0.5]\nstd = [0.5, 0.5, 0.5]",
-                         postprocess="softmax = false\ntopk = 2")
+    folder = write_model(
+        tmp_path, preprocess="mean = [0.5, 0.5, 0.5]\nstd = [0.5, 0.5, 0.5]", postprocess="softmax = false\ntopk = 2"
+    )
     client = client_for(folder)
     scores = np.array([0.1, 0.6, 0.3] + [0.0] * 7, dtype=np.float32)
     result = client.postprocess({"scores": scores}, None, {"topk": 2})
@@ -154,8 +176,14 @@ def test_softmax_off_for_probability_outputs(tmp_path):
 
 
 def test_a_detector_of_another_size(tmp_path):
-    folder = write_model(tmp_path, family="detection", dims=(3, 320, 320), classes=3,
-                         preprocess="pad_color = [0, 0, 0]", postprocess="conf_threshold = 0.5")
+    folder = write_model(
+        tmp_path,
+        family="detection",
+        dims=(3, 320, 320),
+        classes=3,
+        preprocess="pad_color = [0, 0, 0]",
+        postprocess="conf_threshold = 0.5",
+    )
     client = client_for(folder)
     arrays, context = client.preprocess(photo(300, 200), "payload.img", {})
     assert arrays["pixels"].shape == (3, 320, 320) and (context.width, context.height) == (300, 200)
@@ -163,18 +191,31 @@ def test_a_detector_of_another_size(tmp_path):
     assert client.options["conf_threshold"].default == 0.5 and len(client.labels) == 3
 
 
-@pytest.mark.parametrize("family, dtype, preprocess, message", [
-    ("image_classification", "FP32", "scal = 0.1", r"\[preprocess\] scal is not a setting of the image_classification"),
-    ("image_classification", "FP32", "mean = [0.5, 0.5, 0.5]\nstd = [0.5, 0.5, 0.5]\nscale = 0.1", "not both"),
-    ("image_classification", "FP32", "", "mean and std, or scale"),
-    ("image_classification", "UINT8", "scale = 0.1", "UINT8 input takes the pixels as they are"),
-    ("image_classification", "FP32", "scale = 0.1\nresize = 100", "do not fit the input"),
-    ("image_classification", "FP32", "scale = 0.1\nletterbox = true\ncrop = 160", "resize and crop do not apply"),
-    ("image_classification", "FP32", "scale = 0.1\nlayout = \"CHWN\"", "layout must be one of"),
-    ("image_classification", "FP32", "scale = 0.1\nletterbox = true\nfast_path = true", "fast_path applies to resize"),
-    ("image_classification", "FP32", "scale = 0.1\nfast_path = \"yes\"", "fast_path must be true or false"),
-    ("detection", "FP32", "size = 640", "size 640 does not fit the input"),
-])
+@pytest.mark.parametrize(
+    "family, dtype, preprocess, message",
+    [
+        (
+            "image_classification",
+            "FP32",
+            "scal = 0.1",
+            r"\[preprocess\] scal is not a setting of the image_classification",
+        ),
+        ("image_classification", "FP32", "mean = [0.5, 0.5, 0.5]\nstd = [0.5, 0.5, 0.5]\nscale = 0.1", "not both"),
+        ("image_classification", "FP32", "", "mean and std, or scale"),
+        ("image_classification", "UINT8", "scale = 0.1", "UINT8 input takes the pixels as they are"),
+        ("image_classification", "FP32", "scale = 0.1\nresize = 100", "do not fit the input"),
+        ("image_classification", "FP32", "scale = 0.1\nletterbox = true\ncrop = 160", "resize and crop do not apply"),
+        ("image_classification", "FP32", 'scale = 0.1\nlayout = "CHWN"', "layout must be one of"),
+        (
+            "image_classification",
+            "FP32",
+            "scale = 0.1\nletterbox = true\nfast_path = true",
+            "fast_path applies to resize",
+        ),
+        ("image_classification", "FP32", 'scale = 0.1\nfast_path = "yes"', "fast_path must be true or false"),
+        ("detection", "FP32", "size = 640", "size 640 does not fit the input"),
+    ],
+)
 def test_bad_settings_stop_the_start_with_their_name(tmp_path, family, dtype, preprocess, message):
     folder = write_model(tmp_path, family=family, dtype=dtype, preprocess=preprocess)
     with pytest.raises(SpecError, match=message):
@@ -230,7 +271,12 @@ def test_prepare_models_takes_the_users_onnx(tmp_path, target, capsys):
     printed = capsys.readouterr().out
     assert "[tiny] checking" in printed and "ONNX Runtime at batch 2" in printed
     record = json.loads((out / "tiny" / "source.json").read_text())
-    assert (record["weights"], record["onnx"], record["builder"], record["max_abs_diff"]) == ("file", "model.onnx", None, {})
+    assert (record["weights"], record["onnx"], record["builder"], record["max_abs_diff"]) == (
+        "file",
+        "model.onnx",
+        None,
+        {},
+    )
     assert (out / "tiny" / "1" / "model.onnx").read_bytes() == (source / "tiny" / "model.onnx").read_bytes()
     assert (out / "tiny" / "1" / "model.py").is_file() == (target == "python")
     assert (out / "tiny" / "labels.txt").is_file() and (out / "tiny" / "model.toml").is_file()
@@ -240,15 +286,26 @@ def test_prepare_models_takes_the_users_onnx(tmp_path, target, capsys):
     client_for(out / "tiny")  # the router can serve what was written
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda f: (f / "model.toml").write_text((f / "model.toml").read_text().replace("dims = [10]", "dims = [20]")),
-     r"does not match model.toml: output scores: dims differ at dim 1 \(graph has scores FP32 \[-1, 10\], model.toml says scores FP32 \[-1, 20\]"),
-    (lambda f: (f / "model.toml").write_text((f / "model.toml").read_text().replace('dtype = "FP32"', 'dtype = "FP16"', 1)),
-     r"input pixels: dtype differs \(graph has pixels FP32"),
-    (lambda f: (f / "model.onnx").unlink(), r"model.onnx does not exist"),
-    (lambda f: (f / "model.onnx").write_bytes(b"not onnx"), r"fails onnx.checker|cannot"),
-    (lambda f: (f / "labels.txt").unlink(), r"labels.txt \(named in model.toml\) does not exist"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda f: (f / "model.toml").write_text(
+                (f / "model.toml").read_text().replace("dims = [10]", "dims = [20]")
+            ),
+            r"does not match model.toml: output scores: dims differ at dim 1 \(graph has scores FP32 \[-1, 10\], model.toml says scores FP32 \[-1, 20\]",
+        ),
+        (
+            lambda f: (f / "model.toml").write_text(
+                (f / "model.toml").read_text().replace('dtype = "FP32"', 'dtype = "FP16"', 1)
+            ),
+            r"input pixels: dtype differs \(graph has pixels FP32",
+        ),
+        (lambda f: (f / "model.onnx").unlink(), r"model.onnx does not exist"),
+        (lambda f: (f / "model.onnx").write_bytes(b"not onnx"), r"fails onnx.checker|cannot"),
+        (lambda f: (f / "labels.txt").unlink(), r"labels.txt \(named in model.toml\) does not exist"),
+    ],
+)
 def test_a_bad_onnx_file_is_refused_in_one_line(tmp_path, capsys, change, message):
     source = tmp_path / "src"
     folder = write_model(source, preprocess="scale = 0.1", onnx_model=tiny_classifier())

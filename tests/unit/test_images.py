@@ -77,13 +77,16 @@ def test_resize_crop_resizes_only_the_crop_within_one_level(width, height, seed)
     assert (cropped != whole).mean() < 0.01
 
 
-@pytest.mark.parametrize("width, height, draft, decoded", [
-    ((768, 576, 256, (384, 288))),  # 1/2: the short side stays >= 256
-    ((2048, 1536, 256, (512, 384))),  # 1/4
-    ((4000, 3000, 256, (500, 375))),  # 1/8, the smallest scale libjpeg has
-    ((500, 375, 256, (500, 375))),  # under twice the size: decoded whole
-    ((768, 576, None, (768, 576))),  # no draft asked
-])
+@pytest.mark.parametrize(
+    "width, height, draft, decoded",
+    [
+        ((768, 576, 256, (384, 288))),  # 1/2: the short side stays >= 256
+        ((2048, 1536, 256, (512, 384))),  # 1/4
+        ((4000, 3000, 256, (500, 375))),  # 1/8, the smallest scale libjpeg has
+        ((500, 375, 256, (500, 375))),  # under twice the size: decoded whole
+        ((768, 576, None, (768, 576))),  # no draft asked
+    ],
+)
 def test_jpeg_draft_decodes_at_the_smallest_scale_that_keeps_the_size(width, height, draft, decoded):
     data = encoded(photo(width, height, 0))
     image = images.decode_image(data, "x", LIMIT, draft)
@@ -126,11 +129,14 @@ def test_decode_applies_exif_orientation_and_converts_modes():
     assert np.array_equal(np.asarray(images.decode_image(encoded(rgba, "PNG"), "x", LIMIT)), np.asarray(image))
 
 
-@pytest.mark.parametrize("data, message", [
-    ("not base64!!", "is not valid base64"),
-    (base64.b64encode(b"hello").decode(), "is not a decodable image"),
-    (b"", "is empty"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ("not base64!!", "is not valid base64"),
+        (base64.b64encode(b"hello").decode(), "is not a decodable image"),
+        (b"", "is empty"),
+    ],
+)
 def test_decode_errors_name_the_item(data, message):
     with pytest.raises(InvalidInput, match=r"payload\.img\[2\] " + message):
         images.decode_image(data, "payload.img[2]", LIMIT)
@@ -150,6 +156,7 @@ def test_wrapped_base64_is_accepted():
 
 def _png_header_bomb(width: int, height: int) -> bytes:
     """A PNG whose header claims width x height, with a few bytes of data: a few KB on the wire."""
+
     def chunk(kind: bytes, body: bytes) -> bytes:
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
 
@@ -196,7 +203,7 @@ def test_scale_boxes_inverts_letterbox(width, height):
     rng = np.random.default_rng(width)
     x1, y1 = rng.uniform(0, width - 50, 20), rng.uniform(0, height - 50, 20)
     boxes = np.stack([x1, y1, x1 + rng.uniform(1, 50, 20), y1 + rng.uniform(1, 50, 20)], 1).astype(np.float32)
-    _, ratio, (dw, dh) = images.letterbox(np.zeros((height, width, 3), np.uint8), 640)
+    _, ratio, (_dw, _dh) = images.letterbox(np.zeros((height, width, 3), np.uint8), 640)
     # forward with the unrounded padding scale_boxes assumes
     pad_x, pad_y = (640 - width * ratio) / 2, (640 - height * ratio) / 2
     forward = boxes * ratio + np.array([pad_x, pad_y, pad_x, pad_y], dtype=np.float32)
@@ -215,13 +222,23 @@ def test_scale_boxes_clips():
 
 
 def reference_nms(prediction, conf_thres=0.25, iou_thres=0.45, max_det=300):
-    found = yolov5_reference.non_max_suppression(torch.from_numpy(prediction)[None], conf_thres, iou_thres,
-                                                 max_det=max_det)
+    found = yolov5_reference.non_max_suppression(
+        torch.from_numpy(prediction)[None], conf_thres, iou_thres, max_det=max_det
+    )
     return found[0].numpy()
 
 
-@pytest.mark.parametrize("seed, conf, iou, max_det", [(0, 0.25, 0.45, 300), (1, 0.1, 0.45, 300), (2, 0.5, 0.3, 5),
-                                                      (3, 0.001, 0.6, 300), (4, 0.25, 0.0, 300), (5, 0.99, 0.45, 300)])
+@pytest.mark.parametrize(
+    "seed, conf, iou, max_det",
+    [
+        (0, 0.25, 0.45, 300),
+        (1, 0.1, 0.45, 300),
+        (2, 0.5, 0.3, 5),
+        (3, 0.001, 0.6, 300),
+        (4, 0.25, 0.0, 300),
+        (5, 0.99, 0.45, 300),
+    ],
+)
 def test_nms_equals_yolov5(seed, conf, iou, max_det):
     output = planted_output(seed)
     ours = images.non_max_suppression(output, conf, iou, max_det)

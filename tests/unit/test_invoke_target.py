@@ -16,8 +16,11 @@ from urllib3.response import HTTPResponse
 from scripts.caller import invoke
 from tests.support import REGION
 
-ANSWER = {"modelname": "resnet", "version": "1",
-          "result": [{"label": "malamute, malemute, Alaskan malamute", "index": 249, "score": 0.41}]}
+ANSWER = {
+    "modelname": "resnet",
+    "version": "1",
+    "result": [{"label": "malamute, malemute, Alaskan malamute", "index": 249, "score": 0.41}],
+}
 
 
 @pytest.fixture
@@ -28,8 +31,9 @@ def text_file(tmp_path):
 
 
 def runtime():
-    return boto3.client("sagemaker-runtime", region_name=REGION, aws_access_key_id="testing",
-                        aws_secret_access_key="testing")
+    return boto3.client(
+        "sagemaker-runtime", region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
 
 
 def body(answer: dict) -> StreamingBody:
@@ -37,16 +41,28 @@ def body(answer: dict) -> StreamingBody:
     return StreamingBody(io.BytesIO(raw), len(raw))
 
 
-@pytest.mark.parametrize("flag, value, parameter", [
-    ("--target-model", "resnet.tar.gz", "TargetModel"),
-    ("--inference-component", "mm-resnet", "InferenceComponentName"),
-])
+@pytest.mark.parametrize(
+    "flag, value, parameter",
+    [
+        ("--target-model", "resnet.tar.gz", "TargetModel"),
+        ("--inference-component", "mm-resnet", "InferenceComponentName"),
+    ],
+)
 def test_the_flag_becomes_the_invoke_endpoint_parameter(text_file, capsys, flag, value, parameter):
     client = runtime()
     with Stubber(client) as stubber:
-        stubber.add_response("invoke_endpoint", {"Body": body(ANSWER), "ContentType": "application/json"}, {
-            "EndpointName": "mm", "ContentType": "text/plain; charset=utf-8", "Accept": "application/json",
-            "Body": text_file.read_bytes(), "CustomAttributes": "modelname=resnet", parameter: value})
+        stubber.add_response(
+            "invoke_endpoint",
+            {"Body": body(ANSWER), "ContentType": "application/json"},
+            {
+                "EndpointName": "mm",
+                "ContentType": "text/plain; charset=utf-8",
+                "Accept": "application/json",
+                "Body": text_file.read_bytes(),
+                "CustomAttributes": "modelname=resnet",
+                parameter: value,
+            },
+        )
         assert invoke.main(["--endpoint-name", "mm", flag, value, f"resnet={text_file}"], client=client) == 0
         stubber.assert_no_pending_responses()
     assert "malamute, malemute, Alaskan malamute (index 249) 0.410" in capsys.readouterr().out
@@ -55,16 +71,27 @@ def test_the_flag_becomes_the_invoke_endpoint_parameter(text_file, capsys, flag,
 def test_without_a_flag_no_model_is_picked(text_file):
     client = runtime()
     with Stubber(client) as stubber:
-        stubber.add_response("invoke_endpoint", {"Body": body(ANSWER)}, {
-            "EndpointName": "mm", "ContentType": "text/plain; charset=utf-8", "Accept": "application/json",
-            "Body": text_file.read_bytes(), "CustomAttributes": "modelname=resnet"})
+        stubber.add_response(
+            "invoke_endpoint",
+            {"Body": body(ANSWER)},
+            {
+                "EndpointName": "mm",
+                "ContentType": "text/plain; charset=utf-8",
+                "Accept": "application/json",
+                "Body": text_file.read_bytes(),
+                "CustomAttributes": "modelname=resnet",
+            },
+        )
         assert invoke.main(["--endpoint-name", "mm", f"resnet={text_file}"], client=client) == 0
 
 
-@pytest.mark.parametrize("flag, value, header", [
-    ("--target-model", "resnet.tar.gz", "X-Amzn-SageMaker-Target-Model"),
-    ("--inference-component", "mm-resnet", "X-Amzn-SageMaker-Inference-Component"),
-])
+@pytest.mark.parametrize(
+    "flag, value, header",
+    [
+        ("--target-model", "resnet.tar.gz", "X-Amzn-SageMaker-Target-Model"),
+        ("--inference-component", "mm-resnet", "X-Amzn-SageMaker-Inference-Component"),
+    ],
+)
 def test_against_the_local_stack_botocore_sends_the_header(text_file, flag, value, header):
     client = invoke.make_client(None, "http://localhost:8080")
     seen = []
@@ -75,23 +102,33 @@ def test_against_the_local_stack_botocore_sends_the_header(text_file, flag, valu
 
         seen.append(request)
         raw = json.dumps(ANSWER).encode()
-        return AWSResponse(request.url, 200, {"Content-Type": "application/json"},
-                           HTTPResponse(body=io.BytesIO(raw), preload_content=False))
+        return AWSResponse(
+            request.url,
+            200,
+            {"Content-Type": "application/json"},
+            HTTPResponse(body=io.BytesIO(raw), preload_content=False),
+        )
 
     client.meta.events.register("before-send.sagemaker-runtime.InvokeEndpoint", answer)
-    assert invoke.main(["--endpoint-url", "http://localhost:8080", flag, value, f"resnet={text_file}"],
-                       client=client) == 0
+    assert (
+        invoke.main(["--endpoint-url", "http://localhost:8080", flag, value, f"resnet={text_file}"], client=client) == 0
+    )
     (request,) = seen
     assert request.url == "http://localhost:8080/endpoints/local/invocations"
     assert request.headers[header] == value.encode()
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--target-model", "resnet.tar.gz", "--inference-component", "mm-resnet"], "do not go together"),
-    (["--target-model", "resnet.tar.gz", "--async", "s3://bucket/in/"], "InvokeEndpointAsync has no TargetModel"),
-    (["--inference-component", "mm-resnet", "--async", "s3://bucket/in/"],
-     "InvokeEndpointAsync has no InferenceComponentName"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--target-model", "resnet.tar.gz", "--inference-component", "mm-resnet"], "do not go together"),
+        (["--target-model", "resnet.tar.gz", "--async", "s3://bucket/in/"], "InvokeEndpointAsync has no TargetModel"),
+        (
+            ["--inference-component", "mm-resnet", "--async", "s3://bucket/in/"],
+            "InvokeEndpointAsync has no InferenceComponentName",
+        ),
+    ],
+)
 def test_what_is_refused(text_file, capsys, argv, message):
     with pytest.raises(SystemExit):
         invoke.main(["--endpoint-name", "mm", *argv, f"resnet={text_file}"], client=runtime())
@@ -100,8 +137,10 @@ def test_what_is_refused(text_file, capsys, argv, message):
 
 def test_a_target_needs_model_file_pairs(capsys, tmp_path):
     with pytest.raises(SystemExit):
-        invoke.main(["--endpoint-name", "mm", "--target-model", "resnet.tar.gz", "--image", str(tmp_path / "x.jpg")],
-                    client=runtime())
+        invoke.main(
+            ["--endpoint-name", "mm", "--target-model", "resnet.tar.gz", "--image", str(tmp_path / "x.jpg")],
+            client=runtime(),
+        )
     assert "--target-model needs MODEL=FILE pairs" in capsys.readouterr().err
 
 

@@ -101,9 +101,22 @@ def test_data_files_hold_the_real_vocabulary_and_labels(repositories):
 
 def test_tuning_options_reach_the_config(tmp_path):
     build_repository(
-        tmp_path, "python", "--models", "resnet", "yolov5", "--config-only",
-        "--max-batch-size", "4", "--max-batch-size", "resnet=16", "--max-queue-delay-us", "500",
-        "--instance-count", "yolov5=3", "--ort-threads", "1",
+        tmp_path,
+        "python",
+        "--models",
+        "resnet",
+        "yolov5",
+        "--config-only",
+        "--max-batch-size",
+        "4",
+        "--max-batch-size",
+        "resnet=16",
+        "--max-queue-delay-us",
+        "500",
+        "--instance-count",
+        "yolov5=3",
+        "--ort-threads",
+        "1",
     )
     resnet, yolov5 = _config(tmp_path, "resnet"), _config(tmp_path, "yolov5")
     assert (resnet.max_batch_size, yolov5.max_batch_size) == (16, 4)

@@ -24,7 +24,9 @@ from app.core.multimodel import (
 from app.core.settings import MIB
 
 
-def model(folder: Path, name: str | None, *, ensemble_of: tuple[str, ...] = (), spec: bool = False, size: int = 10) -> Path:
+def model(
+    folder: Path, name: str | None, *, ensemble_of: tuple[str, ...] = (), spec: bool = False, size: int = 10
+) -> Path:
     folder.mkdir(parents=True)
     lines = [f'name: "{name}"'] if name else []
     if ensemble_of:
@@ -82,7 +84,10 @@ def test_the_memory_check():
     assert memory_refusal("m", 10 * MIB, 80 * MIB, 100 * MIB, None) is None
     refused = memory_refusal("m", 30 * MIB, 80 * MIB, 100 * MIB, None)
     assert isinstance(refused, errors.InsufficientMemory) and refused.status == 507
-    assert "30.0 MiB" in refused.message and "80.0 MiB (what Triton grew by as each loaded) of the 100.0 MiB" in refused.message
+    assert (
+        "30.0 MiB" in refused.message
+        and "80.0 MiB (what Triton grew by as each loaded) of the 100.0 MiB" in refused.message
+    )
     assert memory_refusal("m", 30 * MIB, 0, 0, 20 * MIB).message.endswith("the instance has 20.0 MiB available")
     assert memory_refusal("m", 30 * MIB, 0, 0, None) is None  # no limit, no /proc/meminfo: nothing to check
 
@@ -131,23 +136,23 @@ def test_an_unload_waits_for_the_requests_holding_the_model(tmp_path):
     caller.start()
     holding.wait(5)
     store.set_state(store.get("m"), "unloading")
-    with pytest.raises(errors.UnknownModel, match="not loaded \\(it is unloading\\)"):
-        with store.serving("m"):
-            pass
+    with pytest.raises(errors.UnknownModel, match="not loaded \\(it is unloading\\)"), store.serving("m"):
+        pass
     with store.draining("m", timeout_s=5):
         events.append("drained")
     caller.join()
     assert events == ["request done", "drained"]
     store.forget("m")
-    with pytest.raises(errors.UnknownModel, match="'m' is not loaded"):
-        with store.serving("m"):
-            pass
+    with pytest.raises(errors.UnknownModel, match="'m' is not loaded"), store.serving("m"):
+        pass
     assert store.all() == []
 
 
 def test_the_claim_of_a_worker_killed_during_its_load_is_taken_over(tmp_path):
     store = ModelStore(tmp_path).create()
-    dead = multiprocessing.get_context("fork").Process(target=_claim, args=(str(tmp_path), "m", multiprocessing.Queue()))
+    dead = multiprocessing.get_context("fork").Process(
+        target=_claim, args=(str(tmp_path), "m", multiprocessing.Queue())
+    )
     dead.start()
     dead.join(10)
     assert store.get("m").state == "loading" and store.get("m").pid == dead.pid  # its worker is gone
@@ -177,9 +182,19 @@ def test_the_memory_of_a_process_tree_counts_its_descendants(tmp_path):
     import sys
 
     go = tmp_path / "go"
-    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time\n"
-                               f"subprocess.Popen([sys.executable, '-c', {GRANDCHILD!r}, {str(go)!r}], stdout=sys.stdout)\n"
-                               "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import subprocess, sys, time\n"
+                f"subprocess.Popen([sys.executable, '-c', {GRANDCHILD!r}, {str(go)!r}], stdout=sys.stdout)\n"
+                "time.sleep(60)"
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert parent.stdout.readline().strip() == "started"
         before = process_tree_memory(parent.pid)

@@ -31,13 +31,19 @@ def test_tarball_holds_plain_files_at_the_top_level(repo, tmp_path):
     assert all(members[n].mode & 0o444 == 0o444 for n in members)  # readable by the image's non-root user
 
 
-@pytest.mark.parametrize("breakage, message", [
-    (lambda r: (r / "resnet" / "config.pbtxt").unlink(), "resnet: no config.pbtxt"),
-    (lambda r: (r / "yolov5" / "model.toml").unlink(), "yolov5: no model.toml"),
-    (lambda r: (r / "yolov5" / "1" / "model.onnx").unlink(), "yolov5/1: no model.onnx"),
-    (lambda r: (r / "resnet" / "1").rename(r / "resnet" / "v1"), "resnet: no numbered version folder"),
-    (lambda r: (r / "resnet" / "config.pbtxt").write_text('platform: "tensorrt_plan"\n'), "resnet/1: no model.plan"),
-])
+@pytest.mark.parametrize(
+    "breakage, message",
+    [
+        (lambda r: (r / "resnet" / "config.pbtxt").unlink(), "resnet: no config.pbtxt"),
+        (lambda r: (r / "yolov5" / "model.toml").unlink(), "yolov5: no model.toml"),
+        (lambda r: (r / "yolov5" / "1" / "model.onnx").unlink(), "yolov5/1: no model.onnx"),
+        (lambda r: (r / "resnet" / "1").rename(r / "resnet" / "v1"), "resnet: no numbered version folder"),
+        (
+            lambda r: (r / "resnet" / "config.pbtxt").write_text('platform: "tensorrt_plan"\n'),
+            "resnet/1: no model.plan",
+        ),
+    ],
+)
 def test_invalid_repository_is_refused_before_writing(repo, tmp_path, capsys, breakage, message):
     breakage(repo)
     output = tmp_path / "model.tar.gz"
@@ -55,8 +61,16 @@ def test_broken_symlink_is_refused(repo, tmp_path, capsys):
 def test_the_built_test_repository_is_valid(repository, tmp_path):
     files = package_models.validate(repository)
     # the image models' Triton pipelines travel with them, without a model.toml of their own
-    assert {f.parts[0] for f in files} == {"resnet", "yolov5", "bert_base", "resnet_preprocess", "resnet_pipeline",
-                                           "yolov5_preprocess", "yolov5_postprocess", "yolov5_pipeline"}
+    assert {f.parts[0] for f in files} == {
+        "resnet",
+        "yolov5",
+        "bert_base",
+        "resnet_preprocess",
+        "resnet_pipeline",
+        "yolov5_preprocess",
+        "yolov5_postprocess",
+        "yolov5_pipeline",
+    }
     output = tmp_path / "model.tar.gz"
     # bert_base's 0.4 GB of random weights would take most of a minute to gzip, and add nothing here
     images = [f for f in files if f.parts[0] != "bert_base"]
@@ -82,8 +96,21 @@ def test_upload_to_s3(repo, tmp_path, monkeypatch, capsys):
     with mock_aws():
         s3 = boto3.client("s3", region_name="us-east-1")
         s3.create_bucket(Bucket="models-bucket")
-        assert package_models.main(["--repository", str(repo), "--output", str(output), "--region", "us-east-1",
-                                    "--upload", "s3://models-bucket/multi-model/"]) == 0
+        assert (
+            package_models.main(
+                [
+                    "--repository",
+                    str(repo),
+                    "--output",
+                    str(output),
+                    "--region",
+                    "us-east-1",
+                    "--upload",
+                    "s3://models-bucket/multi-model/",
+                ]
+            )
+            == 0
+        )
         head = s3.head_object(Bucket="models-bucket", Key="multi-model/model.tar.gz")
     assert head["ContentLength"] == output.stat().st_size
     assert "ModelDataUrl: s3://models-bucket/multi-model/model.tar.gz" in capsys.readouterr().out

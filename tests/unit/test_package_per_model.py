@@ -74,8 +74,12 @@ def test_the_groups_follow_app_pipeline_names(repository):
     groups = package_models.per_model(repository, package_models.validate(repository, plain=True))
     assert set(groups) == {"resnet", "yolov5", "bert_base"}
     folders = {name: {f.parts[0] for f in files} for name, files in groups.items()}
-    assert folders["yolov5"] == {"yolov5", preprocess_model("yolov5"), postprocess_model("yolov5"),
-                                 ensemble_model("yolov5")}
+    assert folders["yolov5"] == {
+        "yolov5",
+        preprocess_model("yolov5"),
+        postprocess_model("yolov5"),
+        ensemble_model("yolov5"),
+    }
     assert folders["bert_base"] == {"bert_base"}  # a text model has no Triton pipeline
 
 
@@ -96,8 +100,12 @@ def test_upload_puts_each_archive_under_the_prefix(aws, repo, tmp_path, capsys):
     out = tmp_path / "archives"
     s3 = boto3.client("s3", region_name=REGION)
     s3.create_bucket(Bucket="models-bucket")
-    assert package_models.main(["--repository", str(repo), "--per-model", "--output", str(out),
-                                "--upload", "s3://models-bucket/mme"]) == 0
+    assert (
+        package_models.main(
+            ["--repository", str(repo), "--per-model", "--output", str(out), "--upload", "s3://models-bucket/mme"]
+        )
+        == 0
+    )
     sizes = {o["Key"]: o["Size"] for o in s3.list_objects_v2(Bucket="models-bucket")["Contents"]}
     assert sizes == {f"mme/{p.name}": p.stat().st_size for p in out.iterdir()}
     captured = capsys.readouterr()

@@ -68,10 +68,15 @@ some_future_field { x: 1.5e3 y: TYPE_FP32 z: "a\\"b" }
     assert [i.string("name") for i in config.messages("input")] == ["name", "b"]
     assert next(config.messages("some_future_field")).string("z") == 'a"b'
     renamed = pbtxt.rename(text, {"net": "p--net", "pre": "p--pre", "net_core": "p--net_core", "name": "never"})
-    assert renamed == (text.replace("name:'net'", 'name:"p--net"').replace('"pre"', '"p--pre"')
-                       .replace('model_name: "net_core"', 'model_name: "p--net_core"')
-                       .replace('key: "source_model", value: { string_value: "net_core"',
-                                'key: "source_model", value: { string_value: "p--net_core"'))
+    assert renamed == (
+        text.replace("name:'net'", 'name:"p--net"')
+        .replace('"pre"', '"p--pre"')
+        .replace('model_name: "net_core"', 'model_name: "p--net_core"')
+        .replace(
+            'key: "source_model", value: { string_value: "net_core"',
+            'key: "source_model", value: { string_value: "p--net_core"',
+        )
+    )
     assert 'key: "other" value { string_value: "net_core" }' in renamed  # not a model parameter: kept
 
 
@@ -80,12 +85,15 @@ def test_a_config_without_a_top_level_name_is_not_named_by_its_tensors():
     assert config.string("name") is None
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ('name: "a"\ninput { name: "x"\n', "not closed"),
-    ('name "a"', "expected ':' or a message"),
-    ('name: "a" }', "expected a field name"),
-    ('name: "a\n"', "unexpected"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ('name: "a"\ninput { name: "x"\n', "not closed"),
+        ('name "a"', "expected ':' or a message"),
+        ('name: "a" }', "expected a field name"),
+        ('name: "a\n"', "unexpected"),
+    ],
+)
 def test_text_that_is_not_protobuf_text_format_is_refused_with_where(text, fragment):
     with pytest.raises(pbtxt.PbtxtError, match=fragment):
         pbtxt.parse(text)

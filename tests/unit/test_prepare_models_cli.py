@@ -22,15 +22,23 @@ def test_help_runs_as_a_module_from_any_folder(elsewhere, tmp_path):
     """``python -m scripts.model_prep --help`` in the project, and from another folder with the
     project on the path (as installed)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)} if elsewhere else None
-    result = subprocess.run([sys.executable, "-m", "scripts.model_prep", "--help"], cwd=tmp_path if elsewhere else ROOT,
-                            env=env, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "scripts.model_prep", "--help"],
+        cwd=tmp_path if elsewhere else ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0
     assert "--target" in result.stdout and "--weights-file" in result.stdout
 
 
 def test_per_model_values():
     assert prepare_options.per_model(["4", "resnet=16", "bert_base=2", "8"], "--max-batch-size") == {
-        "*": 8, "resnet": 16, "bert_base": 2,
+        "*": 8,
+        "resnet": 16,
+        "bert_base": 2,
     }
 
 

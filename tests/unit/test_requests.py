@@ -41,18 +41,21 @@ def test_envelope():
     assert (call.client.name, call.payload, call.version, call.label) == ("resnet", {"img": "eA=="}, "2", None)
 
 
-@pytest.mark.parametrize(("body", "error", "fragment"), [
-    (b'{"modelname": "resnet"}', InvalidInput, "payload is missing"),
-    (b'{"modelname": "resnet", "payload": []}', InvalidInput, "payload must be a JSON object"),
-    (b'{"modelname": "resnet", "version": "0", "payload": {}}', InvalidInput, "positive integer version"),
-    (b'{"modelname": "nope", "payload": {}}', UnknownModel, "'nope'"),
-    (b'{"payload": {}}', UnknownModel, "modelname is missing; served models: bert_base, resnet"),
-    (b'{"modelname": 5, "payload": {}}', InvalidInput, "modelname must be a string, got int"),
-    (b'[1, 2]', InvalidJson, "must be a JSON object, not list"),
-    (b'{"a": NaN}', InvalidJson, "NaN is not a JSON number"),
-    (b'{"a": "\\ud800"}', InvalidJson, "lone UTF-16 surrogate"),
-    (b'{"a": ', InvalidJson, "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    ("body", "error", "fragment"),
+    [
+        (b'{"modelname": "resnet"}', InvalidInput, "payload is missing"),
+        (b'{"modelname": "resnet", "payload": []}', InvalidInput, "payload must be a JSON object"),
+        (b'{"modelname": "resnet", "version": "0", "payload": {}}', InvalidInput, "positive integer version"),
+        (b'{"modelname": "nope", "payload": {}}', UnknownModel, "'nope'"),
+        (b'{"payload": {}}', UnknownModel, "modelname is missing; served models: bert_base, resnet"),
+        (b'{"modelname": 5, "payload": {}}', InvalidInput, "modelname must be a string, got int"),
+        (b"[1, 2]", InvalidJson, "must be a JSON object, not list"),
+        (b'{"a": NaN}', InvalidJson, "NaN is not a JSON number"),
+        (b'{"a": "\\ud800"}', InvalidJson, "lone UTF-16 surrogate"),
+        (b'{"a": ', InvalidJson, "not valid JSON"),
+    ],
+)
 def test_envelope_errors(body, error, fragment):
     with pytest.raises(error) as raised:
         parse_invocation(Request(body), lookup)
@@ -60,7 +63,7 @@ def test_envelope_errors(body, error, fragment):
 
 
 def test_parse_json_object_keeps_what_json_allows():
-    assert parse_json_object('{"a": [1.5, null, "\\u00e9\\ud83d\\ude00"]}'.encode()) == {"a": [1.5, None, "é😀"]}
+    assert parse_json_object(b'{"a": [1.5, null, "\\u00e9\\ud83d\\ude00"]}') == {"a": [1.5, None, "é😀"]}
     with pytest.raises(InvalidJson, match="nested too deeply"):
         parse_json_object(b"[" * 100000)
 
@@ -87,24 +90,34 @@ def test_raw_bodies_as_they_reach_the_client():
 
 
 def test_raw_text_with_options_from_the_header():
-    request = Request("Paris is the [MASK].".encode(), "text/plain", {"charset": "UTF-8"},
-                      "modelname=bert_base, topk=7, version=3, other")
+    request = Request(
+        b"Paris is the [MASK].", "text/plain", {"charset": "UTF-8"}, "modelname=bert_base, topk=7, version=3, other"
+    )
     call = parse_invocation(request, lookup)
     assert call.payload == {"text": "Paris is the [MASK].", "topk": 7}
     assert (call.version, call.label) == ("3", "the body")
 
 
-@pytest.mark.parametrize(("request_", "error", "fragment"), [
-    (Request(b"x", "text/plain", {"charset": "latin-1"}, "modelname=bert_base"), UnsupportedMediaType,
-     "must be UTF-8, not latin-1"),
-    (Request(b"\xff", "text/plain", {}, "modelname=bert_base"), InvalidInput, "not valid UTF-8"),
-    (Request(b"", "image/jpeg", {}, "modelname=resnet"), InvalidInput, "the body is empty"),
-    (Request(b"x", "image/png", {}, "modelname=resnet"), UnsupportedMediaType, "does not take image/png"),
-    (Request(b"x", "text/plain", {}, "modelname=bert_base,topk=11"), InvalidInput, "topk must be between"),
-    (Request(b"x", "text/plain", {}, "modelname=bert_base,version=v2"), InvalidInput,
-     "X-Amzn-SageMaker-Custom-Attributes version must be a positive integer"),
-    (Request(b"x", "image/jpeg", {}, "topk=2"), UnknownModel, "modelname is missing"),
-])
+@pytest.mark.parametrize(
+    ("request_", "error", "fragment"),
+    [
+        (
+            Request(b"x", "text/plain", {"charset": "latin-1"}, "modelname=bert_base"),
+            UnsupportedMediaType,
+            "must be UTF-8, not latin-1",
+        ),
+        (Request(b"\xff", "text/plain", {}, "modelname=bert_base"), InvalidInput, "not valid UTF-8"),
+        (Request(b"", "image/jpeg", {}, "modelname=resnet"), InvalidInput, "the body is empty"),
+        (Request(b"x", "image/png", {}, "modelname=resnet"), UnsupportedMediaType, "does not take image/png"),
+        (Request(b"x", "text/plain", {}, "modelname=bert_base,topk=11"), InvalidInput, "topk must be between"),
+        (
+            Request(b"x", "text/plain", {}, "modelname=bert_base,version=v2"),
+            InvalidInput,
+            "X-Amzn-SageMaker-Custom-Attributes version must be a positive integer",
+        ),
+        (Request(b"x", "image/jpeg", {}, "topk=2"), UnknownModel, "modelname is missing"),
+    ],
+)
 def test_raw_errors(request_, error, fragment):
     with pytest.raises(error) as raised:
         parse_invocation(request_, lookup)
@@ -117,4 +130,3 @@ def test_custom_attributes_and_versions():
     for bad in (True, 0, "01", "1.5", -1):
         with pytest.raises(InvalidInput):
             parse_version(bad, "v")
-

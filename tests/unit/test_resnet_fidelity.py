@@ -86,9 +86,11 @@ def test_preprocessing_and_top5_equal_torchvision(client, name):
     result, _ = client.inference({"img": base64.b64encode(data).decode(), "topk": 5})
     served = [c["index"] for c in result]
     path = "fast" if client.fast_path else "exact"
-    print(f"{name} ({path}): {Image.open(io.BytesIO(data)).size} max|ours - torchvision| = {max_diff:g} "
-          f"(mean {levels.mean():.2f}, max {levels.max():.1f} levels); "
-          f"top-5 ours {top5[0]} torchvision {top5[1]} served {served} "
-          f"scores {[round(c['score'], 6) for c in result]}")
+    print(
+        f"{name} ({path}): {Image.open(io.BytesIO(data)).size} max|ours - torchvision| = {max_diff:g} "
+        f"(mean {levels.mean():.2f}, max {levels.max():.1f} levels); "
+        f"top-5 ours {top5[0]} torchvision {top5[1]} served {served} "
+        f"scores {[round(c['score'], 6) for c in result]}"
+    )
     assert top5[0] == top5[1] == served
     np.testing.assert_allclose([c["score"] for c in result], scores[0][:5], rtol=0, atol=1e-6)

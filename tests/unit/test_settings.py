@@ -41,12 +41,15 @@ def test_set_variables_override_and_blank_ones_keep_the_default():
     assert Settings.from_env({**env, settings_module.TRITON_GRPC_URL: "triton:8001"}).triton_grpc_url == "triton:8001"
 
 
-@pytest.mark.parametrize("variable, value, message", [
-    (settings_module.WORKERS, "0", "MODEL_SERVER_WORKERS=0 is below its minimum 1"),
-    (settings_module.WORKERS, "two", "MODEL_SERVER_WORKERS='two' is not an integer"),
-    (settings_module.TRITON_TIMEOUT, "-1", "TRITON_TIMEOUT_S=-1.0 must be positive"),
-    (settings_module.TRITON_TIMEOUT, "soon", "TRITON_TIMEOUT_S='soon' is not a number"),
-])
+@pytest.mark.parametrize(
+    "variable, value, message",
+    [
+        (settings_module.WORKERS, "0", "MODEL_SERVER_WORKERS=0 is below its minimum 1"),
+        (settings_module.WORKERS, "two", "MODEL_SERVER_WORKERS='two' is not an integer"),
+        (settings_module.TRITON_TIMEOUT, "-1", "TRITON_TIMEOUT_S=-1.0 must be positive"),
+        (settings_module.TRITON_TIMEOUT, "soon", "TRITON_TIMEOUT_S='soon' is not a number"),
+    ],
+)
 def test_a_bad_value_is_named_with_its_variable(variable, value, message):
     with pytest.raises(ValueError, match=message):
         Settings.from_env({variable: value})

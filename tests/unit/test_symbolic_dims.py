@@ -32,12 +32,18 @@ def tiny_detector(path: Path, output_dims: list, input_dims: list = INPUT_DIMS, 
         numpy_helper.from_array(np.array([85], np.int64), "ends"),
         numpy_helper.from_array(np.array([2], np.int64), "axes"),
     ]
-    nodes = [helper.make_node("Reshape", ["images", "shape"], ["rows"]),
-             helper.make_node("Slice", ["rows", "starts", "ends", "axes"], ["output"])]
+    nodes = [
+        helper.make_node("Reshape", ["images", "shape"], ["rows"]),
+        helper.make_node("Slice", ["rows", "starts", "ends", "axes"], ["output"]),
+    ]
     graph = helper.make_graph(
-        nodes, "tiny_detector",
-        [helper.make_tensor_value_info("images", TensorProto.FLOAT,
-                                       ["batch", 3, "height", "width"] if dynamic_size else input_dims)],
+        nodes,
+        "tiny_detector",
+        [
+            helper.make_tensor_value_info(
+                "images", TensorProto.FLOAT, ["batch", 3, "height", "width"] if dynamic_size else input_dims
+            )
+        ],
         [helper.make_tensor_value_info("output", TensorProto.FLOAT, output_dims)],
         initializers,
     )
@@ -74,15 +80,18 @@ def declared_dims(path: Path) -> list:
     return [d.dim_param or d.dim_value for d in onnx.load(str(path)).graph.output[0].type.tensor_type.shape.dim]
 
 
-@pytest.mark.parametrize("output_dims", [
-    [-1, -1, -1],
-    ["batch", "anchors", "85"],  # named dims (dim_param) are symbolic too, whatever their names say
-    [None, None, None],  # dims with neither a value nor a name
-    ["batch", -1, 85],  # partly symbolic
-], ids=["minus-one", "named", "unset", "mixed"])
+@pytest.mark.parametrize(
+    "output_dims",
+    [
+        [-1, -1, -1],
+        ["batch", "anchors", "85"],  # named dims (dim_param) are symbolic too, whatever their names say
+        [None, None, None],  # dims with neither a value nor a name
+        ["batch", -1, 85],  # partly symbolic
+    ],
+    ids=["minus-one", "named", "unset", "mixed"],
+)
 @pytest.mark.parametrize("dynamic_size", [False, True], ids=["fixed-size", "dynamic-size"])
-def test_symbolic_output_dims_are_accepted_when_onnx_runtime_gives_the_spec_shape(tmp_path, output_dims,
-                                                                                  dynamic_size):
+def test_symbolic_output_dims_are_accepted_when_onnx_runtime_gives_the_spec_shape(tmp_path, output_dims, dynamic_size):
     spec = detector_spec(tmp_path / "tiny", [12, 85])
     path = tiny_detector(spec.folder / "model.onnx", output_dims, dynamic_size=dynamic_size)
     original = path.read_bytes()
@@ -98,10 +107,11 @@ def test_symbolic_output_dims_are_accepted_when_onnx_runtime_gives_the_spec_shap
     assert graph_tensors(result.path)[0] == graph_tensors(path)[0]  # inputs as they were (-1 matches there)
     assert result.sha256 == onnx_export.sha256_of(result.path)
     pixels = np.random.default_rng(0).uniform(0, 1, (3, 3, 64, 64)).astype(np.float32)
-    served, = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"]).run(None, {"images": pixels})
-    given, = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"images": pixels})
+    (served,) = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"]).run(None, {"images": pixels})
+    (given,) = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"images": pixels})
     assert served.shape == (3, 12, 85)
     np.testing.assert_array_equal(served, given)
+
     # what Triton's onnxruntime backend compares with config.pbtxt's dims (exactly, for outputs)
     def session_dims(onnx_path: Path) -> list:
         return ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"]).get_outputs()[0].shape
@@ -138,15 +148,29 @@ def test_symbolic_dims_that_onnx_runtime_contradicts_are_refused(tmp_path, dynam
     assert not (tmp_path / "cache").exists()
 
 
-@pytest.mark.parametrize(("output_dims", "problem"), [
-    ([-1, -1], "output output: rank differs: graph 2 dims, model.toml 3 (batch axis included) "
-               "(graph has output FP32 [-1, -1], model.toml says output FP32 [-1, 12, 85])"),
-    ([-1, -1, -1, -1], "output output: rank differs: graph 4 dims, model.toml 3"),
-    ([-1, 10, 85], "output output: dims differ at dim 1 (graph has output FP32 [-1, 10, 85], "
-                   "model.toml says output FP32 [-1, 12, 85])"),
-    (["batch", "anchors", 80], "output output: dims differ at dim 2"),
-    ([2, -1, -1], "output output: the batch axis (dim 0) is fixed at 2; it must be dynamic"),
-], ids=["rank-2", "rank-4", "concrete-dim", "concrete-dim-beside-names", "fixed-batch"])
+@pytest.mark.parametrize(
+    ("output_dims", "problem"),
+    [
+        (
+            [-1, -1],
+            (
+                "output output: rank differs: graph 2 dims, model.toml 3 (batch axis included) "
+                "(graph has output FP32 [-1, -1], model.toml says output FP32 [-1, 12, 85])"
+            ),
+        ),
+        ([-1, -1, -1, -1], "output output: rank differs: graph 4 dims, model.toml 3"),
+        (
+            [-1, 10, 85],
+            (
+                "output output: dims differ at dim 1 (graph has output FP32 [-1, 10, 85], "
+                "model.toml says output FP32 [-1, 12, 85])"
+            ),
+        ),
+        (["batch", "anchors", 80], "output output: dims differ at dim 2"),
+        ([2, -1, -1], "output output: the batch axis (dim 0) is fixed at 2; it must be dynamic"),
+    ],
+    ids=["rank-2", "rank-4", "concrete-dim", "concrete-dim-beside-names", "fixed-batch"],
+)
 def test_declared_dims_that_contradict_model_toml_are_refused(tmp_path, output_dims, problem):
     spec = detector_spec(tmp_path / "tiny", [12, 85])
     path = tiny_detector(spec.folder / "model.onnx", output_dims)
@@ -163,14 +187,17 @@ def test_names_and_dtypes_must_still_agree(tmp_path):
     model.graph.output[0].type.tensor_type.elem_type = TensorProto.FLOAT16
     onnx.save(model, str(tmp_path / "fp16.onnx"))
     assert graph_mismatches(tmp_path / "fp16.onnx", spec) == [
-        "output output: dtype differs (graph has output FP16 [-1, -1, -1], model.toml says output FP32 [-1, 12, 85])"]
+        "output output: dtype differs (graph has output FP16 [-1, -1, -1], model.toml says output FP32 [-1, 12, 85])"
+    ]
 
     renamed = detector_spec(tmp_path / "renamed", [12, 85])
-    (renamed.folder / "model.toml").write_text((renamed.folder / "model.toml").read_text().replace(
-        'name = "output"', 'name = "boxes"'))
+    (renamed.folder / "model.toml").write_text(
+        (renamed.folder / "model.toml").read_text().replace('name = "output"', 'name = "boxes"')
+    )
     renamed = load_spec(renamed.folder)
     assert graph_mismatches(path, renamed) == [
-        "outputs: graph has output FP32 [-1, -1, -1], model.toml says boxes FP32 [-1, 12, 85]"]
+        "outputs: graph has output FP32 [-1, -1, -1], model.toml says boxes FP32 [-1, 12, 85]"
+    ]
 
 
 def test_exact_matching_still_refuses_symbolic_dims(tmp_path):
@@ -179,8 +206,11 @@ def test_exact_matching_still_refuses_symbolic_dims(tmp_path):
     spec = detector_spec(tmp_path / "tiny", [12, 85])
     path = tiny_detector(spec.folder / "model.onnx", [-1, -1, -1])
     assert graph_mismatches(path, spec, exact=True) == [
-        "output output: dims differ at dim 1, dim 2 (graph has output FP32 [-1, -1, -1], "
-        "model.toml says output FP32 [-1, 12, 85])"]
+        (
+            "output output: dims differ at dim 1, dim 2 (graph has output FP32 [-1, -1, -1], "
+            "model.toml says output FP32 [-1, 12, 85])"
+        )
+    ]
 
     folder = tmp_path / "export"
     folder.mkdir()

@@ -17,9 +17,23 @@ MISSING = missing_requirements()
 @pytest.mark.skipif(MISSING is None, reason="TensorRT and a GPU are present: the engine is built instead")
 def test_without_tensorrt_or_gpu_it_exits_with_one_line_and_no_plan(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "scripts.model_prep",
-         "--target", "tensorrt", "--weights", "random", "--models", "resnet", "--repository", str(tmp_path)],
-        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "scripts.model_prep",
+            "--target",
+            "tensorrt",
+            "--weights",
+            "random",
+            "--models",
+            "resnet",
+            "--repository",
+            str(tmp_path),
+        ],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
@@ -30,8 +44,18 @@ def test_without_tensorrt_or_gpu_it_exits_with_one_line_and_no_plan(tmp_path):
 
 @pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 def test_engine_is_built_and_loads(tmp_path):
-    argv = ["--target", "tensorrt", "--weights", "random", "--models", "resnet",
-            "--max-batch-size", "2", "--repository", str(tmp_path)]
+    argv = [
+        "--target",
+        "tensorrt",
+        "--weights",
+        "random",
+        "--models",
+        "resnet",
+        "--max-batch-size",
+        "2",
+        "--repository",
+        str(tmp_path),
+    ]
     assert prepare_models.main(argv) == 0
     engine = load_engine(tmp_path / "resnet" / "1" / "model.plan")
     assert engine is not None

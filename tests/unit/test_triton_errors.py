@@ -7,6 +7,7 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import ClassVar
 
 import grpc
 import numpy as np
@@ -42,38 +43,71 @@ class FakeRpcError(grpc.RpcError):
         return self._details
 
 
-@pytest.mark.parametrize("error, version, expected, fragment", [
-    (server_error("DEADLINE_EXCEEDED", "Deadline Exceeded"), None, InferenceTimeout, "within 30 s"),
-    (server_error("UNAVAILABLE", "failed to connect to all addresses; last error: UNKNOWN: "
-                                 "ipv4:127.0.0.1:8001: Failed to connect to remote host: Connection refused"),
-     None, TritonUnavailable, "Connection refused"),
-    (server_error("UNAVAILABLE", "Socket closed"), None, TritonUnavailable, "Socket closed"),
-    (server_error("CANCELLED", "Cancelled"), None, TritonUnavailable, "Cancelled"),
-    (server_error("UNAVAILABLE", "Request for unknown model: 'resnet' version 1 is not at ready state"), None,
-     ModelNotReady, "not at ready state"),
-    (server_error("UNAVAILABLE", "Request for unknown model: 'resnet' version 1 is not at ready state"), "1",
-     ModelNotReady, "'resnet'"),
-    (server_error("NOT_FOUND", "Request for unknown model: 'resnet' is not found"), None, ModelNotReady,
-     "'resnet' is not ready"),
-    (server_error("NOT_FOUND", "Request for unknown model: 'resnet' has no available versions"), None,
-     ModelNotReady, "no available versions"),
-    (server_error("NOT_FOUND", "Request for unknown model: 'resnet' version 7 is not found"), "7", InvalidInput,
-     "version '7' of model 'resnet' is not served"),
-    (FakeRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"), None, InferenceTimeout, "resnet"),
-    (FakeRpcError(grpc.StatusCode.UNAVAILABLE, "failed to connect"), None, TritonUnavailable, "failed to connect"),
-])
+@pytest.mark.parametrize(
+    "error, version, expected, fragment",
+    [
+        (server_error("DEADLINE_EXCEEDED", "Deadline Exceeded"), None, InferenceTimeout, "within 30 s"),
+        (
+            server_error(
+                "UNAVAILABLE",
+                "failed to connect to all addresses; last error: UNKNOWN: "
+                "ipv4:127.0.0.1:8001: Failed to connect to remote host: Connection refused",
+            ),
+            None,
+            TritonUnavailable,
+            "Connection refused",
+        ),
+        (server_error("UNAVAILABLE", "Socket closed"), None, TritonUnavailable, "Socket closed"),
+        (server_error("CANCELLED", "Cancelled"), None, TritonUnavailable, "Cancelled"),
+        (
+            server_error("UNAVAILABLE", "Request for unknown model: 'resnet' version 1 is not at ready state"),
+            None,
+            ModelNotReady,
+            "not at ready state",
+        ),
+        (
+            server_error("UNAVAILABLE", "Request for unknown model: 'resnet' version 1 is not at ready state"),
+            "1",
+            ModelNotReady,
+            "'resnet'",
+        ),
+        (
+            server_error("NOT_FOUND", "Request for unknown model: 'resnet' is not found"),
+            None,
+            ModelNotReady,
+            "'resnet' is not ready",
+        ),
+        (
+            server_error("NOT_FOUND", "Request for unknown model: 'resnet' has no available versions"),
+            None,
+            ModelNotReady,
+            "no available versions",
+        ),
+        (
+            server_error("NOT_FOUND", "Request for unknown model: 'resnet' version 7 is not found"),
+            "7",
+            InvalidInput,
+            "version '7' of model 'resnet' is not served",
+        ),
+        (FakeRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"), None, InferenceTimeout, "resnet"),
+        (FakeRpcError(grpc.StatusCode.UNAVAILABLE, "failed to connect"), None, TritonUnavailable, "failed to connect"),
+    ],
+)
 def test_translation(error, version, expected, fragment):
     translated = translate_error(error, "resnet", version, 30.0)
     assert type(translated) is expected
     assert fragment in translated.message
 
 
-@pytest.mark.parametrize("error", [
-    server_error("INVALID_ARGUMENT", "inference request batch-size must be <= 8"),
-    server_error("INTERNAL", "onnx runtime error"),
-    InferenceServerException(msg="unsupported datatype"),
-    FakeRpcError(grpc.StatusCode.UNKNOWN, "boom"),
-])
+@pytest.mark.parametrize(
+    "error",
+    [
+        server_error("INVALID_ARGUMENT", "inference request batch-size must be <= 8"),
+        server_error("INTERNAL", "onnx runtime error"),
+        InferenceServerException(msg="unsupported datatype"),
+        FakeRpcError(grpc.StatusCode.UNKNOWN, "boom"),
+    ],
+)
 def test_bugs_are_not_translated(error):
     assert translate_error(error, "resnet") is None
 
@@ -161,8 +195,14 @@ def test_model_states_prefers_a_ready_version(monkeypatch):
     class Grpc:
         def get_model_repository_index(self, client_timeout):
             assert client_timeout == 0.5
-            return Index([("resnet", "1", "UNAVAILABLE"), ("resnet", "2", "READY"), ("bert_base", "", ""),
-                          ("yolov5", "1", "LOADING")])
+            return Index(
+                [
+                    ("resnet", "1", "UNAVAILABLE"),
+                    ("resnet", "2", "READY"),
+                    ("bert_base", "", ""),
+                    ("yolov5", "1", "LOADING"),
+                ]
+            )
 
     monkeypatch.setattr(client, "_grpc", lambda: Grpc())
     assert client.model_states() == {"resnet": "READY", "bert_base": "UNAVAILABLE", "yolov5": "LOADING"}
@@ -208,11 +248,17 @@ def test_real_channel_refused_and_hanging():
 
 
 def test_a_connection_that_times_out_is_a_timeout_not_a_missing_triton():
-    hung = server_error("UNAVAILABLE", "failed to connect to all addresses; last error: UNKNOWN: "
-                        "ipv4:127.0.0.1:8001: connection attempt timed out before receiving SETTINGS frame")
+    hung = server_error(
+        "UNAVAILABLE",
+        "failed to connect to all addresses; last error: UNKNOWN: "
+        "ipv4:127.0.0.1:8001: connection attempt timed out before receiving SETTINGS frame",
+    )
     assert isinstance(translate_error(hung, "yolov5"), InferenceTimeout)
-    refused = server_error("UNAVAILABLE", "failed to connect to all addresses; last error: UNKNOWN: "
-                           "ipv4:127.0.0.1:8001: Failed to connect to remote host: Connection refused")
+    refused = server_error(
+        "UNAVAILABLE",
+        "failed to connect to all addresses; last error: UNKNOWN: "
+        "ipv4:127.0.0.1:8001: Failed to connect to remote host: Connection refused",
+    )
     assert isinstance(translate_error(refused, "yolov5"), TritonUnavailable)
 
 
@@ -227,9 +273,9 @@ def test_kserve_refusals_become_the_routers_errors():
 class _Repository(BaseHTTPRequestHandler):
     """Triton's repository endpoint, answering every load with the message it is given."""
 
-    answers: dict[str, tuple[int, str]] = {}
+    answers: ClassVar[dict[str, tuple[int, str]]] = {}
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         status, message = self.answers.get(self.path, (200, ""))
         body = json.dumps({"error": message} if status != 200 else {}).encode()
@@ -243,12 +289,21 @@ class _Repository(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.mark.parametrize(("message", "expected", "status"), [
-    ("load failed for model 'big': version 1 is at UNAVAILABLE state: Internal: onnx runtime error 6: "
-     "Exception during initialization: bad_alloc", InsufficientMemory, 507),
-    ("failed to load 'big': CUDA out of memory. Tried to allocate 2.00 GiB", InsufficientMemory, 507),
-    ("failed to load 'big', failed to poll from model repository", InvalidInput, 400),
-])
+@pytest.mark.parametrize(
+    ("message", "expected", "status"),
+    [
+        (
+            (
+                "load failed for model 'big': version 1 is at UNAVAILABLE state: Internal: onnx runtime error 6: "
+                "Exception during initialization: bad_alloc"
+            ),
+            InsufficientMemory,
+            507,
+        ),
+        ("failed to load 'big': CUDA out of memory. Tried to allocate 2.00 GiB", InsufficientMemory, 507),
+        ("failed to load 'big', failed to poll from model repository", InvalidInput, 400),
+    ],
+)
 def test_a_failed_load_for_want_of_memory_is_a_507(message, expected, status):
     _Repository.answers = {"/v2/repository/models/big/load": (400, message)}
     server = HTTPServer(("127.0.0.1", 0), _Repository)

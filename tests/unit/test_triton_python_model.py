@@ -46,8 +46,11 @@ def test_an_output_with_the_wrong_batch_is_an_error():
 
 @pytest.mark.parametrize(
     ("config", "threads"),
-    [({}, 0), ({"parameters": {"ort_intra_op_threads": {"string_value": "3"}}}, 3),
-     ({"parameters": {"ort_intra_op_threads": {"string_value": ""}}}, 0)],
+    [
+        ({}, 0),
+        ({"parameters": {"ort_intra_op_threads": {"string_value": "3"}}}, 3),
+        ({"parameters": {"ort_intra_op_threads": {"string_value": ""}}}, 0),
+    ],
 )
 def test_intra_op_threads_come_from_the_config(config, threads):
     assert backend.intra_op_threads(config) == threads
@@ -61,6 +64,7 @@ class _FakeUtils:
 
         def __init__(self, message, code="INTERNAL"):
             super().__init__(message=message, code=code)
+
     Tensor = staticmethod(lambda name, array: SimpleNamespace(name=name, array=array))
 
     @staticmethod

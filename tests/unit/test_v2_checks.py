@@ -16,27 +16,47 @@ from clients.kserve import refusal
 from clients.v2_checks import BINARY_JSON_TYPE, ModelContract, check_request
 
 MAX = 6 * 2**20
-BERT = ModelContract.from_config("bert_base", {
-    "name": "bert_base", "max_batch_size": 8,
-    "input": [{"name": "input_ids", "data_type": "TYPE_INT64", "dims": [128]},
-              {"name": "attention_mask", "data_type": "TYPE_INT64", "dims": [128]}],
-    "output": [{"name": "scores", "data_type": "TYPE_FP32", "dims": [128, 50]},
-               {"name": "pooled", "data_type": "TYPE_FP32", "dims": [768]}],
-})
-PREPROCESS = ModelContract.from_config("preprocess", {
-    "name": "preprocess", "max_batch_size": 16,
-    "input": [{"name": "image", "data_type": "TYPE_UINT8", "dims": [-1]},
-              {"name": "size", "data_type": "TYPE_INT64", "dims": [1]},
-              {"name": "mean", "data_type": "TYPE_FP32", "dims": [3], "optional": True}],
-    "output": [{"name": "pixels", "data_type": "TYPE_FP32", "dims": [3, 224, 224]}],
-})
-TAGGER = ModelContract.from_config("tagger", {  # no batching: shapes are the dims as they are
-    "name": "tagger", "max_batch_size": 0,
-    "input": [{"name": "text", "data_type": "TYPE_STRING", "dims": [-1]},
-              {"name": "scale", "data_type": "TYPE_FP16", "dims": [2], "optional": True},
-              {"name": "shift", "data_type": "TYPE_INT8", "dims": [1], "optional": True}],
-    "output": [{"name": "tags", "data_type": "TYPE_INT64", "dims": [-1]}],
-})
+BERT = ModelContract.from_config(
+    "bert_base",
+    {
+        "name": "bert_base",
+        "max_batch_size": 8,
+        "input": [
+            {"name": "input_ids", "data_type": "TYPE_INT64", "dims": [128]},
+            {"name": "attention_mask", "data_type": "TYPE_INT64", "dims": [128]},
+        ],
+        "output": [
+            {"name": "scores", "data_type": "TYPE_FP32", "dims": [128, 50]},
+            {"name": "pooled", "data_type": "TYPE_FP32", "dims": [768]},
+        ],
+    },
+)
+PREPROCESS = ModelContract.from_config(
+    "preprocess",
+    {
+        "name": "preprocess",
+        "max_batch_size": 16,
+        "input": [
+            {"name": "image", "data_type": "TYPE_UINT8", "dims": [-1]},
+            {"name": "size", "data_type": "TYPE_INT64", "dims": [1]},
+            {"name": "mean", "data_type": "TYPE_FP32", "dims": [3], "optional": True},
+        ],
+        "output": [{"name": "pixels", "data_type": "TYPE_FP32", "dims": [3, 224, 224]}],
+    },
+)
+TAGGER = ModelContract.from_config(
+    "tagger",
+    {  # no batching: shapes are the dims as they are
+        "name": "tagger",
+        "max_batch_size": 0,
+        "input": [
+            {"name": "text", "data_type": "TYPE_STRING", "dims": [-1]},
+            {"name": "scale", "data_type": "TYPE_FP16", "dims": [2], "optional": True},
+            {"name": "shift", "data_type": "TYPE_INT8", "dims": [1], "optional": True},
+        ],
+        "output": [{"name": "tags", "data_type": "TYPE_INT64", "dims": [-1]}],
+    },
+)
 PREPROCESS_PBTXT = """
 name: "preprocess"
 max_batch_size: 16
@@ -76,7 +96,8 @@ def strings(*items):
 def v2_body(inputs, outputs=()):
     """(header, binary) as tritonclient lays a binary+json body out."""
     body, json_size = triton.InferenceServerClient.generate_request_body(
-        inputs, outputs=[triton.InferRequestedOutput(name, binary_data=True) for name in outputs] or None)
+        inputs, outputs=[triton.InferRequestedOutput(name, binary_data=True) for name in outputs] or None
+    )
     json_size = json_size or len(body)
     return json.loads(body[:json_size]), memoryview(body)[json_size:]
 
@@ -114,15 +135,20 @@ def test_good_requests_pass():
 
 def test_good_binary_requests_pass():
     batch = np.arange(256, dtype=np.int64).reshape(2, 128)
-    header, binary = v2_body([infer_input("input_ids", batch, "INT64"), infer_input("attention_mask", batch, "INT64")],
-                             ["scores", "pooled"])
+    header, binary = v2_body(
+        [infer_input("input_ids", batch, "INT64"), infer_input("attention_mask", batch, "INT64")], ["scores", "pooled"]
+    )
     check_request(header, BERT, binary, MAX)
-    images = [infer_input("image", np.zeros((2, 1000), np.uint8), "UINT8"),
-              infer_input("size", np.array([[224], [224]], np.int64), "INT64", binary=False)]
+    images = [
+        infer_input("image", np.zeros((2, 1000), np.uint8), "UINT8"),
+        infer_input("size", np.array([[224], [224]], np.int64), "INT64", binary=False),
+    ]
     header, binary = v2_body(images)
     check_request(header, PREPROCESS, binary, MAX)
-    text = [infer_input("text", np.array([b"a", "bé".encode(), b""], dtype=object), "BYTES"),
-            infer_input("scale", np.array([0.5, 2.0], np.float16), "FP16")]
+    text = [
+        infer_input("text", np.array([b"a", "bé".encode(), b""], dtype=object), "BYTES"),
+        infer_input("scale", np.array([0.5, 2.0], np.float16), "FP16"),
+    ]
     header, binary = v2_body(text, ["tags"])
     assert header["inputs"][0]["parameters"]["binary_data_size"] == 4 + 1 + 4 + 3 + 4
     check_request(header, TAGGER, binary, MAX)
@@ -138,60 +164,132 @@ def refused(header, contract=BERT, binary=None, max_bytes=MAX):
 BINARY_IDS = tensor("input_ids", "INT64", [1, 128], binary_data_size=1024)
 
 
-@pytest.mark.parametrize(("contract", "header", "binary", "fragments"), [
-    (BERT, {"inputs": [ids([1], (1, 10**12)), MASK]}, None, ["'input_ids'", "1000000000000", "128"]),
-    # a -1 dimension takes any size: the byte limit refuses it before the data is counted
-    (PREPROCESS, {"inputs": [tensor("image", "UINT8", [1, 10**12], [1]), SIZE]}, None,
-     ["'image'", "[1, 1000000000000]", "1000000000000 bytes", f"over the {MAX} bytes"]),
-    (BERT, {"inputs": [ids(list(range(127))), MASK]}, None, ["'input_ids'", "128 elements", "holds 127"]),
-    (BERT, {"inputs": [ids(list(range(129))), MASK]}, None, ["'input_ids'", "128 elements", "holds 129"]),
-    (BERT, {"inputs": [ids(["1"] * 128), MASK]}, None, ["'input_ids'", "INT64", "whole numbers", "'1'", "str"]),
-    (BERT, {"inputs": [ids([True] * 128), MASK]}, None, ["'input_ids'", "INT64", "True", "bool"]),
-    (BERT, {"inputs": [ids([1.5] * 128), MASK]}, None, ["'input_ids'", "INT64", "1.5", "float"]),
-    (PREPROCESS, {"inputs": [tensor("image", "UINT8", [1, 3], [0, 256, 3]), SIZE]}, None,
-     ["'image'", "256", "[0, 255]"]),
-    (PREPROCESS, {"inputs": [tensor("image", "UINT8", [1, 2], [-1, 3]), SIZE]}, None, ["'image'", "-1", "[0, 255]"]),
-    (TAGGER, {"inputs": [TEXT, tensor("shift", "INT8", [1], [128])]}, None, ["'shift'", "128", "[-128, 127]"]),
-    (PREPROCESS, {"inputs": [tensor("image", "UINT8", [1, -5], [1]), SIZE]}, None, ["'image'", "-5", "1 or more"]),
-    (PREPROCESS, {"inputs": [tensor("image", "UINT8", [1, 0], []), SIZE]}, None, ["'image'", "is 0", "1 or more"]),
-    (BERT, {"inputs": [ids(list(range(128)), (128,)), MASK]}, None, ["'input_ids'", "2 dimensions", "declares 1"]),
-    (BERT, {"inputs": [ids([1], (9, 128)), MASK]}, None, ["'input_ids'", "batch of 9", "max_batch_size 8"]),
-    (BERT, {"inputs": [IDS, tensor("attention_mask", "INT64", [2, 128], [[1] * 128] * 2)]}, None,
-     ["'attention_mask'", "batch of 2", "1"]),
-    (BERT, {"inputs": [IDS, tensor("token_type_ids", "INT64", [1, 128], [0] * 128)]}, None,
-     ["'token_type_ids'", "'bert_base'", "'input_ids'", "'attention_mask'"]),
-    (BERT, {"inputs": [IDS, IDS, MASK]}, None, ["'input_ids'", "twice"]),
-    (BERT, {"inputs": [IDS]}, None, ["'attention_mask'", "does not give"]),
-    (BERT, {"inputs": [tensor("input_ids", "INT32", [1, 128], [0] * 128), MASK]}, None,
-     ["'input_ids'", "INT64", "INT32"]),
-    (BERT, {"inputs": {"input_ids": [1]}}, None, ["inputs", "non-empty list", "dict"]),
-    (BERT, {"inputs": []}, None, ["inputs", "an empty list"]),
-    (BERT, {"inputs": ["input_ids"]}, None, ["inputs[0]", "JSON object", "str"]),
-    (BERT, {"inputs": [ids([0] * 128) | {"parameters": {"binary_data_size": 1024}}, MASK]}, b"\0" * 1024,
-     ["'input_ids'", "exactly one"]),
-    (BERT, {"inputs": [tensor("input_ids", "INT64", [1, 128]), MASK]}, None, ["'input_ids'", "exactly one"]),
-    (BERT, {"inputs": [BINARY_IDS, MASK]}, None, ["'input_ids'", "binary_data_size", "v2 JSON", BINARY_JSON_TYPE]),
-    (BERT, {"inputs": [tensor("input_ids", "INT64", [1, 128], binary_data_size=512), MASK]}, b"\0" * 512,
-     ["'input_ids'", "128 elements", "1024 bytes", "512"]),
-    (BERT, {"inputs": [BINARY_IDS, MASK]}, b"\0" * 1000, ["'input_ids'", "1024", "only 1000"]),
-    (BERT, {"inputs": [BINARY_IDS, MASK]}, b"\0" * 1030, ["1030 bytes", "add up to 1024"]),
-    (TAGGER, {"inputs": [tensor("text", "BYTES", [3], binary_data_size=10)]}, strings(b"ab", b""),
-     ["'text'", "3 elements", "10 bytes"]),
-    (TAGGER, {"inputs": [tensor("text", "BYTES", [1], binary_data_size=9)]}, struct.pack("<I", 100) + b"hello",
-     ["'text'", "1 elements", "9 bytes"]),
-    (TAGGER, {"inputs": [tensor("text", "BYTES", [2], binary_data_size=8)]}, strings(b"abc") + b"\0",
-     ["'text'", "ends inside the length"]),
-    (TAGGER, {"inputs": [TEXT, tensor("scale", "FP16", [2], [0.5, 2.0])]}, None, ["'scale'", "FP16", "binary"]),
-    (BERT, {"inputs": [tensor("input_ids", "INT64", [1, 128], shared_memory_region="r", shared_memory_byte_size=1024),
-                       MASK]}, None, ["'input_ids'", "shared memory"]),
-    (BERT, {"inputs": [IDS, MASK], "outputs": [{"name": "logits"}]}, None, ["'logits'", "pooled, scores"]),
-    (BERT, {"inputs": [IDS, MASK], "outputs": [{"name": "scores"}, {"name": "scores"}]}, None, ["'scores'", "twice"]),
-    (BERT, {"inputs": [IDS, MASK], "outputs": {"name": "scores"}}, None, ["outputs", "list", "dict"]),
-    (BERT, {"inputs": [IDS, MASK], "parameters": ["a"]}, None, ["parameters", "JSON object", "list"]),
-    (BERT, {"inputs": [IDS, MASK], "parameters": {"priority": [1, 2]}}, None, ["parameters", "'priority'", "[1, 2]"]),
-    (BERT, {"inputs": [ids(list(range(128))) | {"parameters": {"x": {"y": 1}}}, MASK]}, None, ["'input_ids'", "'x'"]),
-    (BERT, [IDS, MASK], None, ["'bert_base'", "JSON object", "list"]),
-])
+@pytest.mark.parametrize(
+    ("contract", "header", "binary", "fragments"),
+    [
+        (BERT, {"inputs": [ids([1], (1, 10**12)), MASK]}, None, ["'input_ids'", "1000000000000", "128"]),
+        # a -1 dimension takes any size: the byte limit refuses it before the data is counted
+        (
+            PREPROCESS,
+            {"inputs": [tensor("image", "UINT8", [1, 10**12], [1]), SIZE]},
+            None,
+            ["'image'", "[1, 1000000000000]", "1000000000000 bytes", f"over the {MAX} bytes"],
+        ),
+        (BERT, {"inputs": [ids(list(range(127))), MASK]}, None, ["'input_ids'", "128 elements", "holds 127"]),
+        (BERT, {"inputs": [ids(list(range(129))), MASK]}, None, ["'input_ids'", "128 elements", "holds 129"]),
+        (BERT, {"inputs": [ids(["1"] * 128), MASK]}, None, ["'input_ids'", "INT64", "whole numbers", "'1'", "str"]),
+        (BERT, {"inputs": [ids([True] * 128), MASK]}, None, ["'input_ids'", "INT64", "True", "bool"]),
+        (BERT, {"inputs": [ids([1.5] * 128), MASK]}, None, ["'input_ids'", "INT64", "1.5", "float"]),
+        (
+            PREPROCESS,
+            {"inputs": [tensor("image", "UINT8", [1, 3], [0, 256, 3]), SIZE]},
+            None,
+            ["'image'", "256", "[0, 255]"],
+        ),
+        (
+            PREPROCESS,
+            {"inputs": [tensor("image", "UINT8", [1, 2], [-1, 3]), SIZE]},
+            None,
+            ["'image'", "-1", "[0, 255]"],
+        ),
+        (TAGGER, {"inputs": [TEXT, tensor("shift", "INT8", [1], [128])]}, None, ["'shift'", "128", "[-128, 127]"]),
+        (PREPROCESS, {"inputs": [tensor("image", "UINT8", [1, -5], [1]), SIZE]}, None, ["'image'", "-5", "1 or more"]),
+        (PREPROCESS, {"inputs": [tensor("image", "UINT8", [1, 0], []), SIZE]}, None, ["'image'", "is 0", "1 or more"]),
+        (BERT, {"inputs": [ids(list(range(128)), (128,)), MASK]}, None, ["'input_ids'", "2 dimensions", "declares 1"]),
+        (BERT, {"inputs": [ids([1], (9, 128)), MASK]}, None, ["'input_ids'", "batch of 9", "max_batch_size 8"]),
+        (
+            BERT,
+            {"inputs": [IDS, tensor("attention_mask", "INT64", [2, 128], [[1] * 128] * 2)]},
+            None,
+            ["'attention_mask'", "batch of 2", "1"],
+        ),
+        (
+            BERT,
+            {"inputs": [IDS, tensor("token_type_ids", "INT64", [1, 128], [0] * 128)]},
+            None,
+            ["'token_type_ids'", "'bert_base'", "'input_ids'", "'attention_mask'"],
+        ),
+        (BERT, {"inputs": [IDS, IDS, MASK]}, None, ["'input_ids'", "twice"]),
+        (BERT, {"inputs": [IDS]}, None, ["'attention_mask'", "does not give"]),
+        (
+            BERT,
+            {"inputs": [tensor("input_ids", "INT32", [1, 128], [0] * 128), MASK]},
+            None,
+            ["'input_ids'", "INT64", "INT32"],
+        ),
+        (BERT, {"inputs": {"input_ids": [1]}}, None, ["inputs", "non-empty list", "dict"]),
+        (BERT, {"inputs": []}, None, ["inputs", "an empty list"]),
+        (BERT, {"inputs": ["input_ids"]}, None, ["inputs[0]", "JSON object", "str"]),
+        (
+            BERT,
+            {"inputs": [ids([0] * 128) | {"parameters": {"binary_data_size": 1024}}, MASK]},
+            b"\0" * 1024,
+            ["'input_ids'", "exactly one"],
+        ),
+        (BERT, {"inputs": [tensor("input_ids", "INT64", [1, 128]), MASK]}, None, ["'input_ids'", "exactly one"]),
+        (BERT, {"inputs": [BINARY_IDS, MASK]}, None, ["'input_ids'", "binary_data_size", "v2 JSON", BINARY_JSON_TYPE]),
+        (
+            BERT,
+            {"inputs": [tensor("input_ids", "INT64", [1, 128], binary_data_size=512), MASK]},
+            b"\0" * 512,
+            ["'input_ids'", "128 elements", "1024 bytes", "512"],
+        ),
+        (BERT, {"inputs": [BINARY_IDS, MASK]}, b"\0" * 1000, ["'input_ids'", "1024", "only 1000"]),
+        (BERT, {"inputs": [BINARY_IDS, MASK]}, b"\0" * 1030, ["1030 bytes", "add up to 1024"]),
+        (
+            TAGGER,
+            {"inputs": [tensor("text", "BYTES", [3], binary_data_size=10)]},
+            strings(b"ab", b""),
+            ["'text'", "3 elements", "10 bytes"],
+        ),
+        (
+            TAGGER,
+            {"inputs": [tensor("text", "BYTES", [1], binary_data_size=9)]},
+            struct.pack("<I", 100) + b"hello",
+            ["'text'", "1 elements", "9 bytes"],
+        ),
+        (
+            TAGGER,
+            {"inputs": [tensor("text", "BYTES", [2], binary_data_size=8)]},
+            strings(b"abc") + b"\0",
+            ["'text'", "ends inside the length"],
+        ),
+        (TAGGER, {"inputs": [TEXT, tensor("scale", "FP16", [2], [0.5, 2.0])]}, None, ["'scale'", "FP16", "binary"]),
+        (
+            BERT,
+            {
+                "inputs": [
+                    tensor("input_ids", "INT64", [1, 128], shared_memory_region="r", shared_memory_byte_size=1024),
+                    MASK,
+                ]
+            },
+            None,
+            ["'input_ids'", "shared memory"],
+        ),
+        (BERT, {"inputs": [IDS, MASK], "outputs": [{"name": "logits"}]}, None, ["'logits'", "pooled, scores"]),
+        (
+            BERT,
+            {"inputs": [IDS, MASK], "outputs": [{"name": "scores"}, {"name": "scores"}]},
+            None,
+            ["'scores'", "twice"],
+        ),
+        (BERT, {"inputs": [IDS, MASK], "outputs": {"name": "scores"}}, None, ["outputs", "list", "dict"]),
+        (BERT, {"inputs": [IDS, MASK], "parameters": ["a"]}, None, ["parameters", "JSON object", "list"]),
+        (
+            BERT,
+            {"inputs": [IDS, MASK], "parameters": {"priority": [1, 2]}},
+            None,
+            ["parameters", "'priority'", "[1, 2]"],
+        ),
+        (
+            BERT,
+            {"inputs": [ids(list(range(128))) | {"parameters": {"x": {"y": 1}}}, MASK]},
+            None,
+            ["'input_ids'", "'x'"],
+        ),
+        (BERT, [IDS, MASK], None, ["'bert_base'", "JSON object", "list"]),
+    ],
+)
 def test_malformed_requests_are_refused(contract, header, binary, fragments):
     message = refused(header, contract, binary)
     for fragment in fragments:
@@ -207,27 +305,54 @@ def test_declared_bytes_over_the_limit():
 
 def test_null_parameters_are_taken_or_refused_never_a_crash():
     """``"parameters": null`` on an input or an output is an answer, not a 500 for a TypeError."""
-    for header in [{"inputs": [IDS | {"parameters": None}, MASK]},
-                   {"inputs": [IDS, MASK], "outputs": [{"name": "scores", "parameters": None}]}]:
+    for header in [
+        {"inputs": [IDS | {"parameters": None}, MASK]},
+        {"inputs": [IDS, MASK], "outputs": [{"name": "scores", "parameters": None}]},
+    ]:
         try:
             check_request(header, BERT, None, MAX)
         except InvalidInput:
             pass
 
 
-@pytest.mark.parametrize(("status", "message", "answer", "fragment"), [
-    (400, "unexpected shape for input 'input_ids'", (400, "invalid_input"), "unexpected shape for input 'input_ids'"),
-    (500, "Unable to parse 'data': Shape does not match true shape of 'data' field", (400, "invalid_input"),
-     "Shape does not match"),
-    (500, "item 0 refused: {item} is not a decodable image", (400, "invalid_input"),
-     "item 0 of the batch: it is not a decodable image"),
-    (500, "CUDA error: an illegal memory access was encountered", (500, "inference_failed"), "illegal memory access"),
-    (500, "Failed to process the request(s) for model instance 'bert_0', message: KeyError: 'label' not found",
-     (500, "inference_failed"), "KeyError"),
-    (503, "Server not ready", (503, "model_not_ready"), "Server not ready"),
-    (400, "Request for unknown model: 'bert' is not ready", (503, "model_not_ready"), "is not ready"),
-    (400, "Request for unknown model: 'x' is not found", (404, "unknown_model"), "'x' is not found"),
-])
+@pytest.mark.parametrize(
+    ("status", "message", "answer", "fragment"),
+    [
+        (
+            400,
+            "unexpected shape for input 'input_ids'",
+            (400, "invalid_input"),
+            "unexpected shape for input 'input_ids'",
+        ),
+        (
+            500,
+            "Unable to parse 'data': Shape does not match true shape of 'data' field",
+            (400, "invalid_input"),
+            "Shape does not match",
+        ),
+        (
+            500,
+            "item 0 refused: {item} is not a decodable image",
+            (400, "invalid_input"),
+            "item 0 of the batch: it is not a decodable image",
+        ),
+        (
+            500,
+            "CUDA error: an illegal memory access was encountered",
+            (500, "inference_failed"),
+            "illegal memory access",
+        ),
+        (
+            500,
+            "Failed to process the request(s) for model instance 'bert_0', message: KeyError: 'label' not found",
+            (500, "inference_failed"),
+            "KeyError",
+        ),
+        (503, "Server not ready", (503, "model_not_ready"), "Server not ready"),
+        (400, "Request for unknown model: 'bert' is not ready", (503, "model_not_ready"), "is not ready"),
+        (400, "Request for unknown model: 'x' is not found", (404, "unknown_model"), "'x' is not found"),
+    ],
+)
 def test_triton_refusals(status, message, answer, fragment):
     error = refusal(status, message, "bert")
     assert (error.status, error.code) == answer and fragment in error.message and "'bert'" in error.message
@@ -235,13 +360,18 @@ def test_triton_refusals(status, message, answer, fragment):
 
 def test_media_types():
     with pytest.raises(UnsupportedMediaType) as raised:
-        check_media_type(Request(b"x", "application/x-foo", content_type="application/x-foo"),
-                         frozenset({"image/jpeg"}))
+        check_media_type(
+            Request(b"x", "application/x-foo", content_type="application/x-foo"), frozenset({"image/jpeg"})
+        )
     assert raised.value.status == 415
     for taken in ["application/x-foo", "image/jpeg", "application/json", "application/jsonlines", BINARY_JSON_TYPE]:
         assert taken in raised.value.message
-    prefixed = Request(b"x", f"additional-string/{BINARY_JSON_TYPE}", {"json-header-size": "10"},
-                       content_type=f"additional-string/{BINARY_JSON_PREFIX}10")
+    prefixed = Request(
+        b"x",
+        f"additional-string/{BINARY_JSON_TYPE}",
+        {"json-header-size": "10"},
+        content_type=f"additional-string/{BINARY_JSON_PREFIX}10",
+    )
     with pytest.raises(InvalidInput) as raised:
         check_media_type(prefixed, frozenset())
     assert raised.value.status == 400 and BINARY_JSON_PREFIX in raised.value.message

@@ -74,10 +74,17 @@ def test_real_forward_pass_equals_yolov5(client, name, conf, iou, max_det):
     assert_same_detections(result, theirs, f"{name} conf {conf} iou {iou} max_det {max_det}")
 
 
-@pytest.mark.parametrize("seed, conf, iou, max_det, shape", [
-    (0, 0.25, 0.45, 300, (576, 768)), (1, 0.1, 0.45, 300, (768, 576)), (2, 0.5, 0.3, 5, (480, 640)),
-    (3, 0.001, 0.6, 300, (1080, 1920)), (4, 0.25, 0.0, 300, (640, 640)), (5, 0.3, 0.45, 100, (120, 1000)),
-])
+@pytest.mark.parametrize(
+    "seed, conf, iou, max_det, shape",
+    [
+        (0, 0.25, 0.45, 300, (576, 768)),
+        (1, 0.1, 0.45, 300, (768, 576)),
+        (2, 0.5, 0.3, 5, (480, 640)),
+        (3, 0.001, 0.6, 300, (1080, 1920)),
+        (4, 0.25, 0.0, 300, (640, 640)),
+        (5, 0.3, 0.45, 100, (120, 1000)),
+    ],
+)
 def test_planted_output_equals_yolov5(client, seed, conf, iou, max_det, shape):
     output = planted_output(seed)
     theirs = reference_detections(output, shape, conf, iou, max_det)

@@ -27,8 +27,9 @@ import itertools
 import os
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -43,16 +44,28 @@ ROUTER_SIDE, EXACT_SIDE, DALI_SIDE = "router", "router-exact", "dali-cpu"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m scripts.bench.preprocessing", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--repository", type=Path,
-                   default=Path(os.environ.get(MODEL_REPOSITORY) or PROJECT_ROOT / "models"),
-                   help="where the models' model.toml are")
+    p = argparse.ArgumentParser(
+        prog="python -m scripts.bench.preprocessing",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument(
+        "--repository",
+        type=Path,
+        default=Path(os.environ.get(MODEL_REPOSITORY) or PROJECT_ROOT / "models"),
+        help="where the models' model.toml are",
+    )
     p.add_argument("--models", default="resnet,yolov5", help="comma-separated image models")
-    p.add_argument("--images", type=Path, nargs="+", default=None,
-                   help="the photos (default: build/samples/*.jpg, from `make samples`)")
-    p.add_argument("--threads", type=int, default=os.cpu_count() or 1,
-                   help="router calls at a time, and DALI's threads")
+    p.add_argument(
+        "--images",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="the photos (default: build/samples/*.jpg, from `make samples`)",
+    )
+    p.add_argument(
+        "--threads", type=int, default=os.cpu_count() or 1, help="router calls at a time, and DALI's threads"
+    )
     p.add_argument("--batch", type=int, default=0, help="DALI's batch size (0: the model's max_batch_size)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
     p.add_argument("--seconds", type=float, default=2.0, help="seconds per side per round")
@@ -119,19 +132,25 @@ def bench_model(spec: ModelSpec, photos: Sequence[bytes], args: argparse.Namespa
     batches = [[photos[(k * batch + i) % len(photos)] for i in range(batch)] for k in range(len(photos))]
     batch_counter = itertools.count()
     sides = [Side(name, 1, router_call(client), args.threads) for name, client in clients.items()]
+
     def dali_call() -> Any:
         return dali_pipeline.run_cpu(pipeline, batches[next(batch_counter) % len(batches)])
 
     sides.append(Side(DALI_SIDE, batch, dali_call, concurrency=1))  # DALI's own threads work on the batch
 
     # the same photos through both: the tensors' difference in levels, per photo
-    dali_out = [out for k in range(0, len(photos), batch)  # a batch may hold fewer than its size
-                for out in dali_pipeline.run_cpu(pipeline, photos[k:k + batch])[0]]
+    dali_out = [
+        out
+        for k in range(0, len(photos), batch)  # a batch may hold fewer than its size
+        for out in dali_pipeline.run_cpu(pipeline, photos[k : k + batch])[0]
+    ]
     name = spec.inputs[0].name
     diffs: dict[str, list[float]] = {}
     for side, client in clients.items():
-        diffs[side] = [float(np.abs(levels(client, client.preprocess(data, "img", {})[0][name]) -
-                                    levels(client, ours)).mean()) for data, ours in zip(photos, dali_out)]
+        diffs[side] = [
+            float(np.abs(levels(client, client.preprocess(data, "img", {})[0][name]) - levels(client, ours)).mean())
+            for data, ours in zip(photos, dali_out)
+        ]
 
     for side in sides:
         if args.warmup_seconds > 0:
@@ -145,8 +164,13 @@ def bench_model(spec: ModelSpec, photos: Sequence[bytes], args: argparse.Namespa
 
     rows = []
     for side in sides:
-        row: dict[str, Any] = {"model": spec.name, "side": side.name, "images_per_s": side.rate,
-                               "errors": side.errors, "first_error": side.first_error}
+        row: dict[str, Any] = {
+            "model": spec.name,
+            "side": side.name,
+            "images_per_s": side.rate,
+            "errors": side.errors,
+            "first_error": side.first_error,
+        }
         if side.name == DALI_SIDE:
             row["vs_router"] = {s.name: side.rate / s.rate if s.rate else float("nan") for s in sides[:-1]}
         else:
@@ -161,12 +185,20 @@ def format_rows(rows: Sequence[dict[str, Any]]) -> str:
         dali = next(r for r in rows if r["model"] == row["model"] and r["side"] == DALI_SIDE)
         ratio = dali["vs_router"].get(row["side"]) if row["side"] != DALI_SIDE else None
         diff = row.get("diff_levels")
-        table.append((row["model"], row["side"], f"{row['images_per_s']:.1f}",
-                      f"{ratio:.2f}" if ratio is not None else "-",
-                      f"{diff[0]:.3f} ({diff[1]:.3f})" if diff else "-"))
+        table.append(
+            (
+                row["model"],
+                row["side"],
+                f"{row['images_per_s']:.1f}",
+                f"{ratio:.2f}" if ratio is not None else "-",
+                f"{diff[0]:.3f} ({diff[1]:.3f})" if diff else "-",
+            )
+        )
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
-    lines = ["  ".join(c.rjust(w) if 1 < i < 4 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-             for r in table]
+    lines = [
+        "  ".join(c.rjust(w) if 1 < i < 4 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+        for r in table
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -175,8 +207,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     paths = args.images or sorted(SAMPLES.glob("*.jpg"))
     if not paths or not all(p.is_file() for p in paths):
-        print(f"no photos ({', '.join(map(str, paths)) or SAMPLES / '*.jpg'}): run `make samples`, or pass --images",
-              file=sys.stderr)
+        print(
+            f"no photos ({', '.join(map(str, paths)) or SAMPLES / '*.jpg'}): run `make samples`, or pass --images",
+            file=sys.stderr,
+        )
         return 2
     try:
         import nvidia.dali  # noqa: F401
@@ -189,10 +223,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if spec.family not in IMAGE_FAMILIES:
             print(f"{spec.name}: family {spec.family} has no image preprocessing", file=sys.stderr)
             return 2
-    print(f"preprocessing on the CPU: {len(photos)} photos ({', '.join(p.name for p in paths)}; "
-          f"{sum(map(len, photos)) / len(photos) / 1024:.0f} KB on average), {args.threads} threads, "
-          f"{args.rounds} rounds of {args.seconds:g} s per side, DALI batch "
-          f"{args.batch or ', '.join(f'{s.name} {s.max_batch_size}' for s in specs)}", flush=True)
+    print(
+        f"preprocessing on the CPU: {len(photos)} photos ({', '.join(p.name for p in paths)}; "
+        f"{sum(map(len, photos)) / len(photos) / 1024:.0f} KB on average), {args.threads} threads, "
+        f"{args.rounds} rounds of {args.seconds:g} s per side, DALI batch "
+        f"{args.batch or ', '.join(f'{s.name} {s.max_batch_size}' for s in specs)}",
+        flush=True,
+    )
     began = time.monotonic()
     rows = [row for spec in specs for row in bench_model(spec, photos, args)]
     print(f"\n{format_rows(rows)}")

@@ -65,8 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     text, _ = body({"input_ids": ids, "attention_mask": np.ones_like(ids)}, sorted(bert.outputs), binary=False)
     document = json.loads(text)
     resnet = contract("resnet")
-    images, size = body({"input": rng.standard_normal((8, 3, 224, 224)).astype(np.float32)}, sorted(resnet.outputs),
-                        binary=True)
+    images, size = body(
+        {"input": rng.standard_normal((8, 3, 224, 224)).astype(np.float32)}, sorted(resnet.outputs), binary=True
+    )
     request = Request(images, BINARY_JSON_TYPE, {JSON_HEADER_SIZE: str(size)}, target_model="resnet")
     parsed = pass_through(request, "")
 

@@ -143,16 +143,9 @@ def params(calls, operation):
     return found[-1]
 
 
-def deploy_argv(*extra):
-    return [
-        "--name",
-        "mm",
-        "--image-uri",
-        IMAGE,
-        "--role-arn",
-        ROLE,
-        "--model-data-url",
-        DATA,
+def deploy_argv(*extra: str, models: tuple[str, str] = ("--model-data-url", DATA)) -> list[str]:
+    """deploy's arguments for the endpoint ``mm`` (``models``: where its models come from), then ``extra``."""
+    return ["--name", "mm", "--image-uri", IMAGE, "--role-arn", ROLE, *models] + [
         "--env",
         "MODEL_SERVER_WORKERS=2",
         "--poll-seconds",

@@ -12,7 +12,7 @@ import pytest
 from botocore.stub import ANY, Stubber
 
 from scripts.sagemaker import deploy
-from tests.support import IMAGE, REGION, ROLE
+from tests.support import IMAGE, REGION, ROLE, deploy_argv
 
 PREFIX = "s3://models-bucket/per-model/"
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
@@ -75,22 +75,8 @@ def missing(stubber, operation, params):
     stubber.add_client_error(operation, MISSING, f"Could not find {operation}", expected_params=params)
 
 
-def components_argv(*extra):
-    return [
-        "--name",
-        "mm",
-        "--image-uri",
-        IMAGE,
-        "--role-arn",
-        ROLE,
-        "--inference-components",
-        PREFIX,
-        "--env",
-        "MODEL_SERVER_WORKERS=2",
-        "--poll-seconds",
-        "0",
-        *extra,
-    ]
+def components_argv(*extra: str) -> list[str]:
+    return deploy_argv(*extra, models=("--inference-components", PREFIX))
 
 
 def expect_deploy(sm, aas, instance_type, components, scaling=True):

@@ -7,27 +7,13 @@ from __future__ import annotations
 import pytest
 
 from scripts.sagemaker import deploy
-from tests.support import IMAGE, ROLE, params
+from tests.support import IMAGE, deploy_argv, params
 
 PREFIX = "s3://models-bucket/mme/"
 
 
 def mme_argv(*extra: str) -> list[str]:
-    return [
-        "--name",
-        "mm",
-        "--image-uri",
-        IMAGE,
-        "--role-arn",
-        ROLE,
-        "--multi-model",
-        PREFIX,
-        "--env",
-        "MODEL_SERVER_WORKERS=2",
-        "--poll-seconds",
-        "0",
-        *extra,
-    ]
+    return deploy_argv(*extra, models=("--multi-model", PREFIX))
 
 
 def run(clients, argv) -> int:

@@ -19,7 +19,7 @@ from typing import IO
 
 import requests
 
-from app.core.memory import children_of, descendants
+from app.core.procfs import children_of, descendants
 from app.core.settings import (
     BIND_TO_PORT,
     MODEL_REPOSITORY,

@@ -19,6 +19,7 @@ from typing import Any
 
 from flask import Flask, Response, g, request
 
+from app.core.errors import InvalidInput
 from app.core.health import health_policy, ping_answer
 from app.core.settings import Settings
 from app.router.batches import run_invocations
@@ -36,7 +37,6 @@ from app.router.requests import (
     Served,
     answer_type,
     check_media_type,
-    find_client,
     is_jsonlines,
     is_v2,
     parse_invocation,
@@ -46,7 +46,9 @@ from app.router.requests import (
 )
 from clients.base import ModelClient, timed
 from clients.kserve import TritonHttp
+from clients.multimodel import MultiModelStore
 from clients.registry import build_registry
+from clients.repository import Model, Registry
 from clients.triton import TritonClient
 from clients.v2_checks import check_request
 
@@ -61,9 +63,11 @@ def create_app(
     settings = settings or Settings.from_env()
     triton = triton if triton is not None else TritonClient.from_settings(settings)
     kserve = TritonHttp.from_settings(settings)
-    if registry is None:  # in multi-model mode, SageMaker's loads register the models (app.router.multimodel)
+    if registry is None:  # in multi-model mode, SageMaker's loads bring the models (clients.multimodel)
         registry = {} if settings.multi_model else build_registry(settings.model_repository, triton, settings)
     health = health_policy(settings, {name: client.spec for name, client in registry.items()})
+    served_models = Registry(registry)
+    loaded_models = MultiModelStore(settings, triton, kserve) if settings.multi_model else None
 
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
@@ -75,11 +79,11 @@ def create_app(
     openapi = OPENAPI_PATH.read_bytes()
 
     def lookup(name: Any) -> ModelClient:
-        client = find_client(registry, name)
+        client = served_models.client(name)
         g.model = client.name  # from here on, observability labels the request (errors too) with it
         return client
 
-    served = Served(lookup, frozenset().union(*(client.content_types for client in registry.values())))
+    served = Served(lookup, served_models.content_types)
 
     @app.get("/ping")
     def ping() -> Response:
@@ -126,12 +130,24 @@ def create_app(
         text = "".join(json.dumps(a, ensure_ascii=False, allow_nan=False) + "\n" for a in answers)
         return Response(text, mimetype=kind)
 
+    def answer_loaded(name: str) -> Response:
+        """The answer of the loaded model ``name`` (multi-model mode), held against unloads meanwhile."""
+        g.model = name
+        with loaded_models.serving(name) as model:
+            return answer(served_by(model))
+
     @app.post("/invocations")
     def invocations() -> Response:
         target = request.headers.get(TARGET_MODEL, "")
-        if multi_model is not None and target:  # what SageMaker sends /models/<name>/invoke, called locally
-            return multi_model.invoke(target, answer)
+        if loaded_models is not None and target:  # what SageMaker sends /models/<name>/invoke, called locally
+            return answer_loaded(target)
         return answer(served)
+
+    if loaded_models is not None:
+
+        @app.post("/models/<name>/invoke")
+        def invoke_model(name: str) -> Response:
+            return answer_loaded(name)
 
     def passed_to_triton(asked: Request, document: Any, load: object) -> Response:
         """A KServe v2 body, checked against the model's configuration (nothing unchecked reaches
@@ -146,5 +162,20 @@ def create_app(
             return Response(answer.body, mimetype=JSON_TYPE)
         return Response(answer.body, content_type=f"{BINARY_JSON_TYPE};{JSON_HEADER_SIZE}={answer.json_size}")
 
-    multi_model = register_multi_model(app, settings, triton, kserve, answer)
+    register_multi_model(app, loaded_models)
     return app
+
+
+def served_by(model: Model) -> Served:
+    """What answers an invocation of one model (a loaded one): its client whatever the envelope names,
+    its Triton model for a KServe v2 body."""
+
+    def lookup(_: Any) -> ModelClient:
+        if model.client is None:
+            raise InvalidInput(
+                f"model {model.name!r} is a Triton model without a model.toml: send it KServe v2 "
+                'tensors (application/json with "inputs", or binary+json)'
+            )
+        return model.client
+
+    return Served(lookup, model.content_types, model.triton_name, model.load)

@@ -12,222 +12,29 @@
   the path replaces; a raw body; KServe v2, passed to the model's Triton model). So that
   ``invoke.py --target-model`` works against a local stack as against SageMaker (which turns
   ``TargetModel`` into this path), ``/invocations`` with ``X-Amzn-SageMaker-Target-Model: <name>``
-  answers the same.
+  answers the same. Both are ``app.router``'s routes, beside ``/invocations``.
 
-The state is shared by the router's workers through ``app.core.multimodel.ModelStore``; each
-worker keeps the clients it built, keyed by the load they belong to. A model folder with a
-``model.toml`` gets its family's client; a plain Triton model is served through KServe v2 only.
+This module only maps HTTP onto ``clients.multimodel.MultiModelStore``, which does the work.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 
 from flask import Flask, Response, g, request
 
-from app.core.errors import ApiError, InferenceTimeout, InvalidInput, NotFound, TritonUnavailable
-from app.core.health import Readiness
-from app.core.memory import available_memory, memory_overrun, memory_refusal, process_tree_memory
-from app.core.multimodel import (
-    LOADED,
-    UNLOADING,
-    BadLayout,
-    Layout,
-    ModelStore,
-    Record,
-    inspect_url,
-    own_name,
-    triton_names,
-)
-from app.core.settings import MIB, MODEL_LOAD_TIMEOUT, MULTI_MODEL, Settings
-from app.core.spec import SpecError, load_spec
+from app.core.errors import InvalidInput, NotFound
+from app.core.multimodel import LOADED, Record
+from app.core.settings import MIB, MULTI_MODEL
 from app.router.handlers import json_response
-from app.router.requests import TARGET_MODEL, Served, parse_json_object
-from clients.base import ModelClient, Triton
-from clients.kserve import TritonHttp
-from clients.registry import make_client
+from app.router.requests import TARGET_MODEL, parse_json_object
+from clients.multimodel import MultiModelStore
 
 log = logging.getLogger("app.router")
 
 DEFAULT_PAGE = 100
-UNLOAD_POLL_S = 0.1
-# The answer to an invocation of what ``Served`` stands for (``app.router.create_app``'s).
-Answer = Callable[[Served], Response]
-
-
-class TritonRepository(Triton, Readiness, Protocol):
-    """Inference for the clients, and the repository index an unload waits on (``TritonClient``)."""
-
-
-class MultiModel:
-    """The loaded models as this worker sees them: the shared records, and its own clients."""
-
-    def __init__(self, settings: Settings, triton: TritonRepository, kserve: TritonHttp) -> None:
-        self.settings, self.triton, self.kserve = settings, triton, kserve
-        self.store = ModelStore(settings.multi_model_dir)
-        self._clients: dict[str, tuple[float, ModelClient]] = {}
-
-    def client(self, record: Record) -> ModelClient | None:
-        """The family client of a loaded model (None for a plain Triton model), built once per load."""
-        if record.spec_folder is None:
-            return None
-        cached = self._clients.get(record.model_name)
-        if cached is None or cached[0] != record.since:
-            spec = load_spec(self.store.repository / record.spec_folder)
-            spec = replace(spec, name=own_name(spec.name, record.model_name))  # its Triton name stays spec.triton_name
-            cached = self._clients[record.model_name] = (record.since, make_client(spec, self.triton, self.settings))
-        return cached[1]
-
-    def load(self, name: str, url: str) -> Record:
-        deadline = time.monotonic() + self.settings.model_load_timeout_s
-        record = self.store.claim(name, url)  # 409 for the second of two loads of one name
-        loaded: list[str] = []
-        layout: Layout | None = None
-        try:
-            try:
-                found = inspect_url(url, name)
-            except BadLayout as error:
-                raise InvalidInput(str(error)) from None
-            self._check_spec(found)
-            others = sum(r.charged for r in self.store.all() if r.model_name != name)
-            refused = memory_refusal(
-                name, found.size_bytes, others, self.settings.model_memory_limit_bytes, available_memory()
-            )
-            if refused is not None:
-                raise refused
-            layout = triton_names(found, name)
-            record = self.store.save(
-                replace(
-                    record,
-                    folders=layout.folders,
-                    entry=layout.entry,
-                    spec_folder=layout.spec_folder,
-                    size_bytes=layout.size_bytes,
-                )
-            )
-            renamed = dict(zip(found.folders, layout.folders))
-            for triton_name, folder in layout.folders.items():
-                self.store.unlink(triton_name)  # the name is this model's alone: only a killed load's leftovers
-                self.store.link(triton_name, folder, renamed)
-            before = self._triton_memory()
-            for triton_name in layout.folders:
-                self._load_one(name, triton_name, deadline)
-                loaded.append(triton_name)
-            record = self._measured(record, before, others)
-            return self.store.set_state(record, LOADED)
-        except BaseException:
-            self._quietly_unload(list(reversed(loaded)), deadline)
-            for triton_name in layout.folders if layout else ():
-                self.store.unlink(triton_name)
-            self.store.forget(name)
-            raise
-
-    def _triton_memory(self) -> int | None:
-        """What Triton's processes take now (None when its pid is not known, or cannot be read)."""
-        return process_tree_memory(self.settings.triton_pid) if self.settings.triton_pid else None
-
-    def _measured(self, record: Record, before: int | None, others: int) -> Record:
-        """The record with what Triton grew by while it loaded (two loads at once each count both:
-        on the safe side); a 507 when that passes the bound its files fitted, so the load is undone."""
-        after = self._triton_memory()
-        if before is None or after is None:
-            return record
-        record = replace(record, memory_bytes=max(0, after - before))
-        overrun = memory_overrun(record, others, self.settings.model_memory_limit_bytes)
-        if overrun is not None:
-            raise overrun
-        return record
-
-    def _load_one(self, name: str, triton_name: str, deadline: float) -> None:
-        """One of the model's Triton models, within what is left of MODEL_LOAD_TIMEOUT (a 504 past it)."""
-        late = InferenceTimeout(
-            f"loading {name!r} did not finish within {self.settings.model_load_timeout_s:g} s: "
-            f"raise {MODEL_LOAD_TIMEOUT} for models that take Triton longer to load"
-        )
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise late
-        try:
-            self.kserve.load(triton_name, left)
-        except InferenceTimeout:
-            raise late from None
-
-    def _check_spec(self, layout: Layout) -> None:
-        """A model.toml that would not serve is a 400 naming the file and the key, before anything is loaded."""
-        if layout.spec_folder is None:
-            return
-        folder = layout.folders[layout.spec_folder]
-        try:
-            make_client(load_spec(folder), self.triton, self.settings)
-        except SpecError as error:
-            raise InvalidInput(str(error)) from None
-        except (OSError, ValueError, KeyError) as error:
-            raise InvalidInput(f"{folder}/model.toml cannot be served: {error}") from None
-
-    def _quietly_unload(self, triton_names: list[str], deadline: float) -> None:
-        """What a failed load loaded, given back before its 507 or 504 is answered: SageMaker
-        retries at once, and that load's memory reading must not count these. The wait shares the
-        load's deadline, so a load past MODEL_LOAD_TIMEOUT answers its 504 at once."""
-        try:
-            for triton_name in triton_names:
-                self.kserve.unload(triton_name)
-            if triton_names:
-                self._wait_unloaded(triton_names, deadline)
-        except ApiError as error:
-            log.warning("could not unload %s after a failed load: %s", ", ".join(triton_names), error.message)
-
-    def unload(self, name: str) -> None:
-        record = self.store.get(name)
-        if record is None or record.state != LOADED:
-            raise NotFound(f"model {name!r} is not loaded")
-        self.store.set_state(record, UNLOADING)  # from here on, its requests get 404
-        with self.store.draining(name, self.settings.server_timeout_s + 5):
-            try:
-                for triton_name in reversed(list(record.folders)):  # the ensemble first, then its steps
-                    self.kserve.unload(triton_name)
-                self._wait_unloaded(list(record.folders), time.monotonic() + self.settings.model_load_timeout_s)
-            except ApiError:
-                self.store.save(record)  # still loaded as far as SageMaker can tell: it may try again
-                raise
-            for triton_name in record.folders:
-                self.store.unlink(triton_name)
-            self.store.forget(name)
-        self._clients.pop(name, None)
-
-    def invoke(self, name: str, answer: Answer) -> Response:
-        """The answer of the loaded model ``name``, which is held (not unloaded) until it is given."""
-        g.model = name
-        with self.store.serving(name) as record:
-            client = self.client(record)
-
-            def lookup(_: Any) -> ModelClient:
-                if client is None:
-                    raise InvalidInput(
-                        f"model {name!r} is a Triton model without a model.toml: send it KServe v2 "
-                        'tensors (application/json with "inputs", or binary+json)'
-                    )
-                return client
-
-            return answer(Served(lookup, client.content_types if client else frozenset(), record.entry, record.since))
-
-    def _wait_unloaded(self, names: list[str], deadline: float) -> None:
-        """Triton unloads in the background: wait until none of ``names`` is READY or UNLOADING
-        (looked at once at least, then until ``deadline``)."""
-        while True:
-            states = self.triton.model_states()
-            if not any(states.get(n) in ("READY", "UNLOADING") for n in names):
-                return
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(UNLOAD_POLL_S)
-        raise TritonUnavailable(
-            f"Triton did not finish unloading {', '.join(names)} within "
-            f"{self.settings.model_load_timeout_s:g} s ({MODEL_LOAD_TIMEOUT})"
-        )
 
 
 def _page(records: list[Record], token: str, size: str) -> dict[str, Any]:
@@ -244,11 +51,10 @@ def _page(records: list[Record], token: str, size: str) -> dict[str, Any]:
     return page
 
 
-def register(
-    app: Flask, settings: Settings, triton: TritonRepository, kserve: TritonHttp, answer: Answer
-) -> MultiModel | None:
-    """The ``/models`` routes: SageMaker's API in multi-model mode, a 404 that says how to turn it on otherwise."""
-    if not settings.multi_model:
+def register(app: Flask, models: MultiModelStore | None) -> None:
+    """The ``/models`` routes (their ``/invoke`` is ``app.router``'s, beside ``/invocations``): SageMaker's
+    API in multi-model mode (``models``), a 404 that says how to turn it on otherwise."""
+    if models is None:
 
         @app.route("/models", methods=["GET", "POST"])
         @app.route("/models/<path:_>", methods=["GET", "POST", "DELETE"])
@@ -258,9 +64,7 @@ def register(
                 "its models on POST /invocations"
             )
 
-        return None
-
-    models = MultiModel(settings, triton, kserve)
+        return
 
     @app.post("/models")
     def load_model() -> Response:
@@ -302,9 +106,3 @@ def register(
         models.unload(name)
         log.info("unloaded model %s (%s)", name, request.headers.get(TARGET_MODEL, "-"))
         return json_response({"status": f"model {name!r} unloaded"})
-
-    @app.post("/models/<name>/invoke")
-    def invoke_model(name: str) -> Response:
-        return models.invoke(name, answer)
-
-    return models

@@ -22,7 +22,6 @@ from app.core.errors import (
     InvalidJson,
     LineError,
     NotAcceptable,
-    UnknownModel,
     UnsupportedMediaType,
 )
 from clients.base import ModelClient
@@ -162,18 +161,6 @@ def raw_item(request: Request) -> bytes | str:
         return request.body.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidInput("the body is not valid UTF-8 text") from None
-
-
-def find_client(registry: Mapping[str, ModelClient], name: Any) -> ModelClient:
-    """The client serving ``name`` (the request's ``modelname``, as it came)."""
-    if name is None or name == "":
-        raise UnknownModel(f"modelname is missing; served models: {', '.join(sorted(registry))}")
-    if not isinstance(name, str):
-        raise InvalidInput(f"modelname must be a string, got {type(name).__name__}")
-    client = registry.get(name)
-    if client is None:
-        raise UnknownModel(f"model {name!r} is not served; served models: {', '.join(sorted(registry))}")
-    return client
 
 
 def parse_invocation(

@@ -188,7 +188,7 @@ class Supervisor:
             ROUTER_BIND: f"unix:{socket_path}",
             TRITON_GRPC_URL: external_triton or f"127.0.0.1:{grpc}",
             TRITON_HTTP_URL: env.get(TRITON_HTTP_URL, "").strip() or f"127.0.0.1:{http}",
-            # multi-model loads charge each model what Triton's processes grew by (app.core.memory)
+            # multi-model loads charge each model what Triton's processes grew by (app.core.memory, app.core.procfs)
             **({TRITON_PID: str(triton.pid)} if (triton := self._child("triton")) else {}),
             MODEL_REPOSITORY: str(repository),
             # prometheus_client's multiprocess mode: every worker writes its counters here, and

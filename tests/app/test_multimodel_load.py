@@ -15,7 +15,7 @@ from app.core import errors
 from app.core.multimodel import triton_prefix
 from app.core.pbtxt import parse
 from app.core.settings import MIB, Settings
-from app.router.multimodel import MultiModel
+from clients.multimodel import MultiModelStore as MultiModel
 
 
 class SlowTriton:
@@ -256,7 +256,7 @@ def test_a_load_past_its_timeout_does_not_wait_again_for_its_unload(tmp_path, en
 def measured(tmp_path: Path, monkeypatch, limit_mib: int) -> tuple[MultiModel, SlowTriton]:
     """A loader whose Triton's processes read 100 MiB before the first load and 400 MiB after it."""
     readings = iter([100 * MIB, 400 * MIB])
-    monkeypatch.setattr("app.router.multimodel.process_tree_memory", lambda pid: next(readings))
+    monkeypatch.setattr("clients.multimodel.process_tree_memory", lambda pid: next(readings))
     triton = SlowTriton()
     triton.go.set()
     settings = Settings(
@@ -279,7 +279,7 @@ def test_a_loaded_model_is_charged_what_triton_grew_by_not_its_files(tmp_path, p
     with pytest.raises(errors.InsufficientMemory, match=r"the models loaded take 300\.0 MiB"):
         models.load("second", str(other))
     models.unload("first")
-    monkeypatch.setattr("app.router.multimodel.process_tree_memory", lambda pid: None)  # unreadable: files only
+    monkeypatch.setattr("clients.multimodel.process_tree_memory", lambda pid: None)  # unreadable: files only
     assert models.load("second", str(other)).charged == models.store.get("second").size_bytes >= 60 * MIB
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from app.core import errors
-from app.core.memory import memory_refusal, process_tree_memory
+from app.core.memory import memory_refusal
 from app.core.multimodel import (
     LOADED,
     BadLayout,
@@ -21,6 +21,7 @@ from app.core.multimodel import (
     Record,
     inspect_url,
 )
+from app.core.procfs import process_tree_memory
 from app.core.settings import MIB
 
 

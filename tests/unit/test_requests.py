@@ -9,13 +9,13 @@ import pytest
 from app.core.errors import InvalidInput, InvalidJson, UnknownModel, UnsupportedMediaType
 from app.router.requests import (
     Request,
-    find_client,
     parse_custom_attributes,
     parse_invocation,
     parse_json_object,
     parse_version,
 )
 from clients.base import Option
+from clients.repository import Registry
 
 
 class Client(SimpleNamespace):
@@ -33,7 +33,7 @@ CLIENTS = {
 
 
 def lookup(name):
-    return find_client(CLIENTS, name)
+    return Registry(CLIENTS).client(name)
 
 
 def test_envelope():
@@ -68,8 +68,8 @@ def test_parse_json_object_keeps_what_json_allows():
         parse_json_object(b"[" * 100000)
 
 
-def test_find_client_lists_the_served_models():
-    assert find_client(CLIENTS, "resnet") is CLIENTS["resnet"]
+def test_the_registry_lists_the_served_models():
+    assert Registry(CLIENTS).client("resnet") is CLIENTS["resnet"]
     for name, error, message in [
         (None, UnknownModel, "modelname is missing; served models: bert_base, resnet"),
         ("", UnknownModel, "modelname is missing; served models: bert_base, resnet"),
@@ -77,7 +77,7 @@ def test_find_client_lists_the_served_models():
         (["resnet"], InvalidInput, "modelname must be a string, got list"),
     ]:
         with pytest.raises(error) as raised:
-            find_client(CLIENTS, name)
+            Registry(CLIENTS).client(name)
         assert raised.value.message == message
 
 

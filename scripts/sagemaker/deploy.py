@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from scripts.sagemaker import components as sagemaker_components
 from scripts.sagemaker import transform as sagemaker_transform
@@ -43,6 +44,11 @@ __all__ = [
     "resource_id",
     "wait_in_service",
 ]
+
+
+def _waiting(args: argparse.Namespace, sleep: Callable[[float], None]) -> dict[str, Any]:
+    """How long and how often the command waits on SageMaker, as --poll-seconds and --timeout-minutes say."""
+    return {"poll_s": args.poll_seconds, "timeout_s": args.timeout_minutes * 60, "sleep": sleep}
 
 
 def endpoint_config(args: argparse.Namespace) -> DeployConfig:
@@ -84,14 +90,7 @@ def run_endpoint(clients: Clients, args: argparse.Namespace, sleep: Callable[[fl
     config = endpoint_config(args)
     if args.inference_components:
         return _run_components(clients, args, config, sleep)
-    names = deploy(
-        clients,
-        config,
-        wait=not args.no_wait,
-        poll_s=args.poll_seconds,
-        timeout_s=args.timeout_minutes * 60,
-        sleep=sleep,
-    )
+    names = deploy(clients, config, wait=not args.no_wait, **_waiting(args, sleep))
     state = "created (not waited for)" if args.no_wait else "InService"
     if config.asynchronous:
         return (
@@ -115,9 +114,7 @@ def _run_components(
     clients: Clients, args: argparse.Namespace, config: DeployConfig, sleep: Callable[[float], None]
 ) -> str:
     components = sagemaker_components.Components(args.inference_components, tuple(args.component))
-    names = sagemaker_components.deploy(
-        clients, config, components, poll_s=args.poll_seconds, timeout_s=args.timeout_minutes * 60, sleep=sleep
-    )
+    names = sagemaker_components.deploy(clients, config, components, **_waiting(args, sleep))
     first = args.component[0].model
     return (
         f"endpoint {names['endpoint']} is InService with inference components {', '.join(names['components'])}: "
@@ -141,14 +138,7 @@ def run_transform(clients: Clients, args: argparse.Namespace, sleep: Callable[[f
         max_concurrent_transforms=args.max_concurrent_transforms,
         delete_model=args.delete_model,
     )
-    names = sagemaker_transform.transform(
-        clients,
-        config,
-        wait=not args.no_wait,
-        poll_s=args.poll_seconds,
-        timeout_s=args.timeout_minutes * 60,
-        sleep=sleep,
-    )
+    names = sagemaker_transform.transform(clients, config, wait=not args.no_wait, **_waiting(args, sleep))
     state = "started" if args.no_wait else "Completed"
     return (
         f"transform job {names['job']} {state}: answers in {names['output']} "

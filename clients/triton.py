@@ -1,7 +1,7 @@
 """The one owner of the gRPC client to Triton.
 
-One ``InferenceServerClient`` per worker process, created on first use (gunicorn forks the
-workers before any request, and a gRPC channel must not cross a fork), with reconnect backoff
+One channel and stub of Triton's gRPC service per worker process, created on first use (gunicorn
+forks the workers before any request, and a gRPC channel must not cross a fork), with reconnect backoff
 capped so that a Triton that restarts or starts late is found again within a second. Every call
 carries a deadline. Transport and server errors become the router's error classes here, and
 nowhere else.
@@ -18,8 +18,14 @@ from typing import Any
 
 import grpc
 import numpy as np
-import tritonclient.grpc as grpcclient
-from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.utils import (
+    InferenceServerException,
+    deserialize_bytes_tensor,
+    np_to_triton_dtype,
+    serialize_byte_tensor,
+    triton_to_np_dtype,
+)
 
 from app.core.errors import ApiError, InferenceTimeout, InvalidInput, InvalidItem, ModelNotReady, TritonUnavailable
 from app.core.settings import Settings
@@ -97,7 +103,7 @@ class TritonClient:
         self.timeout_s = timeout_s
         self.ping_timeout_s = ping_timeout_s
         self._lock = threading.Lock()
-        self._client: grpcclient.InferenceServerClient | None = None
+        self._service: service_pb2_grpc.GRPCInferenceServiceStub | None = None
         self._pid: int | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._pool_pid: int | None = None
@@ -106,18 +112,18 @@ class TritonClient:
     def from_settings(cls, settings: Settings) -> TritonClient:
         return cls(settings.triton_grpc_url, settings.triton_timeout_s, settings.ping_timeout_s)
 
-    def _grpc(self) -> grpcclient.InferenceServerClient:
+    def _stub(self) -> service_pb2_grpc.GRPCInferenceServiceStub:
         pid = os.getpid()
-        client = self._client
-        if client is not None and self._pid == pid:
-            return client
+        stub = self._service
+        if stub is not None and self._pid == pid:
+            return stub
         with self._lock:
-            if self._client is None or self._pid != pid:
-                # A client inherited through a fork is dropped, not closed: its channel belongs
-                # to the parent process.
-                self._client = grpcclient.InferenceServerClient(self.url, channel_args=list(CHANNEL_ARGS))
+            if self._service is None or self._pid != pid:
+                # A channel inherited through a fork is dropped, not closed: it belongs to the parent.
+                channel = grpc.insecure_channel(self.url, options=list(CHANNEL_ARGS))
+                self._service = service_pb2_grpc.GRPCInferenceServiceStub(channel)
                 self._pid = pid
-            return self._client
+            return self._service
 
     def _readiness_pool(self) -> ThreadPoolExecutor:
         pid = os.getpid()
@@ -133,15 +139,15 @@ class TritonClient:
             raise error
         raise translated from error
 
-    def _readiness_call(self, call: Callable[..., Any]) -> Any:
+    def _readiness_call(self, method: Callable[..., Any], request: Any) -> Any:
         """A readiness call with its deadline, and a hard stop should the deadline not fire."""
-        future = self._readiness_pool().submit(call, client_timeout=self.ping_timeout_s)
+        future = self._readiness_pool().submit(method, request, timeout=self.ping_timeout_s)
         try:
             return future.result(timeout=self.ping_timeout_s + HARD_STOP_GRACE_S)
         except FutureTimeout:
             future.cancel()
             raise TritonUnavailable(f"Triton did not answer within {self.ping_timeout_s:g} s") from None
-        except (InferenceServerException, grpc.RpcError) as error:
+        except grpc.RpcError as error:
             self._raise(error, None, None, self.ping_timeout_s)
 
     def infer(
@@ -151,43 +157,26 @@ class TritonClient:
         output_names: Sequence[str],
         version: str | None = None,
     ) -> tuple[dict[str, np.ndarray], str]:
-        """One inference call; returns the named outputs and the version that served it."""
-        request = []
+        """One inference call; returns the named outputs and the version that served it.
+
+        A blocking call on the service's own stub, with the request built straight from the arrays
+        (``raw_input_contents``): no per-call client objects, no callback thread. Its deadline is
+        gRPC's own, which fires whatever the channel's state (a Triton that hangs included)."""
+        request = service_pb2.ModelInferRequest(model_name=model, model_version=version or "")
         for name, array in inputs.items():
-            item = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-            item.set_data_from_numpy(np.ascontiguousarray(array))
-            request.append(item)
-        outputs = [grpcclient.InferRequestedOutput(name) for name in output_names]
-        done = threading.Event()
-        outcome: dict[str, Any] = {}
-
-        def on_done(result: Any, error: Any) -> None:
-            outcome["result"], outcome["error"] = result, error
-            done.set()
-
+            request.inputs.add(name=name, datatype=np_to_triton_dtype(array.dtype), shape=array.shape)
+            request.raw_input_contents.append(_raw(array))
+        for name in output_names:
+            request.outputs.add(name=name)
         try:
-            call = self._grpc().async_infer(
-                model,
-                request,
-                on_done,
-                model_version=version or "",
-                outputs=outputs,
-                client_timeout=self.timeout_s,
-            )
-        except (InferenceServerException, grpc.RpcError) as error:
+            response = self._stub().ModelInfer(request, timeout=self.timeout_s)
+        except grpc.RpcError as error:
             self._raise(error, model, version, self.timeout_s)
-        if not done.wait(self.timeout_s + HARD_STOP_GRACE_S):
-            call.cancel()
-            raise InferenceTimeout(f"model {model!r} did not answer within {self.timeout_s:g} s")
-        if outcome["error"] is not None:
-            self._raise(outcome["error"], model, version, self.timeout_s)
-        result = outcome["result"]
-        arrays = {name: result.as_numpy(name) for name in output_names}
-        return arrays, str(result.get_response().model_version)
+        return _arrays(response, output_names), response.model_version
 
     def model_states(self) -> dict[str, str]:
         """Each model in Triton's repository index with its state; READY when any version is."""
-        index = self._readiness_call(self._grpc().get_model_repository_index)
+        index = self._readiness_call(self._stub().RepositoryIndex, service_pb2.RepositoryIndexRequest())
         states: dict[str, str] = {}
         for entry in index.models:
             if states.get(entry.name) != READY:
@@ -195,7 +184,32 @@ class TritonClient:
         return states
 
     def server_ready(self) -> bool:
-        return bool(self._readiness_call(self._grpc().is_server_ready))
+        return bool(self._readiness_call(self._stub().ServerReady, service_pb2.ServerReadyRequest()).ready)
 
     def server_live(self) -> bool:
-        return bool(self._readiness_call(self._grpc().is_server_live))
+        return bool(self._readiness_call(self._stub().ServerLive, service_pb2.ServerLiveRequest()).live)
+
+
+def _raw(array: np.ndarray) -> bytes:
+    """A tensor's bytes as Triton reads them: BYTES elements length-prefixed, others row-major."""
+    if array.dtype == np.object_ or array.dtype.type == np.bytes_:
+        serialized = serialize_byte_tensor(array)  # one element: the whole tensor's bytes
+        return serialized.item() if serialized.size else b""
+    return np.ascontiguousarray(array).tobytes()
+
+
+def _arrays(response: service_pb2.ModelInferResponse, names: Sequence[str]) -> dict[str, np.ndarray]:
+    """The named outputs of a response as arrays (views of its bytes where the type allows)."""
+    found = {}
+    for tensor, raw in zip(response.outputs, response.raw_output_contents):
+        if tensor.name not in names:
+            continue
+        shape = tuple(tensor.shape)
+        if tensor.datatype == "BYTES":
+            found[tensor.name] = deserialize_bytes_tensor(raw).reshape(shape)
+        else:
+            found[tensor.name] = np.frombuffer(raw, dtype=triton_to_np_dtype(tensor.datatype)).reshape(shape)
+    missing = [name for name in names if name not in found]
+    if missing:
+        raise RuntimeError(f"Triton's answer lacks the outputs {missing} (it has {[t.name for t in response.outputs]})")
+    return found

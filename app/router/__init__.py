@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from flask import Flask, Response, g, request
+from flask import Flask, Response, request
 
 from app.core.errors import InvalidInput
 from app.core.health import health_policy, ping_answer
@@ -25,7 +25,7 @@ from app.core.settings import Settings
 from app.router.batches import run_invocations
 from app.router.handlers import json_response, register_error_handlers
 from app.router.multimodel import register as register_multi_model
-from app.router.observability import MIXED_MODELS
+from app.router.observability import MIXED_MODELS, current
 from app.router.observability import install as install_observability
 from app.router.requests import (
     BINARY_JSON_TYPE,
@@ -80,7 +80,7 @@ def create_app(
 
     def lookup(name: Any) -> ModelClient:
         client = served_models.client(name)
-        g.model = client.name  # from here on, observability labels the request (errors too) with it
+        current().model = client.name  # from here on, observability labels the request (errors too) with it
         return client
 
     served = Served(lookup, served_models.content_types)
@@ -123,8 +123,8 @@ def create_app(
         lines = is_jsonlines(asked)
         calls = parse_lines(asked, served.lookup) if lines else [parse_invocation(asked, served.lookup, document)]
         if len({call.client.name for call in calls}) > 1:
-            g.model = MIXED_MODELS
-        answers = run_invocations(calls, numbered=lines, timings=g.timings, deadline=deadline)
+            current().model = MIXED_MODELS
+        answers = run_invocations(calls, numbered=lines, timings=current().timings, deadline=deadline)
         if kind == JSON_TYPE:
             return json_response(answers if lines else answers[0])
         text = "".join(json.dumps(a, ensure_ascii=False, allow_nan=False) + "\n" for a in answers)
@@ -132,7 +132,7 @@ def create_app(
 
     def answer_loaded(name: str) -> Response:
         """The answer of the loaded model ``name`` (multi-model mode), held against unloads meanwhile."""
-        g.model = name
+        current().model = name
         with loaded_models.serving(name) as model:
             return answer(served_by(model))
 
@@ -153,10 +153,11 @@ def create_app(
         """A KServe v2 body, checked against the model's configuration (nothing unchecked reaches
         Triton), then answered as AWS's SageMaker Triton image answers it: Triton's own answer."""
         call = pass_through(asked, settings.default_model_name, document)
-        g.model = g.model or call.model
-        with timed(g.timings, "preprocess"):  # the check is all the router does before Triton
+        trace = current()
+        trace.model = trace.model or call.model
+        with timed(trace.timings, "preprocess"):  # the check is all the router does before Triton
             check_request(call.header, kserve.contract(call.model, load), call.binary, settings.max_body_bytes)
-        with timed(g.timings, "triton"):
+        with timed(trace.timings, "triton"):
             answer = kserve.infer(call.model, call.body, call.json_size)
         if answer.json_size is None:
             return Response(answer.body, mimetype=JSON_TYPE)

@@ -6,6 +6,8 @@ Environment: ``GUNICORN_BIND`` (``serve`` sets ``unix:<dir>/router.sock``), ``MO
 
 import os
 
+from gunicorn.glogging import Logger
+
 from app.core.logs import logging_config
 from app.core.settings import Settings
 from app.router.observability import mark_process_dead
@@ -25,6 +27,17 @@ graceful_timeout = 25  # SIGTERM: requests in flight get 25 s (SageMaker kills a
 # request with a 502 (NGINX does not retry a POST). On the unix socket a new connection costs little.
 keepalive = 0
 accesslog = None  # each request is one JSON line from app.access (app/router/observability.py) instead
+
+
+class RouterLogger(Logger):
+    """gunicorn's logger without its access line: with a logging config given, gunicorn would build
+    that line's fields for every request only for the dropped ``gunicorn.access`` logger."""
+
+    def access(self, resp, req, environ, request_time) -> None:
+        return None
+
+
+logger_class = RouterLogger
 errorlog = "-"
 loglevel = _settings.log_level.lower()
 logconfig_dict = logging_config(_settings.log_level)

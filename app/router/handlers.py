@@ -13,11 +13,12 @@ import logging
 import uuid
 from typing import Any
 
-from flask import Flask, Response, g, request
+from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
 from app.core.errors import HTTP_STATUS_ERRORS, ApiError, InternalError, payload_too_large
 from app.core.settings import Settings
+from app.router.observability import TRACE_KEY
 from app.router.requests import JSON_TYPE
 
 log = logging.getLogger("app.router")
@@ -30,7 +31,9 @@ def json_response(body: Any, status: int = 200) -> Response:
 def register_error_handlers(app: Flask, settings: Settings) -> None:
     @app.errorhandler(ApiError)
     def api_error(error: ApiError) -> Response:
-        g.error_code = error.code
+        trace = request.environ.get(TRACE_KEY)
+        if trace is not None:
+            trace.error_code = error.code
         return json_response(error.body(), error.status)
 
     @app.errorhandler(HTTPException)
@@ -50,11 +53,18 @@ def register_error_handlers(app: Flask, settings: Settings) -> None:
     @app.errorhandler(Exception)
     def internal_error(error: Exception) -> Response:
         answer = InternalError(uuid.uuid4().hex)
+        trace = request.environ.get(TRACE_KEY)
         log.exception(
             "internal error %s on %s %s",
             answer.error_id,
             request.method,
             request.path,
-            extra={"fields": {"request_id": g.get("request_id"), "error_id": answer.error_id, "model": g.get("model")}},
+            extra={
+                "fields": {
+                    "request_id": trace and trace.request_id,
+                    "error_id": answer.error_id,
+                    "model": trace and trace.model,
+                }
+            },
         )
         return api_error(answer)

@@ -23,12 +23,13 @@ import logging
 import time
 from typing import Any
 
-from flask import Flask, Response, g, request
+from flask import Flask, Response, request
 
 from app.core.errors import InvalidInput, NotFound
 from app.core.multimodel import LOADED, Record
 from app.core.settings import MIB, MULTI_MODEL
 from app.router.handlers import json_response
+from app.router.observability import current
 from app.router.requests import TARGET_MODEL, parse_json_object
 from clients.multimodel import MultiModelStore
 
@@ -73,7 +74,7 @@ def register(app: Flask, models: MultiModelStore | None) -> None:
         for key, value in (("model_name", name), ("url", url)):
             if not isinstance(value, str) or not value.strip():
                 raise InvalidInput(f"{key} must be a non-empty string")
-        g.model = name
+        current().model = name
         started = time.monotonic()
         record = models.load(name, url)
         log.info(
@@ -102,7 +103,7 @@ def register(app: Flask, models: MultiModelStore | None) -> None:
 
     @app.delete("/models/<name>")
     def unload_model(name: str) -> Response:
-        g.model = name
+        current().model = name
         models.unload(name)
         log.info("unloaded model %s (%s)", name, request.headers.get(TARGET_MODEL, "-"))
         return json_response({"status": f"model {name!r} unloaded"})

@@ -18,10 +18,11 @@ import os
 import re
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from flask import Flask, Response, g, request
+from flask import Flask, Response, request
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
@@ -39,8 +40,8 @@ MIXED_MODELS = "mixed"  # ... and of a JSON Lines request whose lines name sever
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 access_log = logging.getLogger("app.access")
-# The routes that run a model: counted in flight, measured by stage.
-INVOCATION_ENDPOINTS = frozenset({"invocations", "invoke_model"})
+# POST /models/<name>/invoke (multi-model endpoints), beside POST /invocations.
+INVOKE_PATH = re.compile(r"/models/[^/]+/invoke")
 
 
 @dataclass(frozen=True)
@@ -96,69 +97,118 @@ def mark_process_dead(pid: int) -> None:
         multiprocess.mark_process_dead(pid)
 
 
-def request_id() -> str:
-    for header in REQUEST_ID_HEADERS:
-        value = request.headers.get(header, "").strip()
+# The WSGI environ keys of REQUEST_ID_HEADERS.
+_REQUEST_ID_KEYS = tuple("HTTP_" + header.upper().replace("-", "_") for header in REQUEST_ID_HEADERS)
+_TARGET_MODEL_KEY = "HTTP_" + TARGET_MODEL.upper().replace("-", "_")
+TRACE_KEY = "app.router.trace"  # where a request's Trace lives in its WSGI environ
+
+
+def request_id(environ: Mapping[str, Any]) -> str:
+    """The caller's id (``X-Amzn-SageMaker-Inference-Id``, then ``X-Request-Id``) when it is short
+    and plain, else a fresh one."""
+    for key in _REQUEST_ID_KEYS:
+        value = environ.get(key, "").strip()
         if value and REQUEST_ID_PATTERN.fullmatch(value):
             return value
     return uuid.uuid4().hex
 
 
-def install(app: Flask, metrics: Metrics | None = None) -> Metrics:
-    """Request ids, metrics and the access log for every request of ``app``; ``GET /metrics``.
+@dataclass(slots=True)
+class Trace:
+    """What the route tells observability about its request: the served model's name, seconds by
+    stage (``ModelClient.run`` adds to them) and, for an error, its code."""
 
-    The route fills ``g.model`` (the served model's name), ``g.timings`` (seconds by stage, which
-    ``ModelClient.inference`` adds to) and, for errors, ``g.error_code``.
-    """
-    metrics = metrics or make_metrics()
-    app.extensions["metrics"] = metrics
+    request_id: str
+    model: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    error_code: str | None = None
 
-    @app.before_request
-    def start() -> None:
-        g.request_id = request_id()
-        g.started = time.perf_counter()
-        g.timings = {}
-        g.model = None
-        g.error_code = None
-        g.invocation = request.endpoint in INVOCATION_ENDPOINTS
-        if g.invocation:
-            metrics.in_flight.inc()
 
-    @app.after_request
-    def finish(response: Response) -> Response:
-        response.headers[RESPONSE_ID_HEADER] = g.get("request_id") or request_id()
-        started = g.get("started")
-        if started is None:  # a failure before start() ran: nothing to measure
-            return response
-        elapsed = time.perf_counter() - started
-        timings: dict[str, float] = g.timings
-        model = g.model or NO_MODEL
-        if g.invocation:
-            metrics.requests.labels(model, str(response.status_code)).inc()
-            metrics.latency.labels(model).observe(elapsed)
+def current() -> Trace:
+    """The Trace of the request being served."""
+    return request.environ[TRACE_KEY]
+
+
+def is_invocation(method: str, path: str) -> bool:
+    """The routes that run a model: counted in flight, measured by stage."""
+    return method == "POST" and (path == "/invocations" or INVOKE_PATH.fullmatch(path) is not None)
+
+
+class Observed:
+    """WSGI middleware around the Flask app: the request id (echoed in ``X-Request-Id``), and when
+    the answer is ready its counts and latencies in the metrics and one ``app.access`` line.
+
+    It works on the WSGI environ and the status line alone (no request objects, no Flask hooks):
+    it runs for every request, so it costs as little as it can."""
+
+    def __init__(self, app: Any, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+        self._requests: dict[tuple[str, str], Any] = {}  # labelled metrics, made once per label set
+        self._latency: dict[str, Any] = {}
+        self._stages: dict[tuple[str, str], Any] = {}
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        started = time.perf_counter()
+        trace = environ[TRACE_KEY] = Trace(request_id(environ))
+        invocation = is_invocation(environ.get("REQUEST_METHOD", ""), environ.get("PATH_INFO", ""))
+        answered: list[str] = []
+
+        def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            answered.append(status)
+            headers.append((RESPONSE_ID_HEADER, trace.request_id))
+            return start_response(status, headers, exc_info)
+
+        if invocation:
+            self.metrics.in_flight.inc()
+        try:
+            return self.app(environ, start)
+        finally:
+            if invocation:
+                self.metrics.in_flight.dec()
+            status = int(answered[-1].split(" ", 1)[0]) if answered else 500
+            self._record(environ, trace, status, time.perf_counter() - started, invocation)
+
+    def _record(self, environ: Mapping[str, Any], trace: Trace, status: int, elapsed: float, invocation: bool) -> None:
+        model, timings = trace.model or NO_MODEL, trace.timings
+        if invocation:
+            key = (model, str(status))
+            counter = self._requests.get(key) or self._requests.setdefault(key, self.metrics.requests.labels(*key))
+            counter.inc()
+            latency = self._latency.get(model) or self._latency.setdefault(model, self.metrics.latency.labels(model))
+            latency.observe(elapsed)
             for stage in STAGES:
                 if stage in timings:
-                    metrics.stages.labels(model, stage).observe(timings[stage])
+                    histogram = self._stages.get((model, stage))
+                    if histogram is None:
+                        histogram = self._stages.setdefault((model, stage), self.metrics.stages.labels(model, stage))
+                    histogram.observe(timings[stage])
+        method, path = environ.get("REQUEST_METHOD", ""), environ.get("PATH_INFO", "")
         fields: dict[str, Any] = {
-            "request_id": g.request_id,
-            "method": request.method,
-            "path": request.path,
-            "model": g.model,
-            "status": response.status_code,
+            "request_id": trace.request_id,
+            "method": method,
+            "path": path,
+            "model": trace.model,
+            "status": status,
             "duration_ms": round(elapsed * 1000, 3),
-            **{f"{stage}_ms": round(timings[stage] * 1000, 3) for stage in STAGES if stage in timings},
         }
-        if g.error_code:
-            fields["error"] = g.error_code
-        if request.headers.get(TARGET_MODEL):  # a multi-model endpoint's TargetModel, for the logs
-            fields["target_model"] = request.headers[TARGET_MODEL]
-        access_log.info("%s %s %s", request.method, request.path, response.status_code, extra={"fields": fields})
-        return response
+        for stage in STAGES:
+            if stage in timings:
+                fields[f"{stage}_ms"] = round(timings[stage] * 1000, 3)
+        if trace.error_code:
+            fields["error"] = trace.error_code
+        target = environ.get(_TARGET_MODEL_KEY)
+        if target:  # a multi-model endpoint's TargetModel, for the logs
+            fields["target_model"] = target
+        access_log.info("%s %s %s", method, path, status, extra={"fields": fields})
 
-    @app.teardown_request
-    def done(_: BaseException | None) -> None:
-        if g.pop("invocation", False):
-            metrics.in_flight.dec()
+
+def install(app: Flask, metrics: Metrics | None = None) -> Metrics:
+    """Request ids, metrics and the access log for every request of ``app`` (``Observed``, around
+    its WSGI app); ``GET /metrics``. The route fills its ``current()`` Trace."""
+    metrics = metrics or make_metrics()
+    app.extensions["metrics"] = metrics
+    app.wsgi_app = Observed(app.wsgi_app, metrics)
 
     @app.get("/metrics")
     def expose() -> Response:

@@ -28,7 +28,14 @@ from scripts.bench.constants import (
     PERF_CONCURRENCY,
     TRITON_SIDE,
 )
-from scripts.bench.load import GrpcCaller, HttpCaller, run_load
+from scripts.bench.fixed_cost import (
+    FIXED_COST_CONCURRENCY,
+    FIXED_COST_ROWS,
+    fixed_cost_figures,
+    format_fixed_cost,
+    run_fixed_cost,
+)
+from scripts.bench.load import GrpcCaller, HttpCaller, Progress, run_load, send_mixed
 from scripts.bench.payloads import grpc_request, peer_requests, preprocessed_tensors, product_requests
 from scripts.bench.peers import (
     rss_mb,
@@ -82,6 +89,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="only P-triton and P-router (both placements of the image pipelines) on the benchmark's own "
         "stack: no stack on --url needed",
     )
+    p.add_argument(
+        "--fixed-cost-only",
+        action="store_true",
+        help="only the fixed-cost section (the router's CPU per request against a bare Flask app on the same "
+        "gunicorn and NGINX) on the benchmark's own stack: no stack on --url needed",
+    )
+    p.add_argument("--no-fixed-cost", action="store_true", help="skip the fixed-cost section")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results.json, plots and logs go here")
     p.add_argument(
         "--quick", action="store_true", help="smoke run: concurrency 1 and 8, one round of 1 s steps, short warm-up"
@@ -93,40 +107,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def send_mixed(callers: Sequence[Callable[[], None]], total: int, concurrency: int) -> int:
-    """``total`` requests taking the callers in turn, ``concurrency`` at a time; the errors."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    def one(i: int) -> int:
-        try:
-            callers[i % len(callers)]()
-            return 0
-        except Exception:  # noqa: BLE001 - counted: the figure is memory, not correctness
-            return 1
-
-    with ThreadPoolExecutor(concurrency) as pool:
-        return sum(pool.map(one, range(total)))
-
-
 def _host_port(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     return host or "127.0.0.1", int(port)
-
-
-class Progress:
-    def __init__(self, total: int) -> None:
-        self.total, self.done, self.began = total, 0, time.monotonic()
-
-    def step(self, label: str, summary: Mapping[str, Any]) -> None:
-        self.done += 1
-        elapsed = time.monotonic() - self.began
-        left = elapsed / self.done * (self.total - self.done)
-        errors = f", {summary['errors']} errors" if summary["errors"] else ""
-        print(
-            f"[{self.done}/{self.total} {elapsed:4.0f}s, ~{left:3.0f}s left] {label}: "
-            f"{summary['throughput']:.1f} req/s, p50 {summary['p50_ms']:.1f} ms{errors}",
-            flush=True,
-        )
 
 
 def bench_model(
@@ -224,10 +207,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     a_host, a_port = _host_port(args.url)
     specs = {m: load_spec(repository / m) for m in models}
 
-    if not args.placements_only and not _stack_ready(args.url, a_host, a_port):
+    own_only = args.placements_only or args.fixed_cost_only  # only sections on the benchmark's own stack
+    if not own_only and not _stack_ready(args.url, a_host, a_port):
         return 2
-    against = [] if args.placements_only else models  # the models whose A, B, C sides run
-    own_stack = args.placements_only or not args.no_identity
+    against = [] if own_only else models  # the models whose A, B, C sides run
+    own_stack = own_only or not args.no_identity
+    fixed_cost = own_stack and not args.placements_only and not args.no_fixed_cost
 
     sides_per_model = 2 + 1 + (0 if args.no_peer else 2)
     steps = len(against) * len(concurrencies) * args.rounds * sides_per_model
@@ -238,8 +223,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not own_stack
         else len(concurrencies)
         * args.rounds
-        * ((0 if args.placements_only else 3) + sum(len(sides) for sides in placements.values()))
+        * ((0 if own_only else 3) + (0 if args.fixed_cost_only else sum(len(s) for s in placements.values())))
     )
+    steps += args.rounds * (1 + len(FIXED_COST_ROWS)) if fixed_cost else 0
     progress = Progress(steps)
     print(
         f"benchmark: {', '.join(models)} at concurrency {concurrencies}, {args.rounds} rounds of "
@@ -254,6 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     extras: dict[str, float | None] = {}
     wire: dict[str, dict[str, dict[str, int]]] = {}
     perf: dict[str, Any] = {}
+    fixed: dict[str, dict[str, Any]] = {}
     log_path = out / "processes.log"
     log_path.write_bytes(b"")
 
@@ -313,11 +300,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             callers["B"] = b
             try:
-                if not args.placements_only:
+                if not own_only:
                     bench_model(IDENTITY, callers, concurrencies, args, cells, progress)
             finally:
                 b.close()
-            if args.rss_requests > 0 and not args.placements_only:
+            if args.rss_requests > 0 and not own_only:
                 mixed = [
                     HttpCaller(r, args.timeout)
                     for m in models
@@ -331,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 errors = send_mixed(mixed, args.rss_requests, concurrency=4)
                 if errors:
                     notes.append(f"{errors} of the {args.rss_requests} mixed requests failed")
-            if not args.placements_only:  # before the router-pipeline copies' large tensors pass through
+            if not own_only:  # before the router-pipeline copies' large tensors pass through
                 workers = stack.router_workers()
                 sizes = [s for s in (rss_mb(pid) for pid in workers) if s is not None]
                 extras["worker_rss_mb"] = max(sizes) if sizes else None
@@ -340,7 +327,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"{args.rss_requests} mixed requests: {', '.join(f'{s:.0f} MB' for s in sizes)} "
                     f"(workers {workers}); the largest is the figure"
                 )
-            bench_placements(stack, specs, placements, concurrencies, image, args, cells, progress, wire)
+            if fixed_cost:
+                print(
+                    "fixed cost: starting the floor (a bare Flask app on the router's gunicorn and NGINX) ...",
+                    flush=True,
+                )
+                fixed = run_fixed_cost(stack, tensors, image, args.text, out, models, args, progress.step)
+            if not args.fixed_cost_only:
+                bench_placements(stack, specs, placements, concurrencies, image, args, cells, progress, wire)
         finally:
             stack.stop()
 
@@ -348,7 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         model: {side: {c: cell.summary() for c, cell in by_c.items()} for side, by_c in sides.items()}
         for model, sides in cells.items()
     }
-    figures = target_figures(results, extras, wire)
+    figures = target_figures(results, extras, wire) + fixed_cost_figures(fixed)
     checks = perf
     report = {
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -358,6 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "perf_analyzer_check": checks,
         "extras": extras,
         "bytes_per_request": wire,
+        "fixed_cost": fixed,
         "figures": [{**asdict(f), "passed": f.passed, "mark": f.mark} for f in figures],
         "notes": notes,
     }
@@ -365,6 +360,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     plots = plot(results, out)
 
     print("\n" + format_results(results))
+    if fixed:
+        print("\n" + format_fixed_cost(fixed, FIXED_COST_CONCURRENCY))
     if checks:
         print(f"\nB's client against perf_analyzer, c={PERF_CONCURRENCY} (own client run just before and just after):")
         for model, check in checks.items():

@@ -11,6 +11,8 @@ IDENTITY_TEXT = "hello [MASK] world."
 MODELS = ("resnet", "yolov5", "bert_base")
 CONCURRENCY = (1, 4, 8, 16)
 IDENTITY = "identity"
+# The identity model answering 40 ms later: the router's cost when its requests wait as a real model's do.
+IDENTITY_WAIT, IDENTITY_WAIT_MS = "identity_wait", 40
 NOBATCH_SUFFIX = "_nobatch"
 BINARY_JSON = "application/vnd.sagemaker-triton.binary+json;json-header-size="
 CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import http.client
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,3 +124,33 @@ def run_load(call: Callable[[], None], concurrency: int, seconds: float) -> Load
         window_work(flat, window[0], window[1]),
         (first_error or [""])[0],
     )
+
+
+def send_mixed(callers: Sequence[Callable[[], None]], total: int, concurrency: int) -> int:
+    """``total`` requests taking the callers in turn, ``concurrency`` at a time; the errors."""
+
+    def one(i: int) -> int:
+        try:
+            callers[i % len(callers)]()
+            return 0
+        except Exception:  # noqa: BLE001 - counted: the figure is memory, not correctness
+            return 1
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        return sum(pool.map(one, range(total)))
+
+
+class Progress:
+    def __init__(self, total: int) -> None:
+        self.total, self.done, self.began = total, 0, time.monotonic()
+
+    def step(self, label: str, summary: Mapping[str, Any]) -> None:
+        self.done += 1
+        elapsed = time.monotonic() - self.began
+        left = elapsed / self.done * (self.total - self.done)
+        errors = f", {summary['errors']} errors" if summary["errors"] else ""
+        print(
+            f"[{self.done}/{self.total} {elapsed:4.0f}s, ~{left:3.0f}s left] {label}: "
+            f"{summary['throughput']:.1f} req/s, p50 {summary['p50_ms']:.1f} ms{errors}",
+            flush=True,
+        )

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.core.spec import ModelSpec
-from scripts.bench.constants import IDENTITY, NOBATCH_SUFFIX, START_TIMEOUT_S
+from scripts.bench.constants import IDENTITY, IDENTITY_WAIT, IDENTITY_WAIT_MS, NOBATCH_SUFFIX, START_TIMEOUT_S
 from scripts.bench.placement import link_models, write_router_copies
 from scripts.devtools import (
     Stack,
@@ -120,7 +120,16 @@ topk = 1
 max_topk = 1
 """
 
-IDENTITY_CONFIG = f"""name: "{IDENTITY}"
+
+def identity_config(name: str = IDENTITY, wait_ms: int = 0) -> str:
+    """The identity model's config; ``wait_ms``: it answers each batch that much later (dynamically
+    batched, so that requests wait as long as a real model's do, with no CPU spent)."""
+    waiting = (
+        f'dynamic_batching {{ max_queue_delay_microseconds: 1000 }}\nparameters {{ key: "wait_ms" value {{ string_value: "{wait_ms}" }} }}\n'
+        if wait_ms
+        else ""
+    )
+    return f"""name: "{name}"
 backend: "python"
 max_batch_size: 8
 input {{ name: "input_ids" data_type: TYPE_INT64 dims: [{IDENTITY_LENGTH}] }}
@@ -128,16 +137,27 @@ input {{ name: "attention_mask" data_type: TYPE_INT64 dims: [{IDENTITY_LENGTH}] 
 output {{ name: "scores" data_type: TYPE_FP32 dims: [{IDENTITY_LENGTH}, 1] }}
 output {{ name: "token_ids" data_type: TYPE_INT64 dims: [{IDENTITY_LENGTH}, 1] }}
 instance_group {{ count: 1 kind: KIND_CPU }}
-"""
+{waiting}"""
 
-IDENTITY_MODEL = '''"""The benchmark's identity model: token_ids = input_ids, scores = 1."""
+
+IDENTITY_MODEL = '''"""The benchmark's identity model: token_ids = input_ids, scores = 1 (after the
+config's wait_ms, when it has one)."""
+
+import json
+import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 
 class TritonPythonModel:
+    def initialize(self, args):
+        parameters = json.loads(args["model_config"]).get("parameters", {})
+        self.wait_s = float(parameters.get("wait_ms", {}).get("string_value", "0")) / 1000
+
     def execute(self, requests):
+        if self.wait_s:
+            time.sleep(self.wait_s)
         responses = []
         for request in requests:
             ids = pb_utils.get_input_tensor_by_name(request, "input_ids").as_numpy()[..., None]
@@ -150,19 +170,20 @@ class TritonPythonModel:
 
 
 def write_bench_repositories(out: Path, repository: Path, specs: Mapping[str, ModelSpec]) -> tuple[Path, Path]:
-    """``out/stack-repository``: the identity model, links to the served models and their Triton
+    """``out/stack-repository``: the identity model (and its copy that waits), links to the served models and their Triton
     pipelines, and each image model's copy on the router's pipeline (the benchmark's own stack,
     ``scripts.bench.placement``); ``out/nobatch-repository``: resnet without dynamic batching."""
     models = list(specs)
     stack_repo = out / "stack-repository"
     if stack_repo.exists():
         shutil.rmtree(stack_repo)
-    identity = stack_repo / IDENTITY
-    (identity / "1").mkdir(parents=True)
-    (identity / "model.toml").write_text(IDENTITY_TOML)
-    (identity / "config.pbtxt").write_text(IDENTITY_CONFIG)
-    (identity / "vocab.txt").write_text("\n".join(IDENTITY_VOCAB) + "\n")
-    (identity / "1" / "model.py").write_text(IDENTITY_MODEL)
+    for name, wait_ms in ((IDENTITY, 0), (IDENTITY_WAIT, IDENTITY_WAIT_MS)):
+        identity = stack_repo / name
+        (identity / "1").mkdir(parents=True)
+        (identity / "model.toml").write_text(IDENTITY_TOML)
+        (identity / "config.pbtxt").write_text(identity_config(name, wait_ms))
+        (identity / "vocab.txt").write_text("\n".join(IDENTITY_VOCAB) + "\n")
+        (identity / "1" / "model.py").write_text(IDENTITY_MODEL)
     link_models(stack_repo, repository, models)
     write_router_copies(stack_repo, repository, specs)
 

@@ -266,6 +266,8 @@ def format_results(results: Mapping) -> str:
 
 
 def plot(results: Mapping, out: Path) -> list[Path]:
+    if not results:  # a run of sections without throughput steps (the fixed cost alone)
+        return []
     try:
         import matplotlib
 

@@ -112,71 +112,51 @@ def test_bugs_are_not_translated(error):
     assert translate_error(error, "resnet") is None
 
 
-class Call:
-    cancelled = False
+class HangingStub:
+    """A service whose readiness calls never answer within their deadline."""
 
-    def cancel(self):
-        self.cancelled = True
-
-
-class HangingGrpc:
-    """A channel whose own deadline never fires: the call neither answers nor fails."""
-
-    def __init__(self) -> None:
-        self.call = Call()
-
-    def async_infer(self, model, inputs, callback, **kwargs):
-        return self.call
-
-    def get_model_repository_index(self, **kwargs):
+    def RepositoryIndex(self, request, timeout):
         time.sleep(5)
 
-    def is_server_ready(self, **kwargs):
+    def ServerReady(self, request, timeout):
         time.sleep(5)
 
 
-def test_a_call_whose_deadline_does_not_fire_is_stopped_all_the_same(monkeypatch):
+def test_a_readiness_call_whose_deadline_does_not_fire_is_stopped_all_the_same(monkeypatch):
     client = TritonClient("127.0.0.1:1", timeout_s=0.2, ping_timeout_s=0.1)
-    hanging = HangingGrpc()
-    monkeypatch.setattr(client, "_grpc", lambda: hanging)
-    started = time.monotonic()
-    with pytest.raises(InferenceTimeout, match="did not answer within 0.2 s"):
-        client.infer("resnet", {"input": np.zeros((1, 3), np.float32)}, ["logits"])
-    assert time.monotonic() - started < 0.2 + HARD_STOP_GRACE_S + 0.3
-    assert hanging.call.cancelled
+    monkeypatch.setattr(client, "_stub", lambda: HangingStub())
     started = time.monotonic()
     with pytest.raises(TritonUnavailable):
         client.model_states()
     assert time.monotonic() - started < 0.1 + HARD_STOP_GRACE_S + 0.3
 
 
-class RaisingGrpc:
+class RaisingStub:
     def __init__(self, error: Exception) -> None:
         self.error = error
 
-    def async_infer(self, model, inputs, callback, **kwargs):
-        callback(None, self.error)
-        return Call()
-
-    def get_model_repository_index(self, **kwargs):
+    def ModelInfer(self, request, timeout):
         raise self.error
 
-    def is_server_ready(self, **kwargs):
+    def RepositoryIndex(self, request, timeout):
+        raise self.error
+
+    def ServerReady(self, request, timeout):
         raise self.error
 
 
 def test_client_raises_translated_errors_with_their_cause(monkeypatch):
     client = TritonClient("127.0.0.1:1", timeout_s=30, ping_timeout_s=0.5)
-    cause = server_error("DEADLINE_EXCEEDED", "Deadline Exceeded")
-    monkeypatch.setattr(client, "_grpc", lambda: RaisingGrpc(cause))
+    cause = FakeRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+    monkeypatch.setattr(client, "_stub", lambda: RaisingStub(cause))
     with pytest.raises(InferenceTimeout) as raised:
         client.infer("resnet", {"input": np.zeros((1, 3), np.float32)}, ["logits"])
     assert raised.value.__cause__ is cause
     with pytest.raises(InferenceTimeout):
         client.model_states()
-    bug = server_error("INVALID_ARGUMENT", "unexpected shape")
-    monkeypatch.setattr(client, "_grpc", lambda: RaisingGrpc(bug))
-    with pytest.raises(InferenceServerException):
+    bug = FakeRpcError(grpc.StatusCode.INVALID_ARGUMENT, "unexpected shape")
+    monkeypatch.setattr(client, "_stub", lambda: RaisingStub(bug))
+    with pytest.raises(grpc.RpcError):
         client.infer("resnet", {"input": np.zeros((1, 3), np.float32)}, ["logits"])
 
 
@@ -192,9 +172,9 @@ class Index:
 def test_model_states_prefers_a_ready_version(monkeypatch):
     client = TritonClient("127.0.0.1:1", timeout_s=30, ping_timeout_s=0.5)
 
-    class Grpc:
-        def get_model_repository_index(self, client_timeout):
-            assert client_timeout == 0.5
+    class Stub:
+        def RepositoryIndex(self, request, timeout):
+            assert timeout == 0.5
             return Index(
                 [
                     ("resnet", "1", "UNAVAILABLE"),
@@ -204,23 +184,24 @@ def test_model_states_prefers_a_ready_version(monkeypatch):
                 ]
             )
 
-    monkeypatch.setattr(client, "_grpc", lambda: Grpc())
+    monkeypatch.setattr(client, "_stub", lambda: Stub())
     assert client.model_states() == {"resnet": "READY", "bert_base": "UNAVAILABLE", "yolov5": "LOADING"}
 
 
-def test_one_client_per_process(monkeypatch):
+def test_one_channel_per_process(monkeypatch):
     created = []
 
-    class Recorder:
-        def __init__(self, url, channel_args):
-            created.append((url, channel_args))
+    def channel(url, options):
+        created.append((url, options))
+        return object()
 
-    monkeypatch.setattr(triton_module.grpcclient, "InferenceServerClient", Recorder)
+    monkeypatch.setattr(triton_module.grpc, "insecure_channel", channel)
+    monkeypatch.setattr(triton_module.service_pb2_grpc, "GRPCInferenceServiceStub", lambda channel: object())
     client = TritonClient("127.0.0.1:9", timeout_s=30, ping_timeout_s=0.5)
-    first = client._grpc()
-    assert client._grpc() is first and len(created) == 1
+    first = client._stub()
+    assert client._stub() is first and len(created) == 1
     monkeypatch.setattr(triton_module.os, "getpid", lambda: -1)  # as in a forked worker
-    assert client._grpc() is not first and len(created) == 2
+    assert client._stub() is not first and len(created) == 2
     args = dict(created[0][1])
     assert args["grpc.max_reconnect_backoff_ms"] <= 1000 and args["grpc.initial_reconnect_backoff_ms"] <= 100
     assert dict(CHANNEL_ARGS)["grpc.max_receive_message_length"] == -1

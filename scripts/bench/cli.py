@@ -29,6 +29,7 @@ from scripts.bench.constants import (
     TRITON_SIDE,
 )
 from scripts.bench.fixed_cost import (
+    FIXED_COST_CONCURRENCIES,
     FIXED_COST_CONCURRENCY,
     FIXED_COST_ROWS,
     fixed_cost_figures,
@@ -226,6 +227,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         * ((0 if own_only else 3) + (0 if args.fixed_cost_only else sum(len(s) for s in placements.values())))
     )
     steps += args.rounds * (1 + len(FIXED_COST_ROWS)) if fixed_cost else 0
+    # The fixed-cost section alone still measures identity's A-raw against B (latency at c=1, throughput at c=8).
+    steps += args.rounds * 2 * len(FIXED_COST_CONCURRENCIES) if args.fixed_cost_only else 0
     progress = Progress(steps)
     print(
         f"benchmark: {', '.join(models)} at concurrency {concurrencies}, {args.rounds} rounds of "
@@ -302,6 +305,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 if not own_only:
                     bench_model(IDENTITY, callers, concurrencies, args, cells, progress)
+                elif args.fixed_cost_only:
+                    sides = {side: callers[side] for side in ("A-raw", "B")}
+                    bench_model(IDENTITY, sides, FIXED_COST_CONCURRENCIES, args, cells, progress)
             finally:
                 b.close()
             if args.rss_requests > 0 and not own_only:

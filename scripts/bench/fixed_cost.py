@@ -18,7 +18,10 @@ interleaved so that the machine's noise falls on every row alike:
   than one woken after a short one).
 
 For every step the CPU seconds of the gunicorn workers and of NGINX's processes are read from
-``/proc/<pid>/stat`` before and after and divided by the requests answered.
+``/proc/<pid>/stat`` before and after and divided by the requests answered. Beside the rows, the
+section sets the identity model's ``A-raw`` (through NGINX) against ``B`` (the same inference
+straight to Triton's gRPC) at ``FIXED_COST_CONCURRENCIES``: the latency the router adds at 1, the
+share of Triton's throughput it passes on at 8 (``scripts.bench.report.target_figures``).
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ FLOOR = "floor"
 FLOOR_APP = "scripts.bench.floor:app"
 ROLES = ("router", "nginx")
 FIXED_COST_CONCURRENCY = 8
+# Where identity's A-raw is set against B: the added latency at 1, the throughput at 8.
+FIXED_COST_CONCURRENCIES = (1, 8)
 # Each row and the model it calls.
 FIXED_COST_ROWS = {
     "bert_base text": "bert_base",

@@ -155,6 +155,13 @@ def target_figures(
     )
     figures.append(
         Figure(
+            f"A-raw / B throughput, c=8, {IDENTITY}",
+            _ratio(_get(results, IDENTITY, "A-raw", 8, "throughput"), _get(results, IDENTITY, "B", 8, "throughput")),
+            ">= 0.5",
+        )
+    )
+    figures.append(
+        Figure(
             "dynamic batching on / off throughput (B), c=16, resnet",
             _ratio(
                 _get(results, "resnet", "B", 16, "throughput"), _get(results, "resnet", "B-nobatch", 16, "throughput")

@@ -41,8 +41,10 @@ CHANNEL_ARGS: tuple[tuple[str, int], ...] = (
     ("grpc.max_reconnect_backoff_ms", 1000),
 )
 
-# gRPC's own deadline has been seen not to fire on a channel still connecting to a Triton that
-# hangs (SIGSTOP); every call therefore also has a hard stop this much later, enforced here.
+# A readiness call (what /ping waits on) also has a hard stop this much after its deadline,
+# enforced here, should gRPC's deadline not fire. An inference call is a blocking call whose deadline
+# gRPC enforces: tests/unit/test_triton_errors.py (a port that accepts and never speaks) and
+# tests/integration/test_faults.py (Triton stopped with SIGSTOP) check that it ends on time.
 HARD_STOP_GRACE_S = 0.5
 READINESS_THREADS = 4
 

@@ -21,13 +21,19 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 SAMPLES := build/samples
 
-.PHONY: help run test models test-models deps nginx samples clean bench soak fuzz audit lint-imports lint
+# The CPU serving image (Dockerfile, FLAVOR=cpu): `make image`, then `make image-run` serves IMAGE_REPOSITORY.
+IMAGE ?= multi-model:cpu
+IMAGE_REPOSITORY ?= models
+
+.PHONY: help run test models test-models deps nginx samples clean bench soak fuzz audit lint-imports lint podman image image-run
 
 help:
 	@echo "make run     install, prepare the models (TARGET=$(TARGET), WEIGHTS=$(WEIGHTS)), serve on :$(PORT)"
 	@echo "make test    install, prepare test models (small networks, and full-size ones for a few tests; random weights) and run the test suite"
 	@echo "make models  only prepare models/ (TARGET=python|onnxruntime|tensorrt, WEIGHTS=pretrained|random)"
 	@echo "make samples sample photos (dog, person, horses, ...) from Debian's darknet package into $(SAMPLES)/"
+	@echo "make image   build the CPU serving image ($(IMAGE)) with docker, or podman where docker has no daemon"
+	@echo "make image-run  run it as SageMaker does, on :$(PORT), serving $(IMAGE_REPOSITORY)/"
 	@echo "make bench   benchmark a running stack (make run) against Triton alone and its SageMaker front end"
 	@echo "make clean   remove the venv, build/ and the built model files"
 
@@ -57,6 +63,20 @@ nginx:
 		echo "installing nginx (apt-get)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx; }
 
+# A container engine: docker when its daemon answers, else podman, installed from Debian's packages
+# (with runc, and debootstrap for a base image where no registry can be reached), as NGINX is.
+podman:
+	@{ command -v docker >/dev/null && docker info >/dev/null 2>&1; } || \
+		{ command -v podman >/dev/null && { command -v debootstrap >/dev/null || [ -x /usr/sbin/debootstrap ]; }; } || { \
+		echo "installing podman, runc and debootstrap (apt-get)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends podman runc debootstrap; }
+
+image: $(VENV)/.serving podman
+	$(PY) -m scripts.image build --tag $(IMAGE)
+
+image-run: image
+	$(PY) -m scripts.image run --tag $(IMAGE) --repository $(IMAGE_REPOSITORY) --port $(PORT)
+
 models: $(VENV)/.serving $(VENV)/.models
 	$(PY) -m scripts.model_prep --target $(TARGET) --weights $(WEIGHTS)
 
@@ -67,7 +87,7 @@ test-models: $(VENV)/.serving $(VENV)/.models
 run: models nginx
 	SAGEMAKER_BIND_TO_PORT=$(PORT) ./serve
 
-test: deps nginx test-models samples lint lint-imports
+test: deps nginx podman test-models samples lint lint-imports
 	TEST_MODEL_REPOSITORY=$(abspath $(TEST_REPOSITORY)) TEST_FULL_MODEL_REPOSITORY=$(abspath $(TEST_FULL_REPOSITORY)) \
 		$(PY) -m pytest tests $(PYTEST_ARGS)
 

@@ -9,14 +9,56 @@ import contextlib
 from pathlib import Path
 
 
-def available_memory() -> int | None:
-    """MemAvailable from /proc/meminfo in bytes; None where there is no such file."""
+def available_memory(root: Path = Path("/")) -> int | None:
+    """The bytes the instance has available: /proc/meminfo's MemAvailable, or less when the
+    process's memory cgroup (a container started with a memory limit) leaves less; None where
+    neither can be read. ``root``: where /proc and /sys are (tests point it at a folder)."""
+    figures = [figure for figure in (_meminfo_available(root), _cgroup_available(root)) if figure is not None]
+    return min(figures) if figures else None
+
+
+def _meminfo_available(root: Path) -> int | None:
     try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
+        for line in (root / "proc" / "meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) * 1024
-    except OSError:
+    except (OSError, ValueError):
         return None
+    return None
+
+
+# Where a cgroup's limit, usage and reclaimable page cache are read: cgroup v2, then v1's memory
+# controller. v1 reports "no limit" as a number near 2**63.
+_CGROUP_FILES = (
+    ("sys/fs/cgroup/memory.max", "sys/fs/cgroup/memory.current", "sys/fs/cgroup/memory.stat", "inactive_file"),
+    (
+        "sys/fs/cgroup/memory/memory.limit_in_bytes",
+        "sys/fs/cgroup/memory/memory.usage_in_bytes",
+        "sys/fs/cgroup/memory/memory.stat",
+        "total_inactive_file",
+    ),
+)
+_NO_LIMIT = 1 << 60
+
+
+def _cgroup_available(root: Path) -> int | None:
+    """The cgroup's limit less what it uses (its inactive page cache counted as free, as
+    MemAvailable counts it); None without a limit."""
+    for limit_file, usage_file, stat_file, inactive_key in _CGROUP_FILES:
+        try:
+            raw = (root / limit_file).read_text().strip()
+            usage = int((root / usage_file).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if raw == "max" or not raw.isdigit() or int(raw) >= _NO_LIMIT:
+            return None
+        inactive = 0
+        with contextlib.suppress(OSError, ValueError):
+            for line in (root / stat_file).read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == inactive_key:
+                    inactive = int(value)
+        return max(0, int(raw) - usage + inactive)
     return None
 
 

@@ -8,6 +8,7 @@ $AWS_DEFAULT_REGION or the AWS configuration.
 
     python -m scripts.sagemaker build-and-push --repository multi-model --tag v1
     python -m scripts.sagemaker build-and-push --dry-run
+    python -m scripts.sagemaker build-and-push --repository multi-model --tag cpu-v1 --flavor cpu
 """
 
 from __future__ import annotations
@@ -69,7 +70,14 @@ def default_tag() -> str:
 
 
 def commands(
-    account: str, region: str, repository: str, tag: str, platform: str, context: Path, dockerfile: Path
+    account: str,
+    region: str,
+    repository: str,
+    tag: str,
+    platform: str,
+    context: Path,
+    dockerfile: Path,
+    flavor: str = "gpu",
 ) -> list[tuple[str, str]]:
     """(step, shell command) in the order they run."""
     registry = registry_host(account, region)
@@ -92,7 +100,13 @@ def commands(
                 f"--repository-name {q(repository)} --image-scanning-configuration scanOnPush=true"
             ),
         ),
-        ("build", f"docker build --platform {q(platform)} -f {q(str(dockerfile))} -t {q(local)} {q(str(context))}"),
+        (
+            "build",
+            (
+                f"docker build --platform {q(platform)} --build-arg FLAVOR={q(flavor)} -f {q(str(dockerfile))} "
+                f"-t {q(local)} {q(str(context))}"
+            ),
+        ),
         ("tag", f"docker tag {q(local)} {q(uri)}"),
         ("push", f"docker push {q(uri)}"),
     ]
@@ -120,6 +134,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--context", type=Path, default=PROJECT_ROOT, help="build context (default: the repository root)"
     )
+    parser.add_argument(
+        "--flavor",
+        choices=("gpu", "cpu"),
+        default="gpu",
+        help="the Dockerfile's FLAVOR: gpu (NGC Triton, GPU instances) or cpu (Debian and the pip Triton)",
+    )
     parser.add_argument("--endpoint-url", help="AWS endpoint for the sts look-up (tests)")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     return parser.parse_args(argv)
@@ -130,7 +150,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     region = resolve_region(args.region)
     account = resolve_account(args.account, region, args.endpoint_url)
     tag = args.tag or default_tag()
-    steps = commands(account, region, args.repository, tag, args.platform, args.context, args.context / "Dockerfile")
+    steps = commands(
+        account, region, args.repository, tag, args.platform, args.context, args.context / "Dockerfile", args.flavor
+    )
     for number, (step, command) in enumerate(steps, 1):
         if args.dry_run:
             print(command)

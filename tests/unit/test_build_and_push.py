@@ -79,3 +79,12 @@ def test_without_dry_run_each_command_runs_in_order(aws_env, monkeypatch, capsys
 def test_default_tag_is_the_commit():
     tag = build_and_push.default_tag()
     assert tag and " " not in tag
+
+
+def test_the_flavor_picks_the_dockerfiles_base(aws_env, monkeypatch, capsys):
+    monkeypatch.setattr(build_and_push, "run_command", lambda command: pytest.fail(f"ran {command}"))
+    for flavor in ("gpu", "cpu"):
+        argv = ["--dry-run", "--region", "eu-west-1", "--account", "111122223333", "--tag", "v1"]
+        assert build_and_push.main([*argv, *(["--flavor", flavor] if flavor == "cpu" else [])]) == 0
+        build = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("docker build"))
+        assert f"--build-arg FLAVOR={flavor} " in build

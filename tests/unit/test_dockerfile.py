@@ -58,10 +58,13 @@ def test_each_hadolint_ignore_is_justified_beside_it():
             assert rule in context, f"line {number + 1}: ignore of {rule} is not explained in the comment above it"
 
 
-def test_base_image_is_a_pinned_ngc_tritonserver():
-    bases = [args for keyword, args in instructions() if keyword == "FROM"]
-    assert len(bases) == 1
-    assert re.fullmatch(r"nvcr\.io/nvidia/tritonserver:\d{2}\.\d{2}-py3", bases[0]), bases[0]
+def test_the_bases_are_a_pinned_ngc_tritonserver_and_debian_12_picked_by_flavor():
+    parsed = instructions()
+    defaults = dict(args.split("=", 1) for keyword, args in parsed if keyword == "ARG" and "=" in args)
+    assert re.fullmatch(r"nvcr\.io/nvidia/tritonserver:\d{2}\.\d{2}-py3", defaults["GPU_BASE"]), defaults
+    assert defaults["CPU_BASE"].endswith("debian:bookworm-slim") and defaults["FLAVOR"] == "gpu"
+    bases = [args for keyword, args in parsed if keyword == "FROM"]
+    assert bases == ["${GPU_BASE} AS base-gpu", "${CPU_BASE} AS base-cpu", "base-${FLAVOR}"]
 
 
 def test_sagemaker_essentials():

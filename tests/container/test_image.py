@@ -1,0 +1,218 @@
+"""The CPU serving image, built (cached layers) and run as SageMaker runs it: `run -p PORT:8080 -v
+<repository>:/opt/ml/model:ro IMAGE serve`, checked from outside over real sockets. Selected with
+`-m container` (they are integration tests too: they start the whole stack, in a container)."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+
+from app.core.settings import MIB, PROJECT_ROOT
+from scripts.devtools import free_ports
+from scripts.image.engine import Engine, can_publish, find_engine, run_args, settle_podman
+from tests.support import noise_image, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.container]
+
+TAG = "multi-model:cpu"
+PING_WITHIN_S = 30
+SAMPLE = PROJECT_ROOT / "build" / "samples" / "dog.jpg"
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    """The image built as `make image` builds it (its layers cached after the first build)."""
+    began = time.monotonic()
+    built = subprocess.run(
+        [sys.executable, "-m", "scripts.image", "build", "--tag", TAG],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    print(f"\nimage built in {time.monotonic() - began:.1f} s:\n" + "\n".join(built.stdout.splitlines()[-7:]))
+    found = find_engine()
+    settle_podman(found, TAG)
+    return found
+
+
+@pytest.fixture(scope="module")
+def publish(engine: Engine) -> bool:
+    return can_publish(engine, TAG)
+
+
+@dataclass
+class Container:
+    engine: Engine
+    name: str
+    port: int
+    ping_after_s: float | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def shell(self, command: str) -> subprocess.CompletedProcess:
+        return self.engine.run("exec", self.name, "sh", "-c", command, check=False, quiet=True)
+
+    def logs(self) -> str:
+        shown = self.engine.run("logs", self.name, check=False, quiet=True)
+        return "\n".join((shown.stdout + shown.stderr).splitlines()[-40:])
+
+    def remove(self) -> None:
+        self.engine.run("rm", "-f", "-t", "5", self.name, check=False, quiet=True)
+
+
+@pytest.fixture
+def containers(engine: Engine, publish: bool):
+    """Starts containers of the image as SageMaker does; removes them all at the end of the test."""
+    started: list[Container] = []
+
+    def start(repository: Path | None, env: dict[str, str] | None = None, extra: tuple[str, ...] = ()) -> Container:
+        port = free_ports(1)[0]
+        container = Container(engine, f"multi-model-test-{uuid.uuid4().hex[:8]}", port)
+        started.append(container)
+        argv = run_args(repository, port, TAG, publish=publish, env=env, extra=["-d", "--name", container.name, *extra])
+        engine.run(*argv, quiet=True)
+        began = time.monotonic()
+        healthy = wait_until(lambda: _status(f"{container.url}/ping") == 200, timeout=PING_WITHIN_S + 30)
+        container.ping_after_s = None if healthy is None else time.monotonic() - began
+        assert container.ping_after_s is not None, f"/ping never answered 200:\n{container.logs()}"
+        return container
+
+    yield start
+    for container in started:
+        container.remove()
+
+
+def _status(url: str) -> int | None:
+    try:
+        return requests.get(url, timeout=2).status_code
+    except requests.RequestException:
+        return None
+
+
+def readable_by_all(folder: Path) -> None:
+    """What SageMaker's extraction gives the container's non-root user: every file readable."""
+    for path in [folder, *folder.rglob("*")]:
+        path.chmod(path.stat().st_mode | (0o555 if path.is_dir() else 0o444))
+
+
+def raw(url: str, model: str, body: bytes, content_type: str) -> requests.Response:
+    headers = {"Content-Type": content_type, "X-Amzn-SageMaker-Custom-Attributes": f"modelname={model}"}
+    return requests.post(f"{url}/invocations", data=body, headers=headers, timeout=120)
+
+
+def test_run_as_sagemaker_runs_it_every_model_answers(containers, repository: Path):
+    container = containers(repository)
+    print(f"/ping 200 {container.ping_after_s:.1f} s after `run`")
+    assert container.ping_after_s <= PING_WITHIN_S
+    photo = SAMPLE.read_bytes() if SAMPLE.is_file() else noise_image(640, 480, 1)
+    resnet = raw(container.url, "resnet", photo, "image/jpeg")
+    assert resnet.status_code == 200, resnet.text
+    assert resnet.json()["modelname"] == "resnet" and len(resnet.json()["result"]) >= 1
+    yolov5 = raw(container.url, "yolov5", photo, "image/jpeg")
+    assert yolov5.status_code == 200, yolov5.text
+    assert {"width", "height", "detections"} <= set(yolov5.json()["result"])
+    bert = raw(container.url, "bert_base", b"Paris is the [MASK] of France.", "text/plain")
+    assert bert.status_code == 200, bert.text
+    assert all("[MASK]" not in c["sequence"] for c in bert.json()["result"])
+
+    # The repository is read-only, and nothing in the container runs as root.
+    written = container.shell("touch /opt/ml/model/written-by-the-container")
+    assert written.returncode != 0 and "Read-only file system" in written.stderr
+    uids = container.shell("for f in /proc/[0-9]*/status; do grep '^Uid:' $f; done").stdout.split("\n")
+    real_uids = {line.split()[1] for line in uids if line.startswith("Uid:")}
+    assert real_uids == {"1000"}, uids
+
+
+def test_stop_while_eight_requests_are_in_flight(containers, engine: Engine, full_detector_repository: Path):
+    """SageMaker stops a container with SIGTERM and kills it 30 s later: the requests in flight are
+    answered and the container exits 0 before that."""
+    readable_by_all(full_detector_repository)  # a temporary folder: its owner alone may read it
+    container = containers(full_detector_repository)
+    body = {
+        "modelname": "yolov5",
+        "payload": {"img": [base64.b64encode(noise_image(640, 480, i)).decode() for i in range(8)]},
+    }
+
+    def call(_: int) -> requests.Response:
+        return requests.post(f"{container.url}/invocations", json=body, timeout=90)
+
+    with ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(call, i) for i in range(8)]
+        time.sleep(0.5)
+        early = [f.result() for f in futures if f.done()]
+        assert not early, f"requests finished before the stop: {[(r.status_code, r.text[:200]) for r in early]}"
+        began = time.monotonic()
+        stopped = engine.run("stop", "-t", "30", container.name, check=False, quiet=True)
+        took = time.monotonic() - began
+        responses = [f.result() for f in futures]
+    code = engine.run("inspect", "--format", "{{.State.ExitCode}}", container.name, quiet=True).stdout.strip()
+    print(f"statuses {[r.status_code for r in responses]}; the container exited {code} {took:.1f} s after `stop`")
+    assert stopped.returncode == 0, stopped.stderr
+    assert [r.status_code for r in responses] == [200] * 8
+    assert code == "0" and took < 30
+
+
+def _model_archive(repository: Path, root: Path, name: str, folders: tuple[str, ...]) -> None:
+    """A model as SageMaker extracts its model.tar.gz under /opt/ml/models/<name>/model."""
+    for folder in folders:
+        subprocess.run(["cp", "-r", str(repository / folder), str(root / name / "model" / folder)], check=True)
+
+
+@pytest.fixture
+def opt_ml_models(repository: Path, full_repository: Path, tmp_path: Path) -> Path:
+    root = tmp_path / "opt-ml-models"
+    for name, source, folders in (
+        ("resnet", repository, ("resnet", "resnet_preprocess", "resnet_pipeline")),
+        ("bert", full_repository, ("bert_base",)),
+    ):
+        (root / name / "model").mkdir(parents=True)
+        _model_archive(source, root, name, folders)
+    return root
+
+
+def test_multi_model_mode_loads_answers_and_unloads(containers, opt_ml_models: Path):
+    env = {"SAGEMAKER_MULTI_MODEL": "true"}
+    container = containers(None, env, ("-v", f"{opt_ml_models}:/opt/ml/models:ro"))
+    load = requests.post(
+        f"{container.url}/models", json={"model_name": "resnet", "url": "/opt/ml/models/resnet/model"}, timeout=180
+    )
+    assert load.status_code == 200, load.text
+    listed = requests.get(f"{container.url}/models", timeout=10).json()
+    assert [m["modelName"] for m in listed["models"]] == ["resnet"]
+    photo = SAMPLE.read_bytes() if SAMPLE.is_file() else noise_image(640, 480, 1)
+    answer = requests.post(
+        f"{container.url}/models/resnet/invoke",
+        data=photo,
+        headers={"Content-Type": "image/jpeg", "X-Amzn-SageMaker-Target-Model": "resnet.tar.gz"},
+        timeout=60,
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["modelname"] == "resnet"
+    assert requests.delete(f"{container.url}/models/resnet", timeout=180).status_code == 200
+    assert requests.get(f"{container.url}/models", timeout=10).json()["models"] == []
+
+
+def test_a_load_that_does_not_fit_the_containers_memory_is_507(containers, opt_ml_models: Path):
+    """Started with --memory: BERT base's 0.5 GB of weights do not fit beside the stack in 512 MiB,
+    and the load is refused before Triton takes any of it."""
+    env = {"SAGEMAKER_MULTI_MODEL": "true"}
+    container = containers(None, env, ("-v", f"{opt_ml_models}:/opt/ml/models:ro", "--memory", f"{512 * MIB}"))
+    load = requests.post(
+        f"{container.url}/models", json={"model_name": "bert", "url": "/opt/ml/models/bert/model"}, timeout=180
+    )
+    print(f"load in 512 MiB: {load.status_code} {load.text[:300]}")
+    assert load.status_code == 507, load.text
+    assert load.json()["error"]["code"] == "insufficient_memory" and "available" in load.json()["error"]["message"]
+    assert _status(f"{container.url}/ping") == 200  # and it keeps serving

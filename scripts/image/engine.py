@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -211,9 +212,9 @@ def run_args(
 
 def can_publish(engine: Engine, image: str) -> bool:
     """Can this engine publish a port here (a bridge network), or must it use the host's?"""
-    from scripts.devtools import free_ports
-
-    port = free_ports(1)[0]
+    with socket.socket() as probe:  # a port free now (the probe container exits at once)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     return engine.run(*_probe(image, "-p", f"{port}:8080"), check=False, quiet=True).returncode == 0
 
 

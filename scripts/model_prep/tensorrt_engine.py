@@ -52,8 +52,10 @@ def build_engine(
     config = builder.create_builder_config()
     if precision == "fp16":
         config.set_flag(trt.BuilderFlag.FP16)
+    from scripts.model_prep.detector_graph import served_tensors
+
     profile = builder.create_optimization_profile()
-    for tensor in spec.inputs:
+    for tensor in served_tensors(spec)[0]:  # a detector's graph also takes its geometry and options
         largest = (max_batch_size, *tensor.dims)
         profile.set_shape(tensor.name, (1, *tensor.dims), largest, largest)
     config.add_optimization_profile(profile)

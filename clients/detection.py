@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from app.core.pipeline import DETECTION_OPTIONS, DETECTIONS, IMAGE_SIZE, LETTERBOX, NUM_DETECTIONS, ROUTER, TRITON
+from app.core.pipeline import DETECTION_OPTIONS, DETECTIONS, IMAGE_SIZE, LETTERBOX, NUM_DETECTIONS, ROUTER
 from app.core.spec import ModelSpec, SpecError, TensorSpec
 from clients import images
 from clients.base import Option, Route
@@ -77,17 +77,6 @@ class DetectionClient(ImageClient):
     DEFAULT_SCALE = 1 / 255
     letterbox = True  # a detector always letterboxes its image to its square input (size)
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        if self.pipeline == TRITON:  # the network answers detections: a versioned request sends it its tensors
-            self.routes[ROUTER] = Route(
-                self.spec.triton_name,
-                network_inputs(self.spec),
-                DETECTION_TENSORS,
-                self.network_preprocess,
-                self.pipeline_postprocess,
-            )
-
     def configure(self) -> None:
         spec = self.spec
         self.labels = read_labels(spec, spec.outputs[0].dims[-1] - 5)
@@ -128,6 +117,18 @@ class DetectionClient(ImageClient):
 
     def pipeline_outputs(self) -> tuple[TensorSpec, ...]:
         return DETECTION_TENSORS
+
+    def pipeline_route(self) -> Route:
+        # On the Triton pipeline the network itself answers detections: a request naming a version of
+        # it (the router's route) sends it the image tensor, the letterbox's geometry and the options.
+        self.routes[ROUTER] = Route(
+            self.spec.triton_name,
+            network_inputs(self.spec),
+            DETECTION_TENSORS,
+            self.network_preprocess,
+            self.pipeline_postprocess,
+        )
+        return super().pipeline_route()
 
     def pipeline_preprocess(
         self, item: Any, where: str, options: Mapping[str, Any]

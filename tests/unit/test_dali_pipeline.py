@@ -373,7 +373,7 @@ def test_small_and_odd_images():
     }
     encoded = [png(image) for image in cases.values()]
     (resnet,) = run(model_spec("resnet"), encoded)
-    yolo, sizes = run(model_spec("yolov5"), encoded)
+    yolo, sizes, _ = run(model_spec("yolov5"), encoded)
     for k, (label, image) in enumerate(cases.items()):
         rgb = image.convert("RGB")
         theirs = np.asarray(TORCHVISION(rgb), dtype=np.float64).transpose(2, 0, 1)

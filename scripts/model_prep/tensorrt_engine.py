@@ -40,8 +40,14 @@ def build_engine(
     onnx_path: Path, plan_path: Path, spec: ModelSpec, max_batch_size: int, precision: str, timing_cache: Path
 ) -> None:
     """One optimisation profile: batch 1 (min), max_batch_size (opt and max)."""
+    import onnx
     import tensorrt as trt
 
+    from scripts.model_prep import tensorrt_operators
+
+    refused = tensorrt_operators.problems(onnx.load(str(onnx_path), load_external_data=False))
+    if refused:  # named before TensorRT's own, less readable, parser error
+        raise EngineError(f"[{spec.name}] {onnx_path} has what TensorRT's ONNX parser refuses: " + "; ".join(refused))
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
     network = builder.create_network(_network_flags(trt))

@@ -80,7 +80,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--placements-only",
         action="store_true",
-        help="only P-triton and P-router (both placements of the image pipelines) on the benchmark's own "
+        help="only P-triton, P-router and a detector's P-pystep (the placements of the image pipelines) on the "
+        "benchmark's own "
         "stack: no stack on --url needed",
     )
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results.json, plots and logs go here")

@@ -35,15 +35,8 @@ from scripts.devtools import start_triton
 from scripts.model_prep import detector_graph, triton_config
 from tests import yolov5_reference
 from tests.references import real_photos
-from tests.support import (
-    assert_same_detections,
-    encoded_image,
-    grpc_infer,
-    grpc_inputs,
-    option_tensors,
-    reference_detections,
-    untie,
-)
+from tests.support import assert_same_detections, reference_detections, untie
+from tests.triton_calls import encoded_image, grpc_infer, grpc_inputs, option_tensors
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from torchvision import transforms
 from app.core.pipeline import IMAGE_SIZE
 from clients import images
 from tests.references import OnnxTriton, real_photos
-from tests.support import encoded_image, grpc_infer
+from tests.triton_calls import encoded_image, grpc_infer
 
 pytestmark = pytest.mark.integration
 

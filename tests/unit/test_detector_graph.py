@@ -18,7 +18,8 @@ from app.core.pipeline import DETECTIONS, NUM_DETECTIONS
 from app.core.spec import TensorSpec, load_spec
 from clients.detection import geometry, network_inputs
 from scripts.model_prep import detector_graph, tensorrt_operators, triton_config
-from tests.support import assert_same_detections, option_tensors, planted_output, reference_detections
+from tests.support import assert_same_detections, planted_output, reference_detections
+from tests.triton_calls import option_tensors
 
 SHAPES = [(576, 768), (768, 576), (480, 640), (1080, 1920), (640, 640), (120, 1000)]
 OPTIONS = [

@@ -316,6 +316,7 @@ def run(options: Options) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from app.core.spec import SpecError
+    from scripts.model_prep.detector_graph import GraphError
     from scripts.model_prep.onnx_export import ExportError
     from scripts.model_prep.recipes import RecipeError
     from scripts.model_prep.tensorrt_engine import EngineError
@@ -323,6 +324,6 @@ def main(argv: list[str] | None = None) -> int:
     options = make_options(parse_args(argv))
     try:
         return run(options)
-    except (SpecError, ExportError, RecipeError, EngineError) as error:
+    except (SpecError, ExportError, RecipeError, EngineError, GraphError) as error:
         print(f"prepare_models: error: {error}", file=sys.stderr, flush=True)
         return 1

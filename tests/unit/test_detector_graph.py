@@ -130,3 +130,11 @@ def test_the_operator_check_can_fail():
     assert any("Unique" in p and "not an operator" in p for p in found)
     assert any("Slice" in p and "not an initializer" in p for p in found)
     assert any("sorted must be 1" in p for p in found)
+
+
+def test_a_network_the_postprocessing_cannot_join_is_refused_with_its_reason(spec):
+    with pytest.raises(detector_graph.GraphError, match="opset is 12: export it with opset 13 or later"):
+        detector_graph.postprocess_graph(spec, 8, 12, 8)
+    narrow = replace(spec, outputs=(TensorSpec("output", "FP32", (100, 5)),))
+    with pytest.raises(detector_graph.GraphError, match=r"\[N, 5 \+ classes\]"):
+        detector_graph.postprocess_graph(narrow, 8, 17, 8)

@@ -5,7 +5,13 @@ Spec ``[preprocess]``: the input tensor's settings (``clients.vision``; normalis
 side comes from the input's dims (``size``, if given, must agree).
 ``[postprocess]``: ``labels``, ``conf_threshold``, ``iou_threshold``, ``max_detections`` (defaults).
 The model's output is [N, 5 + classes]: cx, cy, w, h, objectness, class scores, in input pixels.
-Result per image: ``{"width", "height", "detections": [{"label", "class_id", "score", "box"}]}``,
+
+On the Triton pipeline the network's graph has the postprocessing appended
+(scripts/model_prep/detector_graph.py): the network model takes the image's tensor, its displayed
+size, the letterbox's geometry and the request's options (``network_inputs``) and answers the
+detections (``DETECTION_TENSORS``). A request naming a version of the network sends it those
+tensors from the router's own preprocessing; on the router's pipeline the network is the raw one
+and ``detect`` runs here. Result per image: ``{"width", "height", "detections": [{"label", "class_id", "score", "box"}]}``,
 boxes ``[x1, y1, x2, y2]`` in the pixels of the image as displayed, clipped to it, best first.
 """
 
@@ -16,15 +22,36 @@ from typing import Any
 
 import numpy as np
 
-from app.core.pipeline import DETECTION_OPTIONS, DETECTIONS, NUM_DETECTIONS
-from app.core.spec import SpecError, TensorSpec
+from app.core.pipeline import DETECTION_OPTIONS, DETECTIONS, IMAGE_SIZE, LETTERBOX, NUM_DETECTIONS, ROUTER
+from app.core.spec import ModelSpec, SpecError, TensorSpec
 from clients import images
-from clients.base import Option
+from clients.base import Option, Route
 from clients.vision import Displayed, ImageClient, pad_color, read_labels, setting_int
 
 # The request's options as the ensemble's one-element tensors, and what it answers (app.core.pipeline).
 OPTION_TENSORS = tuple(TensorSpec(name, dtype, (1,)) for name, dtype in DETECTION_OPTIONS.items())
 DETECTION_TENSORS = (TensorSpec(DETECTIONS, "FP32", (-1, 6)), TensorSpec(NUM_DETECTIONS, "INT32", (1,)))
+# What the preprocessing gives the network beside its image: the displayed size (height, width) and
+# the letterbox's gain and x, y padding, as YOLOv5's scale_boxes takes them.
+GEOMETRY_TENSORS = (TensorSpec(IMAGE_SIZE, "INT64", (2,)), TensorSpec(LETTERBOX, "FP32", (3,)))
+
+
+def network_inputs(spec: ModelSpec) -> tuple[TensorSpec, ...]:
+    """The inputs of a detector's network with its postprocessing in the graph."""
+    return (*spec.inputs, *GEOMETRY_TENSORS, *OPTION_TENSORS)
+
+
+def geometry(size: int, displayed: tuple[int, int]) -> dict[str, np.ndarray]:
+    """``GEOMETRY_TENSORS`` of one image (no batch axis), displayed as ``(height, width)``."""
+    return {
+        IMAGE_SIZE: np.array(displayed, dtype=np.int64),
+        LETTERBOX: np.array(images.letterbox_geometry((size, size), displayed), dtype=np.float32),
+    }
+
+
+def option_arrays(options: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """The request's options as ``OPTION_TENSORS`` of one item (no batch axis)."""
+    return {tensor.name: np.array([options[tensor.name]], dtype=tensor.numpy_dtype) for tensor in OPTION_TENSORS}
 
 
 def detect(output: np.ndarray, size: int, displayed: tuple[int, int], options: Mapping[str, Any]) -> np.ndarray:
@@ -91,13 +118,31 @@ class DetectionClient(ImageClient):
     def pipeline_outputs(self) -> tuple[TensorSpec, ...]:
         return DETECTION_TENSORS
 
+    def pipeline_route(self) -> Route:
+        # On the Triton pipeline the network itself answers detections: a request naming a version of
+        # it (the router's route) sends it the image tensor, the letterbox's geometry and the options.
+        self.routes[ROUTER] = Route(
+            self.spec.triton_name,
+            network_inputs(self.spec),
+            DETECTION_TENSORS,
+            self.network_preprocess,
+            self.pipeline_postprocess,
+        )
+        return super().pipeline_route()
+
     def pipeline_preprocess(
         self, item: Any, where: str, options: Mapping[str, Any]
     ) -> tuple[dict[str, np.ndarray], Displayed]:
         arrays, context = super().pipeline_preprocess(item, where, options)
-        for tensor in OPTION_TENSORS:  # built once, not per request
-            arrays[tensor.name] = np.array([options[tensor.name]], dtype=tensor.numpy_dtype)
-        return arrays, context
+        return {**arrays, **option_arrays(options)}, context
+
+    def network_preprocess(
+        self, item: Any, where: str, options: Mapping[str, Any]
+    ) -> tuple[dict[str, np.ndarray], Displayed]:
+        """The network's tensors when its graph post-processes: the router's own image tensor, the
+        letterbox's geometry and the options."""
+        arrays, context = self.preprocess(item, where, options)
+        return {**arrays, **geometry(self.size, (context.height, context.width)), **option_arrays(options)}, context
 
     def pipeline_postprocess(
         self, outputs: Mapping[str, np.ndarray], context: Displayed, options: Mapping[str, Any]

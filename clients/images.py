@@ -245,12 +245,17 @@ def letterbox(
     return pixels, ratio, (dw, dh)
 
 
+def letterbox_geometry(input_shape: tuple[int, int], image_shape: tuple[int, int]) -> tuple[float, float, float]:
+    """The gain and the (x, y) padding ``scale_boxes`` undoes, as YOLOv5 computes them from the two
+    sizes (height, width): ``gain = min(input / image)``, padding the unrounded half of the rest."""
+    gain = min(input_shape[0] / image_shape[0], input_shape[1] / image_shape[1])
+    return gain, (input_shape[1] - image_shape[1] * gain) / 2, (input_shape[0] - image_shape[0] * gain) / 2
+
+
 def scale_boxes(input_shape: tuple[int, int], boxes: np.ndarray, image_shape: tuple[int, int]) -> np.ndarray:
     """YOLOv5's ``scale_boxes`` (``ratio_pad=None``) + ``clip_boxes``: xyxy boxes in the letterboxed
     input (height, width) -> the original image (height, width). Returns a new array."""
-    gain = min(input_shape[0] / image_shape[0], input_shape[1] / image_shape[1])
-    pad_x = (input_shape[1] - image_shape[1] * gain) / 2
-    pad_y = (input_shape[0] - image_shape[0] * gain) / 2
+    gain, pad_x, pad_y = letterbox_geometry(input_shape, image_shape)
     out = np.array(boxes, dtype=np.float32, copy=True)
     out[..., [0, 2]] -= pad_x
     out[..., [1, 3]] -= pad_y

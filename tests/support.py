@@ -300,14 +300,17 @@ def planted_output(seed: int, classes: int = 80, rows: int = 25200) -> np.ndarra
     return out
 
 
-def reference_detections(output: np.ndarray, image_shape: tuple[int, int], conf: float, iou: float, max_det: int):
-    """YOLOv5's detect.py after the forward pass: non_max_suppression, then scale_boxes to the image."""
+def reference_detections(
+    output: np.ndarray, image_shape: tuple[int, int], conf: float, iou: float, max_det: int, size: int = 640
+):
+    """YOLOv5's detect.py after the forward pass: non_max_suppression, then scale_boxes from the
+    ``size`` square input to the image."""
     import torch
 
     from tests import yolov5_reference
 
     found = yolov5_reference.non_max_suppression(torch.from_numpy(output.copy())[None], conf, iou, max_det=max_det)[0]
-    found[:, :4] = yolov5_reference.scale_boxes((640, 640), found[:, :4], image_shape)
+    found[:, :4] = yolov5_reference.scale_boxes((size, size), found[:, :4], image_shape)
     return found.numpy()
 
 

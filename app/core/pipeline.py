@@ -4,14 +4,18 @@ An image model's ``model.toml`` chooses (top-level ``pipeline``):
 
 - ``"triton"`` (the default): the router sends the encoded image unread (its header checked for
   the pixel limit) and Triton runs the whole pipeline as an ensemble: a preprocessing step
-  (a python-backend model here; NVIDIA DALI on a GPU), the network, and for detectors a
-  postprocessing step (NMS, boxes in the original image's pixels). Small results come back.
+  (a python-backend model here; NVIDIA DALI on a GPU), then the network; a detector's network
+  graph has its postprocessing appended (NMS, boxes in the original image's pixels:
+  scripts/model_prep/detector_graph.py). Small results come back.
 - ``"router"``: the router decodes, resizes and normalises, sends the network's input tensor and
   post-processes the network's output itself.
 
-The repository for a model ``<name>`` holds the network as ``<name>`` (its tensors as model.toml
-describes them, so a caller may still send tensors to it), and with the Triton pipeline
-``<name>_preprocess``, ``<name>_postprocess`` (detectors) and the ensemble ``<name>_pipeline``.
+The repository for a model ``<name>`` holds the network as ``<name>``, and with the Triton pipeline
+``<name>_preprocess`` and the ensemble ``<name>_pipeline``. A classifier's network keeps the tensors
+model.toml describes; a detector's takes the letterbox's geometry and the request's options beside
+its image and answers the detections (on the router's pipeline it is the raw network, as
+model.toml describes it). ``<name>_postprocess`` (NMS in a python step) is written only by the
+benchmark, which compares it with the graph.
 Standard library only: the router, the clients and the model-preparation scripts all read it.
 """
 
@@ -32,6 +36,7 @@ PREPROCESS_SUFFIX, POSTPROCESS_SUFFIX, ENSEMBLE_SUFFIX = "_preprocess", "_postpr
 IMAGE = "image"  # UINT8 [-1]: the encoded image's bytes, zero-padded to the longest of a batch
 IMAGE_LENGTH = "image_length"  # INT64 [1]: how many bytes of its ``image`` row are the image (the rest pad)
 IMAGE_SIZE = "image_size"  # INT64 [2]: height, width of the image as displayed (EXIF applied)
+LETTERBOX = "letterbox"  # FP32 [3]: a detector's letterbox gain and x, y padding (input pixels)
 DETECTIONS = "detections"  # FP32 [-1, 6]: x1, y1, x2, y2, score, class; original pixels; best first
 NUM_DETECTIONS = "num_detections"  # INT32 [1]: rows of ``detections`` that are real (the rest pad)
 

@@ -1,17 +1,19 @@
 """Triton python-backend steps of an image model's pipeline (``app.core.pipeline``).
 
-Copied as ``<name>_preprocess/1/model.py`` and ``<name>_postprocess/1/model.py`` by model
-preparation (scripts/model_prep/pipeline_config.py); the config's ``step`` parameter says which,
+Copied as ``<name>_preprocess/1/model.py`` by model preparation
+(scripts/model_prep/pipeline_config.py); the config's ``step`` parameter says which,
 ``source_model`` names the network whose ``model.toml`` (in the repository beside this model)
-describes the processing. Both steps run the router's own family client (``clients``), so the
+describes the processing. The steps run the router's own family client (``clients``), so the
 image is processed by one implementation wherever it runs:
 
 - preprocess: encoded image bytes (UINT8, zero-padded; the length of each row's image beside
-  them) -> the network's input tensor and the
-  image's displayed size; an image that does not decode answers an ``InvalidItem`` error naming
-  its row, which the router reports as a 400 naming the caller's item.
-- postprocess (detectors): the network's raw output, the displayed size and the request's options
-  -> YOLOv5's NMS and ``scale_boxes``, padded to the longest of the batch, with the count of each.
+  them) -> the network's input tensor and the image's displayed size (a detector's letterbox
+  gain and padding too, which its graph's box scaling takes); an image that does not decode
+  answers an ``InvalidItem`` error naming its row, which the router reports as a 400 naming the
+  caller's item.
+- postprocess (detectors, only in the benchmark's comparison: served detectors run NMS in their
+  graph): the network's raw output, the displayed size and the request's options -> YOLOv5's NMS
+  and ``scale_boxes``, padded to the longest of the batch, with the count of each.
 
 Each request of a dynamically batched ``execute()`` is answered on its own, as Triton expects.
 """
@@ -31,6 +33,7 @@ from app.core.pipeline import (
     IMAGE,
     IMAGE_LENGTH,
     IMAGE_SIZE,
+    LETTERBOX,
     NUM_DETECTIONS,
     POSTPROCESS,
     PREPROCESS,
@@ -39,7 +42,7 @@ from app.core.pipeline import (
 )
 from app.core.settings import Settings
 from app.core.spec import load_spec
-from clients.detection import detect
+from clients.detection import DetectionClient, detect, geometry
 from clients.registry import offline_client
 
 try:
@@ -54,9 +57,10 @@ def load_client(network_folder: Path):
     return offline_client(spec, Settings.from_env())
 
 
-def preprocess_batch(client, encoded: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """[B, L] encoded images, [B, 1] their lengths -> ([B, ...] network input, [B, 2] displayed
-    height, width).
+def preprocess_batch(client, encoded: np.ndarray, lengths: np.ndarray) -> dict[str, np.ndarray]:
+    """[B, L] encoded images, [B, 1] their lengths -> the network's [B, ...] input tensor, the [B, 2]
+    displayed height, width (``IMAGE_SIZE``) and for a detector its [B, 3] letterbox gain and padding
+    (``LETTERBOX``).
 
     Raises ``InvalidItem`` for the first row that does not decode."""
     tensor = client.spec.inputs[0]
@@ -72,7 +76,10 @@ def preprocess_batch(client, encoded: np.ndarray, lengths: np.ndarray) -> tuple[
             raise InvalidItem(row, error.message) from None
         inputs.append(arrays[tensor.name].astype(tensor.numpy_dtype, copy=False))
         sizes.append((displayed.height, displayed.width))
-    return np.stack(inputs), np.asarray(sizes, dtype=np.int64)
+    result = {tensor.name: np.stack(inputs), IMAGE_SIZE: np.asarray(sizes, dtype=np.int64)}
+    if isinstance(client, DetectionClient):
+        result[LETTERBOX] = np.stack([geometry(client.size, size)[LETTERBOX] for size in sizes])
+    return result
 
 
 def postprocess_batch(
@@ -109,10 +116,8 @@ class TritonPythonModel:
 
     def _answer(self, request) -> Sequence:
         if self.step == PREPROCESS:
-            tensor, sizes = preprocess_batch(
-                self.client, self._input(request, IMAGE), self._input(request, IMAGE_LENGTH)
-            )
-            return [pb_utils.Tensor(self.client.spec.inputs[0].name, tensor), pb_utils.Tensor(IMAGE_SIZE, sizes)]
+            arrays = preprocess_batch(self.client, self._input(request, IMAGE), self._input(request, IMAGE_LENGTH))
+            return [pb_utils.Tensor(name, array) for name, array in arrays.items()]
         options = {name: self._input(request, name) for name in DETECTION_OPTIONS}
         detections, counts = postprocess_batch(
             self.client, self._input(request, self.network_output), self._input(request, IMAGE_SIZE), options

@@ -26,6 +26,7 @@ from scripts.bench.constants import (
     MODELS,
     NOBATCH_SUFFIX,
     PERF_CONCURRENCY,
+    PYSTEP_SIDE,
     TRITON_SIDE,
 )
 from scripts.bench.fixed_cost import (
@@ -87,7 +88,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--placements-only",
         action="store_true",
-        help="only P-triton and P-router (both placements of the image pipelines) on the benchmark's own "
+        help="only P-triton, P-router and a detector's P-pystep (the placements of the image pipelines) on the "
+        "benchmark's own "
         "stack: no stack on --url needed",
     )
     p.add_argument(
@@ -167,6 +169,8 @@ def bench_placements(
         bench_model(model, callers, concurrencies, args, cells, progress, meter)
         item = args.text if spec.family == "fill_mask" else image
         for side, _ in sides:
+            if side == PYSTEP_SIDE:  # the same ensemble tensors as P-triton's, by construction
+                continue
             sent, received = wire_bytes(spec, item, grpc_url, TRITON if side == TRITON_SIDE else ROUTER)
             wire.setdefault(model, {})[side] = {
                 "to_triton": sent,
@@ -249,8 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     for model in against:
         spec = specs[model]
-        outputs = [t.name for t in spec.outputs]
-        tensors = preprocessed_tensors(spec, args.image, args.text)
+        tensors, outputs = preprocessed_tensors(spec, args.image, args.text)
         callers: dict[str, Callable[[], None]] = {
             side: HttpCaller(r, args.timeout)
             for side, r in product_requests(model, spec.family, a_host, a_port, image, args.text).items()
@@ -289,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  /ping 200 after {stack.start_to_ping_s:.1f} s on port {stack.port}", flush=True)
         try:
             spec = load_spec(stack_repo / IDENTITY)
-            tensors = preprocessed_tensors(spec, args.image, IDENTITY_TEXT)
+            tensors, _ = preprocessed_tensors(spec, args.image, IDENTITY_TEXT)
             callers = {
                 side: HttpCaller(r, args.timeout)
                 for side, r in product_requests(

@@ -19,3 +19,4 @@ CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
 START_TIMEOUT_S = 300.0
 PERF_CONCURRENCY = 8
 TRITON_SIDE, ROUTER_SIDE = "P-triton", "P-router"  # the two placements of an image pipeline (placement.py)
+PYSTEP_SIDE = "P-pystep"  # a detector's Triton pipeline with NMS in a python step instead of its graph

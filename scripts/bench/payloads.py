@@ -27,15 +27,19 @@ class HttpRequest:
     headers: Mapping[str, str]
 
 
-def preprocessed_tensors(spec: ModelSpec, image: Path, text: str) -> dict[str, Any]:
-    """The batch-1 tensors the router would send to Triton for this sample: the model's own client
-    (its family in ``clients.registry``) preprocesses it, with the model's default options."""
+def preprocessed_tensors(spec: ModelSpec, image: Path, text: str) -> tuple[dict[str, Any], list[str]]:
+    """The batch-1 tensors the router would send to the network itself for this sample, and the
+    outputs it asks for: the model's own client (its family in ``clients.registry``) preprocesses
+    it on its route to the network, with the model's default options (a detector whose graph
+    post-processes also sends the letterbox's geometry and the options, and reads detections)."""
+    from app.core.pipeline import ROUTER
     from clients.registry import offline_client
 
     client = offline_client(spec, Settings())
+    route = client.routes[ROUTER]
     item = text if client.input_field == "text" else image.read_bytes()
-    arrays, _ = client.preprocess(item, "the sample", client.parse_options({}))
-    return client._stack([arrays])
+    arrays, _ = route.prepare(item, "the sample", client.parse_options({}))
+    return client._stack([arrays], route.inputs), [t.name for t in route.outputs]
 
 
 def product_requests(model: str, family: str, host: str, port: int, image: bytes, text: str) -> dict[str, HttpRequest]:

@@ -6,7 +6,10 @@ network with ``pipeline = "router"`` (the router decodes, resizes and post-proce
 
 - ``P-triton``: a raw JPEG to ``<model>`` (the Triton pipeline);
 - ``P-router``: the same JPEG to ``<model>_router`` (the router's pipeline); for ``bert_base``,
-  whose processing always runs in the router, a one-mask text: the router's fixed cost.
+  whose processing always runs in the router, a one-mask text: the router's fixed cost;
+- ``P-pystep`` (detectors): the same JPEG to ``<model>_pystep``, the Triton pipeline with the raw
+  network and NMS in a python step after it (the layout before NMS joined the graph), to compare
+  Triton's CPU per request with the graph's.
 
 For every step the CPU time of the stack's processes is read from ``/proc/<pid>/stat`` (user +
 system, the process and its threads; Triton with its python-backend stubs) before and after, and
@@ -19,23 +22,29 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from app.core.pipeline import PIPELINE_KEY, ROUTER, TRITON, ensemble_model, postprocess_model, preprocess_model
 from app.core.settings import Settings
-from app.core.spec import ModelSpec
-from scripts.bench.constants import ROUTER_SIDE, TRITON_SIDE
+from app.core.spec import ModelSpec, load_spec
+from scripts.bench.constants import PYSTEP_SIDE, ROUTER_SIDE, TRITON_SIDE
 from scripts.devtools import Stack
-from scripts.model_prep import triton_config
+from scripts.model_prep import detector_graph, pipeline_config, triton_config
 
-ROUTER_SUFFIX = "_router"
+ROUTER_SUFFIX, PYSTEP_SUFFIX = "_router", "_pystep"
+VERSION = "1"
 ROLES = ("router", "triton", "nginx")
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def router_copy_name(model: str) -> str:
     return model + ROUTER_SUFFIX
+
+
+def python_step_copy_name(model: str) -> str:
+    return model + PYSTEP_SUFFIX
 
 
 def link_models(stack_repo: Path, repository: Path, models: Sequence[str]) -> None:
@@ -48,25 +57,71 @@ def link_models(stack_repo: Path, repository: Path, models: Sequence[str]) -> No
 
 def write_router_copies(stack_repo: Path, repository: Path, specs: Mapping[str, ModelSpec]) -> list[str]:
     """``<model>_router`` beside each image model on the Triton pipeline: its files linked, its
-    config renamed, its model.toml choosing the router's pipeline. The names written."""
+    config renamed, its model.toml choosing the router's pipeline. A detector's served graph has
+    its postprocessing appended: its copy is the raw network (extracted from that graph), and a
+    second copy, ``<model>_pystep``, serves the raw network on the Triton pipeline with NMS in a
+    python step after it (``P-pystep``), to compare with the graph. The names written."""
     written = []
     for model, spec in specs.items():
         if spec.pipeline != TRITON:
             continue
         name, source = router_copy_name(model), (repository / model).resolve()
-        folder = stack_repo / name
-        folder.mkdir(parents=True)
-        for entry in source.iterdir():
-            if entry.name == "config.pbtxt":
-                config = triton_config.read_config(entry)
-                config.name = name
-                (folder / entry.name).write_text(triton_config.to_text(config))
-            elif entry.name == "model.toml":
-                (folder / entry.name).write_text(f'{PIPELINE_KEY} = "{ROUTER}"\n' + entry.read_text())
-            else:
-                (folder / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
+        _copy(source, stack_repo / name, f'{PIPELINE_KEY} = "{ROUTER}"\n')
         written.append(name)
+        if detector_graph.appends(spec):
+            raw = stack_repo / name / VERSION / "model.onnx"
+            (stack_repo / name / VERSION).unlink()  # the link to the served graph's folder
+            detector_graph.raw_network(source / VERSION / "model.onnx", spec, raw)
+            if (source / VERSION / "model.py").is_file():  # the python target's runner
+                (stack_repo / name / VERSION / "model.py").symlink_to(source / VERSION / "model.py")
+            _raw_config(stack_repo / name, load_spec(stack_repo / name))
+            pystep = python_step_copy_name(model)
+            _copy(stack_repo / name, stack_repo / pystep, "")
+            pystep_spec = load_spec(stack_repo / pystep)
+            config = _raw_config(stack_repo / pystep, pystep_spec)
+            pipeline_config.write_pipeline(pystep_spec, stack_repo, _target(config), _tuning(config), python_step=True)
+            written.append(pystep)
     return written
+
+
+def _copy(source: Path, folder: Path, toml_prefix: str) -> None:
+    """A model folder under another name: files linked, config renamed, model.toml prefixed."""
+    folder.mkdir(parents=True)
+    for entry in source.iterdir():
+        if entry.name == "config.pbtxt":
+            config = triton_config.read_config(entry)
+            config.name = folder.name
+            (folder / entry.name).write_text(triton_config.to_text(config))
+        elif entry.name == "model.toml":
+            text = entry.read_text()
+            (folder / entry.name).write_text(toml_prefix + text.replace(f'{PIPELINE_KEY} = "{ROUTER}"\n', ""))
+        else:
+            (folder / entry.name).symlink_to(entry.resolve(), target_is_directory=entry.is_dir())
+
+
+def _target(config) -> str:
+    return triton_config.PYTHON if config.backend == "python" else triton_config.ONNXRUNTIME
+
+
+def _tuning(config) -> triton_config.Tuning:
+    threads = config.parameters[triton_config.ORT_THREADS_PARAMETER].string_value
+    return triton_config.Tuning(
+        max_batch_size=config.max_batch_size,
+        max_queue_delay_microseconds=config.dynamic_batching.max_queue_delay_microseconds,
+        instance_count=config.instance_group[0].count,
+        ort_threads=int(threads or 0),
+    )
+
+
+def _raw_config(folder: Path, spec: ModelSpec):
+    """The raw network's config.pbtxt (the spec's own tensors), with the served one's tuning."""
+    served = triton_config.read_config(folder / "config.pbtxt")
+    router_spec = replace(spec, pipeline=ROUTER)  # the raw network's tensors, whatever the copy's pipeline
+    weights = served.parameters[triton_config.WEIGHTS_SOURCE_PARAMETER].string_value
+    config = triton_config.model_config(router_spec, _target(served), _tuning(served), weights)
+    config.name = folder.name
+    (folder / "config.pbtxt").write_text(triton_config.to_text(config))
+    return config
 
 
 def cpu_seconds(pid: int) -> float:
@@ -118,6 +173,8 @@ def placement_sides(specs: Mapping[str, ModelSpec]) -> dict[str, list[tuple[str,
     for model, spec in specs.items():
         if spec.pipeline == TRITON:
             sides[model] = [(TRITON_SIDE, model), (ROUTER_SIDE, router_copy_name(model))]
+            if detector_graph.appends(spec):
+                sides[model].append((PYSTEP_SIDE, python_step_copy_name(model)))
         else:
             sides[model] = [(ROUTER_SIDE, model)]
     return sides

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scripts.bench.constants import IDENTITY, MODELS, ROUTER_SIDE, TRITON_SIDE
+from scripts.bench.constants import IDENTITY, MODELS, PYSTEP_SIDE, ROUTER_SIDE, TRITON_SIDE
 from scripts.devtools import percentile
 
 
@@ -234,6 +234,16 @@ def placement_figures(results: Mapping, wire: Mapping[str, Mapping[str, Mapping[
                 ">= 1.0",
             )
         )
+    graph = _get(results, "yolov5", TRITON_SIDE, 8, "triton_cpu_ms")
+    step = _get(results, "yolov5", PYSTEP_SIDE, 8, "triton_cpu_ms")
+    figures.append(
+        Figure(
+            f"Triton CPU per request, yolov5 {TRITON_SIDE} (NMS in the graph) - {PYSTEP_SIDE} (NMS in a python step), c=8",
+            graph - step if graph is not None and step is not None else None,
+            "<= 0 ms",
+            " ms",
+        )
+    )
     return figures
 
 

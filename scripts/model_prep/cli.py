@@ -155,8 +155,10 @@ def link_or_copy(source: Path, destination: Path) -> None:
         shutil.copyfile(source, destination)
 
 
-def write_artifact(spec, options: Options, export, tuning) -> None:
-    from scripts.model_prep import tensorrt_engine
+def write_artifact(spec, options: Options, export, tuning) -> Path | None:
+    """The target's artifact in the version folder; returns the ONNX file it was made from (None
+    with --config-only)."""
+    from scripts.model_prep import detector_graph, tensorrt_engine
     from scripts.model_prep.triton_config import ARTIFACT, PYTHON, TENSORRT
 
     version = options.repository / spec.name / VERSION
@@ -167,11 +169,16 @@ def write_artifact(spec, options: Options, export, tuning) -> None:
     if options.target == PYTHON:
         shutil.copyfile(ONNX_MODEL, version / "model.py")
     if options.config_only:
-        return
+        return None
+    network = export.path
+    if detector_graph.appends(spec):  # NMS and box scaling join the graph, for every target
+        network = options.cache_dir / "onnx" / spec.name / f"served-{export.sha256[:16]}-b{tuning.max_batch_size}.onnx"
+        with step(spec.name, f"appending the postprocessing to the graph ({tuning.max_batch_size} NMS slots)"):
+            detector_graph.append(export.path, spec, tuning.max_batch_size, network)
     if options.target == TENSORRT:
         with step(spec.name, f"building the TensorRT engine ({options.precision}, batch 1..{tuning.max_batch_size})"):
             tensorrt_engine.build_engine(
-                export.path,
+                network,
                 version / ARTIFACT[TENSORRT],
                 spec,
                 tuning.max_batch_size,
@@ -179,11 +186,14 @@ def write_artifact(spec, options: Options, export, tuning) -> None:
                 options.cache_dir / "tensorrt" / "timing.cache",
             )
     else:
-        link_or_copy(export.path, version / ARTIFACT[options.target])
+        link_or_copy(network, version / ARTIFACT[options.target])
+    return network
 
 
-def write_model_files(spec, options: Options, export, choice, tuning) -> None:
-    from scripts.model_prep import triton_config
+def write_model_files(spec, options: Options, export, choice, tuning, served: Path | None = None) -> None:
+    """config.pbtxt, source.json (``served``: the ONNX file the artifact was made from, when it is not
+    the export: a detector's graph with its postprocessing) and the model's own files."""
+    from scripts.model_prep import onnx_export, triton_config
 
     folder = options.repository / spec.name
     config = triton_config.model_config(spec, options.target, tuning, choice.source)
@@ -194,7 +204,8 @@ def write_model_files(spec, options: Options, export, choice, tuning) -> None:
         "builder": spec.export.get("builder"),
         **({ONNX_KEY: str(spec.export[ONNX_KEY])} if ONNX_KEY in spec.export else {}),
         **_weights_record(choice),
-        "onnx_sha256": export.sha256,
+        "onnx_sha256": onnx_export.sha256_of(served) if served and served != export.path else export.sha256,
+        **({"network_onnx_sha256": export.sha256} if served and served != export.path else {}),
         "max_abs_diff": export.max_abs_diff,
         "tolerance": export.tolerance,
         "tuning": asdict(tuning),
@@ -232,8 +243,8 @@ def prepare(spec, recipe, options: Options) -> dict:
     )
     print(f"[{spec.name}] max abs diff ONNX Runtime vs torch: {diffs}", flush=True)
     tuning = tuning_for(spec, options)
-    write_artifact(spec, options, export, tuning)
-    write_model_files(spec, options, export, choice, tuning)
+    served = write_artifact(spec, options, export, tuning)
+    write_model_files(spec, options, export, choice, tuning, served)
     write_pipeline(spec, options, tuning)
     print(f"[{spec.name}] wrote {options.repository / spec.name} ({options.target}, {choice.describe()})", flush=True)
     return {"model": spec.name, "weights": choice.source, "max_abs_diff": export.max_abs_diff}
@@ -255,8 +266,8 @@ def prepare_onnx_file(spec, options: Options) -> dict:
         export = onnx_export.check_file(path, spec, options.seed, cache_dir=options.cache_dir)
     choice = weights.WeightsChoice(weights.FILE, options.seed, path)
     tuning = tuning_for(spec, options)
-    write_artifact(spec, options, export, tuning)
-    write_model_files(spec, options, export, choice, tuning)
+    served = write_artifact(spec, options, export, tuning)
+    write_model_files(spec, options, export, choice, tuning, served)
     write_pipeline(spec, options, tuning)
     print(f"[{spec.name}] wrote {options.repository / spec.name} ({options.target}, {choice.describe()})", flush=True)
     return {"model": spec.name, "weights": choice.source, "max_abs_diff": {}}
@@ -305,6 +316,7 @@ def run(options: Options) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from app.core.spec import SpecError
+    from scripts.model_prep.detector_graph import GraphError
     from scripts.model_prep.onnx_export import ExportError
     from scripts.model_prep.recipes import RecipeError
     from scripts.model_prep.tensorrt_engine import EngineError
@@ -312,6 +324,6 @@ def main(argv: list[str] | None = None) -> int:
     options = make_options(parse_args(argv))
     try:
         return run(options)
-    except (SpecError, ExportError, RecipeError, EngineError) as error:
+    except (SpecError, ExportError, RecipeError, EngineError, GraphError) as error:
         print(f"prepare_models: error: {error}", file=sys.stderr, flush=True)
         return 1

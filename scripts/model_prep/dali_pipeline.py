@@ -3,7 +3,8 @@
 ``<name>_preprocess`` takes one encoded image per sample (``IMAGE``, UINT8 [-1], zero-padded in a
 batch) with its length (``IMAGE_LENGTH``, INT64 [1]: only those bytes are decoded, so a truncated
 image fails as it does in the router) and gives the network's input tensor; a detector's step
-gives ``IMAGE_SIZE`` too (INT64 [2]: height, width as displayed). Both reproduce the router's
+gives ``IMAGE_SIZE`` too (INT64 [2]: height, width as displayed) and ``LETTERBOX`` (FP32 [3]: the
+gain and x, y padding that YOLOv5's ``scale_boxes`` undoes, which the detector's graph takes). Both reproduce the router's
 pixels (``clients.images``):
 
 - decoding applies the EXIF orientation (the decoders' ``adjust_orientation``, on by default) and
@@ -34,7 +35,7 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from app.core.pipeline import IMAGE, IMAGE_LENGTH, IMAGE_SIZE, preprocess_model
+from app.core.pipeline import IMAGE, IMAGE_LENGTH, IMAGE_SIZE, LETTERBOX, preprocess_model
 from app.core.settings import Settings
 from app.core.spec import ModelSpec, SpecError
 from clients.classification import ImageClassificationClient
@@ -60,7 +61,7 @@ __all__ = [
 
 def preprocess_graph(params, device):
     """The body of a DALI pipeline: encoded images (an external source named ``params["image"]``)
-    in, ``(network input,)`` or ``(network input, image size)`` out. ``params``:
+    in, ``(network input,)`` or ``(network input, image size, letterbox gain and padding)`` out. ``params``:
     ``preprocess_params``'s dict; ``device``: ``"gpu"`` (decoding on ``mixed``, the rest on the GPU)
     or ``"cpu"``. Self-contained and unannotated: ``pipeline_file`` copies this source into a file
     that imports DALI only.
@@ -130,7 +131,10 @@ def preprocess_graph(params, device):
     )
     if not params["image_size"]:
         return (tensor,)
-    return tensor, shape[0:2]
+    # scale_boxes' gain and padding: size / the long side, half of what the scaled image leaves
+    size, high, wide = float(params["size"]), cast(height, types.FLOAT), cast(width, types.FLOAT)
+    gain = size / math.max(high, wide)
+    return tensor, shape[0:2], fn.stack(gain, (size - wide * gain) / 2, (size - high * gain) / 2)
 
 
 def preprocess_params(spec: ModelSpec) -> dict[str, Any]:
@@ -173,7 +177,7 @@ def _outputs(spec: ModelSpec) -> list[tuple[str, str, Sequence[int]]]:
     """(name, Triton dtype, dims) of the step's outputs, in the pipeline's order."""
     outputs = [(spec.inputs[0].name, spec.inputs[0].dtype, spec.inputs[0].dims)]
     if spec.family == DetectionClient.family:
-        outputs.append((IMAGE_SIZE, "INT64", (2,)))
+        outputs.extend([(IMAGE_SIZE, "INT64", (2,)), (LETTERBOX, "FP32", (3,))])
     return outputs
 
 

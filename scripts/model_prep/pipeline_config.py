@@ -3,9 +3,12 @@
 
     <name>_pipeline      ensemble: image (+ detector options) -> the results
       <name>_preprocess  python backend (python, onnxruntime targets) or DALI (tensorrt target)
-      <name>             the network (scripts/model_prep/triton_config.py)
-      <name>_postprocess python backend, detectors only: NMS, boxes in the original pixels
+      <name>             the network (scripts/model_prep/triton_config.py); a detector's graph has
+                         its NMS and box scaling appended (scripts/model_prep/detector_graph.py) and
+                         takes the letterbox's geometry and the options beside the image
 
+The benchmark alone asks for the former layout of a detector (``python_step``): the raw network,
+then ``<name>_postprocess``, a python-backend step running YOLOv5's NMS in numpy, to compare the two.
 Every tensor that passes from one step to the next is declared the same way on both sides; the
 wiring test (tests/unit/test_pipeline_config.py) holds that for every target.
 """
@@ -18,7 +21,6 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as mc
 
 from app.core.pipeline import (
-    IMAGE_SIZE,
     POSTPROCESS,
     PREPROCESS,
     SOURCE_PARAMETER,
@@ -29,7 +31,11 @@ from app.core.pipeline import (
 )
 from app.core.spec import ModelSpec, TensorSpec
 from app.triton import IMAGE_STEPS
-from clients.detection import DETECTION_TENSORS, OPTION_TENSORS  # what the router sends and reads: one definition
+from clients.detection import (  # what the router sends and reads: one definition
+    DETECTION_TENSORS,
+    GEOMETRY_TENSORS,
+    OPTION_TENSORS,
+)
 from clients.vision import IMAGE_TENSORS
 from scripts.model_prep.triton_config import Tuning, data_type
 
@@ -41,7 +47,7 @@ STEP_FILE, DALI_FILE = "model.py", "dali.py"
 ENSEMBLE_NOTE = "ENSEMBLE.txt"
 STEP_SOURCE = IMAGE_STEPS
 
-SIZE_TENSOR = TensorSpec(IMAGE_SIZE, "INT64", (2,))
+SIZE_TENSOR = GEOMETRY_TENSORS[0]
 
 # Python steps run one request at a time per instance: two instances let decoding overlap
 # with the network's work (more on a machine with more cores: [instances] steps in model.toml).
@@ -58,7 +64,8 @@ def _add(fields, tensors) -> None:
 
 
 def preprocess_outputs(spec: ModelSpec) -> tuple[TensorSpec, ...]:
-    return (spec.inputs[0], SIZE_TENSOR)
+    """The network's image tensor and the image's displayed size; a detector's letterbox geometry too."""
+    return (spec.inputs[0], *(GEOMETRY_TENSORS if has_postprocess(spec) else (SIZE_TENSOR,)))
 
 
 def postprocess_inputs(spec: ModelSpec) -> tuple[TensorSpec, ...]:
@@ -90,8 +97,9 @@ def python_step_config(spec: ModelSpec, step: str, tuning: Tuning, instances: in
     return config
 
 
-def ensemble_config(spec: ModelSpec, tuning: Tuning) -> mc.ModelConfig:
-    """The ensemble: the encoded image in, the small results out."""
+def ensemble_config(spec: ModelSpec, tuning: Tuning, python_step: bool = False) -> mc.ModelConfig:
+    """The ensemble: the encoded image in, the small results out (``python_step``: a detector's raw
+    network and the python postprocessing step, for the benchmark's comparison)."""
     config = mc.ModelConfig(name=ensemble_model(spec.name), platform="ensemble", max_batch_size=tuning.max_batch_size)
     _add(config.input, ensemble_inputs(spec))
     _add(config.output, ensemble_outputs(spec))
@@ -102,37 +110,49 @@ def ensemble_config(spec: ModelSpec, tuning: Tuning) -> mc.ModelConfig:
     pre.output_map[network_input] = "preprocessed"
     net = config.ensemble_scheduling.step.add(model_name=spec.name, model_version=-1)
     net.input_map[network_input] = "preprocessed"
-    if has_postprocess(spec):
-        raw = spec.outputs[0].name
-        net.output_map[raw] = "network_output"
-        pre.output_map[IMAGE_SIZE] = IMAGE_SIZE
-        post = config.ensemble_scheduling.step.add(model_name=postprocess_model(spec.name), model_version=-1)
-        post.input_map[raw] = "network_output"
-        post.input_map[IMAGE_SIZE] = IMAGE_SIZE
-        for tensor in OPTION_TENSORS:
-            post.input_map[tensor.name] = tensor.name
-        for tensor in DETECTION_TENSORS:
-            post.output_map[tensor.name] = tensor.name
-    else:
+    if not has_postprocess(spec):
         for tensor in spec.outputs:
             net.output_map[tensor.name] = tensor.name
+        return config
+    # the python step computes the letterbox's geometry from the size itself
+    geometry = (SIZE_TENSOR,) if python_step else GEOMETRY_TENSORS
+    for tensor in geometry:
+        pre.output_map[tensor.name] = tensor.name
+    last = net
+    if python_step:
+        raw = spec.outputs[0].name
+        net.output_map[raw] = "network_output"
+        last = config.ensemble_scheduling.step.add(model_name=postprocess_model(spec.name), model_version=-1)
+        last.input_map[raw] = "network_output"
+    for tensor in (*geometry, *OPTION_TENSORS):
+        last.input_map[tensor.name] = tensor.name
+    for tensor in DETECTION_TENSORS:
+        last.output_map[tensor.name] = tensor.name
     return config
 
 
 def write_pipeline(
-    spec: ModelSpec, repository: Path, target: str, tuning: Tuning, instances: int = DEFAULT_STEP_INSTANCES
+    spec: ModelSpec,
+    repository: Path,
+    target: str,
+    tuning: Tuning,
+    instances: int = DEFAULT_STEP_INSTANCES,
+    python_step: bool = False,
 ) -> list[str]:
     """Write the pipeline's models beside the network; returns their names.
 
     The preprocessing step is the python backend's (our clients' code) for the python and
     onnxruntime targets, an NVIDIA DALI pipeline for tensorrt (the NGC image's DALI backend
-    serialises ``dali.py`` when it loads the model, so writing it needs no GPU)."""
+    serialises ``dali.py`` when it loads the model, so writing it needs no GPU). ``python_step``:
+    a detector's ``<name>_postprocess`` python step after its raw network (the benchmark's)."""
     from scripts.model_prep import triton_config
 
     written = []
     steps = [(PREPROCESS, preprocess_model(spec.name))]
-    if has_postprocess(spec):
+    if python_step and has_postprocess(spec):
         steps.append((POSTPROCESS, postprocess_model(spec.name)))
+    else:
+        remove_steps(repository, [postprocess_model(spec.name)])
     for step, name in steps:
         version = repository / name / VERSION
         version.mkdir(parents=True, exist_ok=True)
@@ -153,12 +173,16 @@ def write_pipeline(
     (repository / name / VERSION / ENSEMBLE_NOTE).write_text(
         f"{name} is an ensemble (config.pbtxt): it has no model file, and Triton needs this version folder.\n"
     )
-    (repository / name / "config.pbtxt").write_text(triton_config.to_text(ensemble_config(spec, tuning)))
+    (repository / name / "config.pbtxt").write_text(triton_config.to_text(ensemble_config(spec, tuning, python_step)))
     return [*written, name]
+
+
+def remove_steps(repository: Path, names: list[str]) -> None:
+    for name in names:
+        if (repository / name / "config.pbtxt").is_file():
+            shutil.rmtree(repository / name)
 
 
 def remove_pipeline(spec: ModelSpec, repository: Path) -> None:
     """A model moved to the router's pipeline leaves no steps behind for Triton to load."""
-    for name in (preprocess_model(spec.name), postprocess_model(spec.name), ensemble_model(spec.name)):
-        if (repository / name / "config.pbtxt").is_file():
-            shutil.rmtree(repository / name)
+    remove_steps(repository, [preprocess_model(spec.name), postprocess_model(spec.name), ensemble_model(spec.name)])

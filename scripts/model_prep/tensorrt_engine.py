@@ -40,8 +40,14 @@ def build_engine(
     onnx_path: Path, plan_path: Path, spec: ModelSpec, max_batch_size: int, precision: str, timing_cache: Path
 ) -> None:
     """One optimisation profile: batch 1 (min), max_batch_size (opt and max)."""
+    import onnx
     import tensorrt as trt
 
+    from scripts.model_prep import tensorrt_operators
+
+    refused = tensorrt_operators.problems(onnx.load(str(onnx_path), load_external_data=False))
+    if refused:  # named before TensorRT's own, less readable, parser error
+        raise EngineError(f"[{spec.name}] {onnx_path} has what TensorRT's ONNX parser refuses: " + "; ".join(refused))
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
     network = builder.create_network(_network_flags(trt))
@@ -52,8 +58,10 @@ def build_engine(
     config = builder.create_builder_config()
     if precision == "fp16":
         config.set_flag(trt.BuilderFlag.FP16)
+    from scripts.model_prep.detector_graph import served_tensors
+
     profile = builder.create_optimization_profile()
-    for tensor in spec.inputs:
+    for tensor in served_tensors(spec)[0]:  # a detector's graph also takes its geometry and options
         largest = (max_batch_size, *tensor.dims)
         profile.set_shape(tensor.name, (1, *tensor.dims), largest, largest)
     config.add_optimization_profile(profile)

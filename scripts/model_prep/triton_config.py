@@ -45,16 +45,19 @@ def model_config(spec: ModelSpec, target: str, tuning: Tuning, weights_source: s
         config.backend = "python"
     else:
         config.platform = "onnxruntime_onnx" if target == ONNXRUNTIME else "tensorrt_plan"
-    for tensor in spec.inputs:
+    from scripts.model_prep.detector_graph import served_tensors
+
+    inputs, outputs = served_tensors(spec)  # a detector's graph on the Triton pipeline post-processes
+    for tensor in inputs:
         config.input.add(name=tensor.name, data_type=data_type(tensor.dtype), dims=tensor.dims)
-    for tensor in spec.outputs:
+    for tensor in outputs:
         config.output.add(name=tensor.name, data_type=data_type(tensor.dtype), dims=tensor.dims)
     config.dynamic_batching.max_queue_delay_microseconds = tuning.max_queue_delay_microseconds
     # One request of the largest batch, of zeros, before the model says READY: the first caller
     # does not pay for ONNX Runtime's (or TensorRT's) first run, and the runtime's memory arena
     # takes its working size at load time instead of growing under traffic.
     warmup = config.model_warmup.add(name=f"batch_{tuning.max_batch_size}", batch_size=tuning.max_batch_size, count=1)
-    for tensor in spec.inputs:
+    for tensor in inputs:
         warmup.inputs[tensor.name].data_type = data_type(tensor.dtype)
         warmup.inputs[tensor.name].dims.extend(tensor.dims)
         warmup.inputs[tensor.name].zero_data = True

@@ -21,6 +21,7 @@ from app.core.pipeline import (
     ENSEMBLE_SUFFIX,
     IMAGE,
     IMAGE_LENGTH,
+    IMAGE_SIZE,
     NUM_DETECTIONS,
     triton_models,
 )
@@ -68,21 +69,23 @@ class FakeTriton:
         batch = next(iter(inputs.values())).shape[0]
         maker: Callable = getattr(self, f"_{spec.family}")
         outputs = maker(spec, inputs, batch)
+        if DETECTIONS in output_names:  # a detector's network with its postprocessing in the graph
+            options = {option: inputs[option] for option in DETECTION_OPTIONS}
+            client = self.steps.setdefault(model, load_client(self.repository / model))
+            detections, counts = postprocess_batch(client, outputs[spec.outputs[0].name], inputs[IMAGE_SIZE], options)
+            outputs = {DETECTIONS: detections, NUM_DETECTIONS: counts}
         return {name: outputs[name] for name in output_names}, version or self.version
 
     def _ensemble(self, name, inputs, output_names):
         """The steps Triton runs for ``<name>_pipeline``: preprocess, the (fake) network, NMS."""
         spec = self.specs[name]
-        if name not in self.steps:
-            self.steps[name] = load_client(self.repository / name)
-        client = self.steps[name]
-        tensor, sizes = preprocess_batch(
-            client, inputs[IMAGE], inputs[IMAGE_LENGTH]
-        )  # InvalidItem for an image that does not decode
+        client = self.steps.setdefault(name, load_client(self.repository / name))
+        steps = preprocess_batch(client, inputs[IMAGE], inputs[IMAGE_LENGTH])  # InvalidItem: not decodable
+        tensor = steps[spec.inputs[0].name]
         outputs = getattr(self, f"_{spec.family}")(spec, {spec.inputs[0].name: tensor}, len(tensor))
-        if spec.family == "detection":
+        if spec.family == "detection":  # the graph's NMS, as the numpy reference computes it
             options = {option: inputs[option] for option in DETECTION_OPTIONS}
-            detections, counts = postprocess_batch(client, outputs[spec.outputs[0].name], sizes, options)
+            detections, counts = postprocess_batch(client, outputs[spec.outputs[0].name], steps[IMAGE_SIZE], options)
             outputs = {DETECTIONS: detections, NUM_DETECTIONS: counts}
         return {output: outputs[output] for output in output_names}
 

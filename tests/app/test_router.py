@@ -394,3 +394,17 @@ def test_bug_is_opaque_500(client, triton, caplog):
     error_id = error["message"].rsplit(" ", 1)[-1]
     assert error == InternalError(error_id).body()["error"] and len(error_id) == 32
     assert any(error_id in r.getMessage() and r.exc_info for r in caplog.records)
+
+
+def test_a_detector_named_with_a_version_sends_its_network_the_geometry_and_options(client, triton):
+    """On the Triton pipeline a detector's network answers detections (NMS in its graph): a request
+    naming a version of it goes to the network with the router's own letterbox, the image's geometry
+    and the options, and answers what the pipeline answers."""
+    payload = {"img": b64(solid_image(320, 200)), "conf_threshold": 0.3}
+    through_pipeline = invoke(client, "yolov5", payload).get_json()["result"]
+    assert triton.calls[-1][0] == "yolov5_pipeline"
+    named = invoke(client, "yolov5", payload, version="1").get_json()
+    model, shapes, version = triton.calls[-1]
+    assert (model, version) == ("yolov5", "1")
+    assert shapes["image_size"] == (1, 2) and shapes["letterbox"] == (1, 3) and shapes["max_detections"] == (1, 1)
+    assert named["result"] == through_pipeline

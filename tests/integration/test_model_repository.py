@@ -13,20 +13,31 @@ from tritonclient.utils import np_to_triton_dtype
 
 from app.core.pipeline import triton_models
 from app.core.spec import ModelSpec, find_specs
+from clients.detection import geometry, option_arrays
+from scripts.model_prep import detector_graph
+
+DEFAULT_OPTIONS = {"conf_threshold": 0.25, "iou_threshold": 0.45, "max_detections": 300}
 
 pytestmark = pytest.mark.integration
 
 
 def random_inputs(spec: ModelSpec, batch: int, seed: int = 0) -> list[grpcclient.InferInput]:
+    """Random values for the network's own inputs; a detector's graph also takes a 640 x 480 image's
+    letterbox geometry and the default options."""
     rng = np.random.default_rng(seed)
-    inputs = []
+    arrays = {}
     for tensor in spec.inputs:
         shape = (batch, *tensor.dims)
         if np.issubdtype(tensor.numpy_dtype, np.integer):
-            array = rng.integers(1000, 2000, shape).astype(tensor.numpy_dtype)
+            arrays[tensor.name] = rng.integers(1000, 2000, shape).astype(tensor.numpy_dtype)
         else:
-            array = rng.standard_normal(shape).astype(tensor.numpy_dtype)
-        item = grpcclient.InferInput(tensor.name, list(shape), np_to_triton_dtype(array.dtype))
+            arrays[tensor.name] = rng.standard_normal(shape).astype(tensor.numpy_dtype)
+    if detector_graph.appends(spec):
+        extra = {**geometry(640, (480, 640)), **option_arrays(DEFAULT_OPTIONS)}
+        arrays.update({name: np.stack([array] * batch) for name, array in extra.items()})
+    inputs = []
+    for name, array in arrays.items():
+        item = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
         item.set_data_from_numpy(array)
         inputs.append(item)
     return inputs
@@ -45,7 +56,6 @@ def test_every_model_is_ready(triton, repository: Path):
         "resnet_preprocess",
         "resnet_pipeline",
         "yolov5_preprocess",
-        "yolov5_postprocess",
         "yolov5_pipeline",
     }
 
@@ -53,19 +63,23 @@ def test_every_model_is_ready(triton, repository: Path):
 @pytest.mark.parametrize("name", ["resnet", "yolov5", "bert_base"])
 def test_batch_of_two_gives_the_documented_shapes(triton, repository: Path, name: str):
     spec = find_specs(repository)[name]
-    outputs = [grpcclient.InferRequestedOutput(t.name) for t in spec.outputs]
+    _, served = detector_graph.served_tensors(spec)  # a detector's graph answers its detections
+    outputs = [grpcclient.InferRequestedOutput(t.name) for t in served]
     result = triton.infer(name, random_inputs(spec, batch=2), outputs=outputs)
-    for tensor in spec.outputs:
+    for tensor in served:
         array = result.as_numpy(tensor.name)
         print(f"{name}.{tensor.name}: {array.shape} {array.dtype}")
-        assert array.shape == (2, *tensor.dims)
+        assert len(array) == 2 and all(want in (-1, got) for want, got in zip(tensor.dims, array.shape[1:]))
         assert array.dtype == tensor.numpy_dtype
     documented = {
         "resnet": {"scores": (2, 1000), "classes": (2, 1000)},
-        "yolov5": {"output": (2, 25200, 85)},
+        "yolov5": {"num_detections": (2, 1)},  # and detections [2, the longer answer's rows, 6]
         "bert_base": {"scores": (2, 128, 50), "token_ids": (2, 128, 50)},
     }[name]
     assert {t: result.as_numpy(t).shape for t in documented} == documented
+    if name == "yolov5":
+        counts = result.as_numpy("num_detections").reshape(-1)
+        assert result.as_numpy("detections").shape == (2, max(1, int(counts.max())), 6)
 
 
 def test_sixteen_concurrent_requests_form_batches(triton, repository: Path):

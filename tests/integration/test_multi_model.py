@@ -58,7 +58,7 @@ def urls(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     plain = link_copy(repository / "resnet", root / "plain" / "model" / "resnet")
     (plain / "model.toml").unlink()
     made["plain"] = root / "plain" / "model"
-    for folder in ("yolov5", "yolov5_preprocess", "yolov5_postprocess", "yolov5_pipeline"):
+    for folder in ("yolov5", "yolov5_preprocess", "yolov5_pipeline"):
         link_copy(repository / folder, root / "yolov5" / "model" / folder)
     made["yolov5"] = root / "yolov5" / "model"
     return made

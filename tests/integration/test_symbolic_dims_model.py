@@ -1,7 +1,9 @@
 """A detector added by configuration whose ONNX file declares its output dims symbolic ([-1, -1, -1],
 as many detector exports do) is prepared with ``python -m scripts.model_prep`` (checked by ONNX Runtime
 at batch 2, not refused for its declared dims), served by the real stack (Triton, gunicorn, NGINX)
-and answers POST /invocations with detections."""
+and answers POST /invocations with detections. On the Triton pipeline its graph gets the same
+postprocessing as YOLOv5's (NMS and box scaling appended, no code of the user's), and its answer on
+a real photo equals YOLOv5's ``non_max_suppression`` + ``scale_boxes`` on the network's raw output."""
 
 from __future__ import annotations
 
@@ -11,14 +13,21 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 import requests
 from onnx import TensorProto, helper, numpy_helper
 from PIL import Image
 
+from app.core.pipeline import DETECTIONS, NUM_DETECTIONS
+from app.core.settings import Settings
+from app.core.spec import load_spec
+from clients.detection import network_inputs
+from clients.registry import offline_client
 from scripts.model_prep import cli as prepare_models
 from scripts.model_prep import onnx_export, triton_config
-from tests.support import b64
+from tests.references import darknet_photos
+from tests.support import assert_same_detections, b64, reference_detections
 
 pytestmark = pytest.mark.integration
 
@@ -175,10 +184,18 @@ def test_a_detector_with_symbolic_output_dims_is_added_by_configuration_and_answ
     # the user's file is left as it is; Triton loads a copy with model.toml's dims declared
     user = onnx.load(str(source / "model.onnx")).graph.output[0].type.tensor_type.shape.dim
     assert [d.dim_value for d in user] == [-1, -1, -1]
-    served = onnx.load(str(repository / NAME / "1" / "model.onnx")).graph.output[0].type.tensor_type.shape.dim
-    assert [d.dim_param or d.dim_value for d in served] == ["batch", 4, 7]
+    graph = onnx.load(str(repository / NAME / "1" / "model.onnx")).graph
     config = triton_config.read_config(repository / NAME / "config.pbtxt")
-    assert [list(t.dims) for t in config.output] == [[4, 7]]
+    if pipeline == "router":  # the raw network, served with model.toml's dims declared
+        served = graph.output[0].type.tensor_type.shape.dim
+        assert [d.dim_param or d.dim_value for d in served] == ["batch", 4, 7]
+        assert [list(t.dims) for t in config.output] == [[4, 7]]
+    else:  # the same postprocessing as YOLOv5's appended to the user's graph
+        spec = load_spec(source)
+        assert [i.name for i in graph.input] == [t.name for t in network_inputs(spec)]
+        assert [o.name for o in graph.output] == [DETECTIONS, NUM_DETECTIONS]
+        assert [(t.name, list(t.dims)) for t in config.output] == [(DETECTIONS, [-1, 6]), (NUM_DETECTIONS, [1])]
+        assert any(node.op_type == "NonMaxSuppression" for node in graph.node)
     record = json.loads((repository / NAME / "source.json").read_text())
     assert record["weights"] == "file" and record["onnx"] == "model.onnx"
     assert record["onnx_sha256"] == onnx_export.sha256_of(repository / NAME / "1" / "model.onnx")
@@ -211,3 +228,22 @@ def test_a_detector_with_symbolic_output_dims_is_added_by_configuration_and_answ
     )
     assert raw.status_code == 200, raw.text
     assert [d["label"] for d in raw.json()["result"]["detections"]] == ["cat"]  # kite's 0.56 is under 0.6
+
+    # a real photo: the answer equals YOLOv5's NMS + scale_boxes on the user's network's raw output
+    photo = darknet_photos()["dog.jpg"]
+    answer = requests.post(
+        f"{stack.url}/invocations",
+        data=photo,
+        timeout=60,
+        headers={"Content-Type": "image/jpeg", "X-Amzn-SageMaker-Custom-Attributes": f"modelname={NAME}"},
+    )
+    assert answer.status_code == 200, answer.text
+    result = answer.json()["result"]
+    client = offline_client(load_spec(source), Settings())
+    tensors, displayed = client.preprocess(photo, "img", {})
+    session = ort.InferenceSession(str(source / "model.onnx"), providers=["CPUExecutionProvider"])
+    (output,) = session.run(None, {"images": tensors["images"][None]})
+    theirs = reference_detections(output[0], (displayed.height, displayed.width), 0.25, 0.45, 300, size=SIZE)
+    assert (result["width"], result["height"]) == (displayed.width, displayed.height)
+    assert len(theirs) == 2
+    assert_same_detections(result, theirs, f"{NAME} ({pipeline} pipeline) on dog.jpg")

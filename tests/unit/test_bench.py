@@ -7,6 +7,7 @@ import math
 from collections import Counter
 
 import numpy as np
+import onnx
 import pytest
 
 from app.core.spec import load_spec
@@ -16,6 +17,7 @@ from scripts.bench.peers import _without_dynamic_batching
 from scripts.bench.report import Cell, Figure, format_figures, schedule, target_figures
 from scripts.devtools import built_test_repository, percentile
 from scripts.model_prep import triton_config
+from tests.support import wiring_problems
 
 
 @pytest.mark.parametrize("q", [0, 1, 50, 95, 99, 100])
@@ -136,12 +138,18 @@ def test_model_only_tensors_are_the_clients_own(tmp_path):
     registry = build_registry(repository, triton=None, settings=Settings())
     for name, item in (("resnet", image.read_bytes()), ("bert_base", "Paris is the [MASK] of France.")):
         client = registry[name]
-        tensors = preprocessed_tensors(load_spec(repository / name), image, "Paris is the [MASK] of France.")
+        tensors, outputs = preprocessed_tensors(load_spec(repository / name), image, "Paris is the [MASK] of France.")
         arrays, _ = client.preprocess(item, "sample", client.parse_options({}))
+        assert outputs == [t.name for t in client.spec.outputs]
         for tensor in client.spec.inputs:
             assert tensors[tensor.name].shape == (1, *tensor.dims)
             assert tensors[tensor.name].dtype == tensor.numpy_dtype
             np.testing.assert_array_equal(tensors[tensor.name][0], arrays[tensor.name].astype(tensor.numpy_dtype))
+    # a detector whose graph post-processes: its image, the letterbox's geometry and the options go to
+    # the network, which answers the detections
+    tensors, outputs = preprocessed_tensors(load_spec(repository / "yolov5"), image, "")
+    assert list(tensors) == ["images", "image_size", "letterbox", "conf_threshold", "iou_threshold", "max_detections"]
+    assert tensors["image_size"].tolist() == [[240, 320]] and outputs == ["detections", "num_detections"]
 
 
 def test_placement_figures_compare_the_two_pipelines_and_the_wire():
@@ -183,5 +191,13 @@ def test_the_bench_stack_serves_both_placements(tmp_path):
     assert served["resnet"].pipeline == "triton" and served["resnet_router"].pipeline == "router"
     assert served["yolov5_router"].pipeline == "router" and "bert_base_router" not in served
     assert triton_config.read_config(stack_repo / "resnet_router" / "config.pbtxt").name == "resnet_router"
-    for step in ("resnet_preprocess", "resnet_pipeline", "yolov5_postprocess"):
+    for step in ("resnet_preprocess", "resnet_pipeline", "yolov5_pystep_postprocess", "yolov5_pystep_pipeline"):
         assert (stack_repo / step / "config.pbtxt").is_file()
+    # the router's copy and the python step's serve the raw network: its image in, its raw output out
+    for copy in ("yolov5_router", "yolov5_pystep"):
+        config = triton_config.read_config(stack_repo / copy / "config.pbtxt")
+        assert [t.name for t in config.input] == ["images"] and [t.name for t in config.output] == ["output"]
+        graph = onnx.load(str(stack_repo / copy / "1" / "model.onnx")).graph
+        assert [i.name for i in graph.input] == ["images"] and [o.name for o in graph.output] == ["output"]
+    assert served["yolov5_pystep"].pipeline == "triton"
+    assert wiring_problems(stack_repo, "yolov5_pystep_pipeline") == []

@@ -26,7 +26,7 @@ pytest.importorskip("nvidia.dali")
 from PIL import Image, ImageOps
 from torchvision import transforms
 
-from app.core.pipeline import IMAGE, IMAGE_LENGTH, IMAGE_SIZE, ROUTER, preprocess_model
+from app.core.pipeline import IMAGE, IMAGE_LENGTH, IMAGE_SIZE, LETTERBOX, ROUTER, preprocess_model
 from app.core.settings import PROJECT_ROOT, Settings
 from app.core.spec import ModelSpec, SpecError, TensorSpec, load_spec
 from clients import images
@@ -112,8 +112,8 @@ def resnet_out() -> list[np.ndarray]:
 
 @pytest.fixture(scope="module")
 def yolov5_out() -> tuple[list[np.ndarray], list[np.ndarray]]:
-    tensors, sizes = run(model_spec("yolov5"), [PHOTOS[n] for n in NAMES])
-    return tensors, sizes
+    tensors, sizes, letterboxes = run(model_spec("yolov5"), [PHOTOS[n] for n in NAMES])
+    return tensors, sizes, letterboxes
 
 
 def test_eleven_photos():
@@ -143,7 +143,7 @@ def test_resnet_equals_torchvision_resize_crop(resnet_out, index, name):
 @pytest.mark.parametrize("index, name", list(enumerate(NAMES)))
 def test_yolov5_equals_ultralytics_letterbox(yolov5_out, index, name):
     spec = model_spec("yolov5")
-    tensors, sizes = yolov5_out
+    tensors, sizes, letterboxes = yolov5_out
     ours, size = tensors[index], sizes[index]
     assert ours.shape == spec.inputs[0].dims and ours.dtype == spec.inputs[0].numpy_dtype
     pixels = np.asarray(images.decode_image(PHOTOS[name], "img", 40_000_000), dtype=np.uint8)  # EXIF applied
@@ -155,6 +155,9 @@ def test_yolov5_equals_ultralytics_letterbox(yolov5_out, index, name):
     )
     assert size.dtype == np.int64 and size.tolist() == list(pixels.shape[:2])
     assert diff.mean() <= YOLOV5_MEAN_LEVELS
+    # the gain and padding YOLOv5's scale_boxes computes from the two sizes, for the graph's box scaling
+    gain, pad_x, pad_y = images.letterbox_geometry((640, 640), tuple(pixels.shape[:2]))
+    np.testing.assert_allclose(letterboxes[index], [gain, pad_x, pad_y], rtol=1e-6, atol=1e-4)
 
 
 # --- (c) EXIF orientation -----------------------------------------------------------------------
@@ -291,13 +294,13 @@ def test_preprocess_config(model):
     network = spec.inputs[0]
     expected = [(network.name, data_type(network.dtype), list(network.dims))]
     if spec.family == "detection":
-        expected.append((IMAGE_SIZE, data_type("INT64"), [2]))
+        expected.extend([(IMAGE_SIZE, data_type("INT64"), [2]), (LETTERBOX, data_type("FP32"), [3])])
     assert [(o.name, o.data_type, list(o.dims)) for o in config.output] == expected
     # and the pipeline gives exactly those outputs
     outputs = run(spec, [PHOTOS["dog.jpg"]])
     assert len(outputs) == len(expected)
     for (name, _, dims), (out,) in zip(expected, outputs):
-        dtype = network.numpy_dtype if name == network.name else np.dtype(np.int64)
+        dtype = {network.name: network.numpy_dtype, LETTERBOX: np.dtype(np.float32)}.get(name, np.dtype(np.int64))
         assert (list(out.shape), out.dtype) == (dims, dtype), name
     assert 'backend: "dali"' in dali_pipeline.preprocess_config_text(spec, 16)
 
@@ -370,7 +373,7 @@ def test_small_and_odd_images():
     }
     encoded = [png(image) for image in cases.values()]
     (resnet,) = run(model_spec("resnet"), encoded)
-    yolo, sizes = run(model_spec("yolov5"), encoded)
+    yolo, sizes, _ = run(model_spec("yolov5"), encoded)
     for k, (label, image) in enumerate(cases.items()):
         rgb = image.convert("RGB")
         theirs = np.asarray(TORCHVISION(rgb), dtype=np.float64).transpose(2, 0, 1)

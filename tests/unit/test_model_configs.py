@@ -11,7 +11,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from app.core.spec import find_specs
 from scripts.model_prep import cli as prepare_models
-from scripts.model_prep import triton_config
+from scripts.model_prep import detector_graph, triton_config
 from scripts.model_prep.onnx_export import graph_tensors
 from tests.support import TARGETS, build_repository
 
@@ -55,8 +55,10 @@ def test_config_follows_the_spec(repositories, model):
         # warmed up at load on one batch of the largest size, every input zeros of its dtype and dims
         (warmup,) = config.model_warmup
         assert warmup.batch_size == spec.max_batch_size and warmup.count == 1
-        assert sorted(warmup.inputs) == sorted(t.name for t in spec.inputs)
-        for tensor in spec.inputs:
+        inputs, _ = detector_graph.served_tensors(spec)  # a detector's graph takes geometry and options too
+        assert [t.name for t in config.input] == [t.name for t in inputs]
+        assert sorted(warmup.inputs) == sorted(t.name for t in inputs)
+        for tensor in inputs:
             given = warmup.inputs[tensor.name]
             assert given.zero_data and list(given.dims) == list(tensor.dims)
             assert given.data_type == mc.DataType.Value(f"TYPE_{tensor.dtype}")

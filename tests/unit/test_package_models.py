@@ -68,7 +68,6 @@ def test_the_built_test_repository_is_valid(repository, tmp_path):
         "resnet_preprocess",
         "resnet_pipeline",
         "yolov5_preprocess",
-        "yolov5_postprocess",
         "yolov5_pipeline",
     }
     output = tmp_path / "model.tar.gz"

@@ -69,7 +69,7 @@ def test_one_archive_per_served_model_with_its_pipeline(repo, tmp_path, capsys):
 
 
 def test_the_groups_follow_app_pipeline_names(repository):
-    from app.core.pipeline import ensemble_model, postprocess_model, preprocess_model
+    from app.core.pipeline import ensemble_model, preprocess_model
 
     groups = package_models.per_model(repository, package_models.validate(repository, plain=True))
     assert set(groups) == {"resnet", "yolov5", "bert_base"}
@@ -77,7 +77,6 @@ def test_the_groups_follow_app_pipeline_names(repository):
     assert folders["yolov5"] == {
         "yolov5",
         preprocess_model("yolov5"),
-        postprocess_model("yolov5"),
         ensemble_model("yolov5"),
     }
     assert folders["bert_base"] == {"bert_base"}  # a text model has no Triton pipeline

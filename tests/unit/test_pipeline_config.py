@@ -1,7 +1,9 @@
 """The image pipelines' repositories for every target (tensorrt with ``--config-only``, no GPU):
 every ``config.pbtxt`` parses as Triton's ModelConfig, and each ensemble's wiring holds step to
 step: every tensor a step takes is an ensemble input or an earlier step's output of the same
-dtype and dims, every required input is fed, and the ensemble's outputs are produced as declared."""
+dtype and dims, every required input is fed, and the ensemble's outputs are produced as declared.
+A detector's pipeline is preprocess -> the network with its postprocessing in the graph: no
+python postprocessing step, for any target."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ def test_every_config_parses_as_model_config(repositories, target):
     for model in IMAGE_MODELS:
         expected = {model, preprocess_model(model), ensemble_model(model)}
         assert expected <= names, (target, sorted(names))
-    assert (postprocess_model("yolov5") in names) and (postprocess_model("resnet") not in names)
+    assert postprocess_model("yolov5") not in names and postprocess_model("resnet") not in names
     for folder in folders:
         config = triton_config.read_config(folder / "config.pbtxt")
         assert config.name == folder.name
@@ -43,6 +45,13 @@ def test_the_ensemble_wiring_agrees_step_to_step(repositories, target, model):
     else:
         assert preprocess.backend == "python"
         assert (repository / preprocess_model(model) / "1" / "model.py").is_file()
+    steps = triton_config.read_config(repository / ensemble_model(model) / "config.pbtxt").ensemble_scheduling.step
+    assert [step.model_name for step in steps] == [preprocess_model(model), model]
+    if model == "yolov5":  # the network's step answers the detections: NMS and box scaling are in its graph
+        assert sorted(steps[1].output_map) == ["detections", "num_detections"]
+        assert sorted(steps[1].input_map) == sorted(
+            ["images", "image_size", "letterbox", "conf_threshold", "iou_threshold", "max_detections"]
+        )
 
 
 def test_a_broken_wiring_is_found(repositories, tmp_path):
@@ -53,8 +62,7 @@ def test_a_broken_wiring_is_found(repositories, tmp_path):
     network.write_text(network.read_text().replace("dims: 640", "dims: 320"))
     problems = wiring_problems(repository, ensemble_model("yolov5"))
     assert any("images" in problem and "320" in problem for problem in problems), problems
-    post = repository / postprocess_model("yolov5") / "config.pbtxt"
-    post.write_text(post.read_text().replace('name: "image_size"', 'name: "image_shape"'))
+    network.write_text(network.read_text().replace('name: "letterbox"', 'name: "letterbox_gain"'))
     problems = wiring_problems(repository, ensemble_model("yolov5"))
-    assert any("'image_size', which is not one of its inputs" in problem for problem in problems), problems
-    assert any("'image_shape' is not fed" in problem for problem in problems), problems
+    assert any("'letterbox', which is not one of its inputs" in problem for problem in problems), problems
+    assert any("'letterbox_gain' is not fed" in problem for problem in problems), problems

@@ -14,6 +14,7 @@ import base64
 import io
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 import torch
 from PIL import Image
@@ -24,6 +25,7 @@ from clients import images
 from clients.detection import DetectionClient
 from clients.vision import Displayed
 from scripts.devtools import built_test_repository
+from scripts.model_prep import detector_graph
 from tests import yolov5_reference
 from tests.references import OnnxTriton, real_photos
 from tests.support import assert_same_detections, planted_output, reference_detections, untie
@@ -35,6 +37,16 @@ PHOTOS = real_photos()
 def client() -> DetectionClient:
     repository = built_test_repository()
     return DetectionClient(load_spec(repository / "yolov5"), OnnxTriton(repository), Settings())
+
+
+@pytest.fixture(scope="module")
+def raw_network(tmp_path_factory):
+    """The built network without the postprocessing its graph has on the Triton pipeline: the raw
+    output the router's pipeline post-processes (``client.postprocess``)."""
+    repository = built_test_repository()
+    path = tmp_path_factory.mktemp("raw") / "model.onnx"
+    detector_graph.raw_network(repository / "yolov5" / "1" / "model.onnx", load_spec(repository / "yolov5"), path)
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
 
 def pixels_of(data: bytes) -> np.ndarray:
@@ -57,12 +69,12 @@ def test_letterbox_and_input_equal_ultralytics(client, name):
 @pytest.mark.parametrize("name", ["dog.jpg", "horses.jpg", "person.jpg", "kite.jpg", "astronaut.png", "chelsea.png"])
 # random weights: objectness about 1e-3 (YOLOv5's prior bias), class scores about 0.01-0.1
 @pytest.mark.parametrize("conf, iou, max_det", [(1e-4, 0.45, 300), (5e-5, 0.6, 50)])
-def test_real_forward_pass_equals_yolov5(client, name, conf, iou, max_det):
+def test_real_forward_pass_equals_yolov5(client, raw_network, name, conf, iou, max_det):
     data = PHOTOS[name]
     pixels = pixels_of(data)
     letterboxed, _, _ = yolov5_reference.letterbox(pixels.copy(), (640, 640), color=(114, 114, 114), auto=False)
     reference_input = torch.from_numpy(np.ascontiguousarray(letterboxed.transpose(2, 0, 1))).float()[None] / 255
-    (output,) = client.triton.session("yolov5").run(None, {"images": reference_input.numpy()})
+    (output,) = raw_network.run(None, {"images": reference_input.numpy()})
     output = untie(output[0])
     theirs = reference_detections(output, pixels.shape[:2], conf, iou, max_det)
     assert len(theirs) > 0, "random weights should give low-score boxes at this threshold"

@@ -155,6 +155,7 @@ def bench_placements(
     """Both placements of each image model's processing on the benchmark's own stack
     (``scripts.bench.placement``), with the CPU of its processes and the bytes to and from Triton."""
     from app.core.pipeline import ROUTER, TRITON
+    from app.core.spec import load_spec
 
     meter = CpuMeter(stack)
     grpc_url = f"127.0.0.1:{stack.triton_ports[1]}"
@@ -168,10 +169,12 @@ def bench_placements(
         }
         bench_model(model, callers, concurrencies, args, cells, progress, meter)
         item = args.text if spec.family == "fill_mask" else image
-        for side, _ in sides:
+        for side, name in sides:
             if side == PYSTEP_SIDE:  # the same ensemble tensors as P-triton's, by construction
                 continue
-            sent, received = wire_bytes(spec, item, grpc_url, TRITON if side == TRITON_SIDE else ROUTER)
+            # P-router calls its own copy (for a detector, the raw network), not the served model's network
+            served = spec if name == model else load_spec(stack.repository / name)
+            sent, received = wire_bytes(served, item, grpc_url, TRITON if side == TRITON_SIDE else ROUTER)
             wire.setdefault(model, {})[side] = {
                 "to_triton": sent,
                 "from_triton": received,

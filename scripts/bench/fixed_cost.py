@@ -83,6 +83,7 @@ class Floor:
 
 def start_floor(runtime: Path, log_path: Path, env: Mapping[str, str]) -> Floor:
     """The floor on a free port; its files in ``runtime``, its output appended to ``log_path``."""
+    runtime = runtime.resolve()  # NGINX reads its paths against its prefix: all of them absolute
     runtime.mkdir(parents=True, exist_ok=True)
     socket_path = runtime / "floor.sock"
     port = free_ports(1)[0]

@@ -1,9 +1,32 @@
-"""Requests to a real Triton over gRPC, shared by the pipeline tests: one inference, its input
-tensors, an encoded image and a detector's options as the pipeline's tensors."""
+"""A real Triton over gRPC, shared by the pipeline tests: one served on a repository with its
+client, one inference, its input tensors, an encoded image and a detector's options as the
+pipeline's tensors."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
 import numpy as np
+
+from scripts.devtools import start_triton
+
+
+@contextmanager
+def served(repository: Path, runtime: Path, timeout_s: float = 180) -> Iterator:
+    """A Triton on ``repository`` and a gRPC client (``tritonclient.grpc``) to it, ready; stopped
+    with SIGTERM at the end (the python backend frees its shared memory then)."""
+    import tritonclient.grpc as grpcclient
+
+    triton = start_triton(repository, runtime)
+    client = grpcclient.InferenceServerClient(triton.grpc_url)
+    try:
+        triton.wait_ready(timeout_s)
+        yield client
+    finally:
+        client.close()
+        triton.stop()
 
 
 def grpc_infer(triton, model: str, arrays: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:

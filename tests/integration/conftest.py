@@ -6,18 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import tritonclient.grpc as grpcclient
 
-from scripts.devtools import start_triton
+from tests.triton_calls import served
 
 
 @pytest.fixture(scope="session")
 def triton(repository: Path, tmp_path_factory: pytest.TempPathFactory):
-    triton = start_triton(repository, tmp_path_factory.mktemp("triton"))
-    client = grpcclient.InferenceServerClient(triton.grpc_url)
-    try:
-        triton.wait_ready(180)
+    with served(repository, tmp_path_factory.mktemp("triton")) as client:
         yield client
-    finally:
-        client.close()
-        triton.stop()  # SIGTERM first: the python backend frees its shared memory

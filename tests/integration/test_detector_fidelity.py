@@ -31,12 +31,11 @@ from app.core.spec import load_spec
 from app.triton import ONNX_MODEL
 from clients import images
 from clients.detection import DETECTION_TENSORS, GEOMETRY_TENSORS, OPTION_TENSORS
-from scripts.devtools import start_triton
 from scripts.model_prep import detector_graph, triton_config
 from tests import yolov5_reference
 from tests.references import real_photos
 from tests.support import assert_same_detections, reference_detections, untie
-from tests.triton_calls import encoded_image, grpc_infer, grpc_inputs, option_tensors
+from tests.triton_calls import encoded_image, grpc_infer, grpc_inputs, option_tensors, served
 
 pytestmark = pytest.mark.integration
 
@@ -86,14 +85,8 @@ def postprocess(repository, tmp_path_factory):
     for tensor in (spec.outputs[0], *GEOMETRY_TENSORS, *OPTION_TENSORS):
         config.input.add(name=tensor.name, data_type=triton_config.data_type(tensor.dtype), dims=tensor.dims)
     (root / POSTPROCESS / "config.pbtxt").write_text(triton_config.to_text(config))
-    server = start_triton(root, tmp_path_factory.mktemp("postprocess-runtime"))
-    client = grpcclient.InferenceServerClient(server.grpc_url)
-    try:
-        server.wait_ready(120)
+    with served(root, tmp_path_factory.mktemp("postprocess-runtime"), 120) as client:
         yield client
-    finally:
-        client.close()
-        server.stop()
 
 
 def settled_statistics(client):

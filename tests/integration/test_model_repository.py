@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from tritonclient.utils import np_to_triton_dtype
 
 from app.core.pipeline import triton_models
 from app.core.spec import ModelSpec, find_specs
 from clients.detection import geometry, option_arrays
 from scripts.model_prep import detector_graph
+from tests.triton_calls import grpc_inputs
 
 DEFAULT_OPTIONS = {"conf_threshold": 0.25, "iou_threshold": 0.45, "max_detections": 300}
 
@@ -35,12 +35,7 @@ def random_inputs(spec: ModelSpec, batch: int, seed: int = 0) -> list[grpcclient
     if detector_graph.appends(spec):
         extra = {**geometry(640, (480, 640)), **option_arrays(DEFAULT_OPTIONS)}
         arrays.update({name: np.stack([array] * batch) for name, array in extra.items()})
-    inputs = []
-    for name, array in arrays.items():
-        item = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-        item.set_data_from_numpy(array)
-        inputs.append(item)
-    return inputs
+    return grpc_inputs(arrays)
 
 
 def test_every_model_is_ready(triton, repository: Path):

@@ -25,7 +25,7 @@ SAMPLES := build/samples
 IMAGE ?= multi-model:cpu
 IMAGE_REPOSITORY ?= models
 
-.PHONY: help run test models test-models deps nginx samples clean bench soak fuzz audit lint-imports lint podman image image-run
+.PHONY: help run test models test-models deps nginx samples clean bench soak fuzz audit lint-imports lint podman image image-run docs docs-serve
 
 help:
 	@echo "make run     install, prepare the models (TARGET=$(TARGET), WEIGHTS=$(WEIGHTS)), serve on :$(PORT)"
@@ -34,6 +34,7 @@ help:
 	@echo "make samples sample photos (dog, person, horses, ...) from Debian's darknet package into $(SAMPLES)/"
 	@echo "make image   build the CPU serving image ($(IMAGE)) with docker, or podman where docker has no daemon"
 	@echo "make image-run  run it as SageMaker does, on :$(PORT), serving $(IMAGE_REPOSITORY)/"
+	@echo "make docs    build the documentation site into build/site/ (make docs-serve: on :8000)"
 	@echo "make bench   benchmark a running stack (make run) against Triton alone and its SageMaker front end"
 	@echo "make clean   remove the venv, build/ and the built model files"
 
@@ -87,7 +88,7 @@ test-models: $(VENV)/.serving $(VENV)/.models
 run: models nginx
 	SAGEMAKER_BIND_TO_PORT=$(PORT) ./serve
 
-test: deps nginx podman test-models samples lint lint-imports
+test: deps nginx podman test-models samples lint lint-imports docs
 	TEST_MODEL_REPOSITORY=$(abspath $(TEST_REPOSITORY)) TEST_FULL_MODEL_REPOSITORY=$(abspath $(TEST_FULL_REPOSITORY)) \
 		$(PY) -m pytest tests $(PYTEST_ARGS)
 
@@ -96,6 +97,13 @@ test: deps nginx podman test-models samples lint lint-imports
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+# The documentation site from docs/ (mkdocs.yml): every link and page checked (--strict), into build/site/.
+docs: $(VENV)/.dev
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+docs-serve: $(VENV)/.dev
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
 lint-imports: $(VENV)/.serving $(VENV)/.dev
 	$(VENV)/bin/lint-imports

@@ -11,7 +11,7 @@ from typing import Any
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SAGEMAKER_MODEL_DIR = Path("/opt/ml/model")
 
-# Environment variable names (CONTRACT.md lists the public ones).
+# Environment variable names (docs/configuration.md lists every one, docs/reference/api.md the limits).
 BIND_TO_PORT = "SAGEMAKER_BIND_TO_PORT"
 SAFE_PORT_RANGE = "SAGEMAKER_SAFE_PORT_RANGE"
 WORKERS = "MODEL_SERVER_WORKERS"

@@ -1,7 +1,7 @@
 """What an ``/invocations`` request asks for, parsed without Flask: pure functions over the body,
 its media type and the custom-attributes header, which tests call directly.
 
-Our forms (CONTRACT.md): the JSON envelope ``{"modelname", "version"?, "payload"}``; a raw body
+Our forms (docs/reference/api.md): the JSON envelope ``{"modelname", "version"?, "payload"}``; a raw body
 (an image, or UTF-8 text) with the model, version and options in
 ``X-Amzn-SageMaker-Custom-Attributes``; and JSON Lines (Batch Transform), one envelope per line.
 The ``Accept`` header picks the answer's form (``answer_type``). Besides them, a KServe v2 body (v2

@@ -162,5 +162,5 @@ def check_engines(repository: Path, detect: Callable[[], Sequence[GpuInfo]] | No
             "TensorRT engines built for another GPU type: "
             + "; ".join(unique)
             + ". Rebuild them on this instance type (python -m scripts.model_prep --target tensorrt, "
-            "see the README's 'Deploying to SageMaker') and deploy the new repository."
+            "see docs/deploying.md, 'TensorRT engines and the GPU type') and deploy the new repository."
         )

@@ -26,7 +26,7 @@ class TritonNotFound(RuntimeError):
 
 
 # AWS's SageMaker Triton image's variables that become tritonserver flags here, as its `serve`
-# script turns them (README "For users of AWS's SageMaker Triton image" lists every variable).
+# script turns them (docs/calling.md, "For users of AWS's SageMaker Triton image", lists every variable).
 STOCK_FLAGS: Mapping[str, str] = {
     "SAGEMAKER_TRITON_LOG_VERBOSE": "--log-verbose={}",
     "SAGEMAKER_TRITON_LOG_INFO": "--log-info={}",

@@ -18,7 +18,7 @@ the request's options as tensors:
 
 Outputs: ``detections`` [B, K, 6] (x1, y1, x2, y2, score, class; rows past an image's count are
 zeros) and ``num_detections`` [B, 1]. Every operator is one that ONNX Runtime runs on CPU and that
-TensorRT's ONNX parser lists as supported (scripts/model_prep/tensorrt_operators.py; README,
+TensorRT's ONNX parser lists as supported (scripts/model_prep/tensorrt_operators.py; docs/deploying.md,
 "TensorRT engines and the GPU type").
 The same code serves the built-in YOLOv5 and a detector added by configuration.
 """

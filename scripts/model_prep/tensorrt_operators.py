@@ -4,7 +4,7 @@ Source: onnx/onnx-tensorrt ``docs/operators.md`` at tag ``release/10.1-GA`` (com
 operators marked ``Y``; its ``docs/Changelog.md`` for 10.2 to 10.8 (the TensorRT of the NGC Triton
 25.02 image the Dockerfile names) only adds support (tensor ``axes`` for Slice and Pad, dynamic
 axes for Squeeze, Unsqueeze and CumSum, ...), so every operator here is imported by 10.8 too.
-README, "TensorRT engines and the GPU type", cites the same list.
+docs/deploying.md, "TensorRT engines and the GPU type", cites the same list.
 """
 
 from __future__ import annotations

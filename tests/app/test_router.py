@@ -1,4 +1,4 @@
-"""The Flask router against a fake Triton: every error row of CONTRACT.md, both body formats."""
+"""The Flask router against a fake Triton: every error row of the API reference (docs/reference/api.md), both body formats."""
 
 from __future__ import annotations
 

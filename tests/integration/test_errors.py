@@ -1,4 +1,4 @@
-"""Every error row of CONTRACT.md through NGINX: status, code, and a message naming the field.
+"""Every error row of the API reference (docs/reference/api.md) through NGINX: status, code, and a message naming the field.
 
 The table of bad requests also checks that each answer conforms to app/router/openapi.json, that /ping is
 still 200 after it and that no gunicorn worker was restarted by it. The 503/504 rows need a Triton

@@ -3,7 +3,7 @@
 4. a list of 8 images is served in at most ceil(8 / max_batch_size) Triton executions;
 5. a 20,000 x 20,000 PNG of a few KB is refused with a 400 in under 1 s, the router's workers
    growing by less than 50 MB;
-6. a fourth model added as the README's "Adding a model" shows (its ONNX file, model.toml and
+6. a fourth model added as "Adding a model" (docs/models.md) shows (its ONNX file, model.toml and
    labels, then the build script) is served, and answers as ONNX Runtime does on torchvision's
    preprocessing of the same image.
 """
@@ -144,12 +144,12 @@ def test_a_huge_png_is_refused_fast_and_without_memory(stack):
     assert max(growth.values()) < 50
 
 
-# ---- check 6: a fourth model, added as the README shows ------------------------------------------
+# ---- check 6: a fourth model, added as docs/models.md shows ---------------------------------------
 
 
 def readme_example() -> tuple[str, str]:
-    """The README's "Adding a model" shell block: (steps 1-3, the step-4 build command)."""
-    text = (PROJECT_ROOT / "README.md").read_text()
+    """The "Adding a model" shell block of docs/models.md: (steps 1-3, the step-4 build command)."""
+    text = (PROJECT_ROOT / "docs" / "models.md").read_text()
     section = text[text.index("\n## Adding a model\n") :]
     block = re.search(r"```bash\n(.*?)```", section, re.DOTALL).group(1)
     setup, _, rest = block.partition("# 4.")
@@ -159,8 +159,8 @@ def readme_example() -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def fourth_model(repository, tmp_path_factory):
-    """A copy of the test repository (hard links) as ``<tmp>/models``, with the README's squeezenet
-    example added by running the README's own commands in ``<tmp>``, then built."""
+    """A copy of the test repository (hard links) as ``<tmp>/models``, with the documented squeezenet
+    example added by running the documented commands in ``<tmp>``, then built."""
     work = tmp_path_factory.mktemp("adding-a-model")
     shutil.copytree(repository, work / "models", copy_function=os.link, ignore=shutil.ignore_patterns("__pycache__"))
     setup, build = readme_example()

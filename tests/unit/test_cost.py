@@ -32,7 +32,7 @@ def test_hourly(setup, expected):
     assert setup.hourly == pytest.approx(expected)
 
 
-def test_readme_shows_the_scripts_output(capsys):
+def test_the_deploying_page_shows_the_scripts_output(capsys):
     cost.main([])
     table = capsys.readouterr().out.strip()
-    assert table in (PROJECT_ROOT / "README.md").read_text()
+    assert table in (PROJECT_ROOT / "docs" / "deploying.md").read_text()

@@ -14,7 +14,7 @@ from app.core.settings import DEFAULT_MAX_BODY_BYTES
 from app.serve.nginx import NGINX_CONF, render_nginx_conf
 from app.serve.pingserver import start_ping_server
 
-# The contract's table (CONTRACT.md): each class's status and code.
+# The contract's table (docs/reference/api.md): each class's status and code.
 CLASSES = [
     (errors.InvalidJson, 400, "invalid_json"),
     (errors.InvalidInput, 400, "invalid_input"),

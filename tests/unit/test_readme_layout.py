@@ -1,4 +1,5 @@
-"""The README's Layout section: its tree names folders that exist, and every folder of code is in it."""
+"""The architecture page's Layout section (docs/architecture.md): its tree names folders that exist,
+and every folder of code is in it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ BRANCH = re.compile(r"^((?:│   |    )*)(?:├── |└── )(\S+)")
 
 def layout_tree() -> list[str]:
     """The folders of the first tree drawn under "## Layout", as paths from the repository's root."""
-    section = PROJECT_ROOT.joinpath("README.md").read_text(encoding="utf-8").split("\n## Layout\n", 1)[1]
+    page = PROJECT_ROOT.joinpath("docs", "architecture.md").read_text(encoding="utf-8")
+    section = page.split("\n## Layout\n", 1)[1]
     block = section.split("```\n", 2)[1]
     parents: list[str] = []
     paths = []
@@ -40,10 +42,10 @@ def test_every_folder_the_tree_names_exists():
     paths = layout_tree()
     assert len(paths) >= 15, paths
     missing = [p for p in paths if not (PROJECT_ROOT / p).is_dir()]
-    assert missing == [], f"the README's Layout names folders that do not exist: {missing}"
+    assert missing == [], f"the Layout of docs/architecture.md names folders that do not exist: {missing}"
 
 
 def test_every_code_folder_is_in_the_tree():
     listed = set(layout_tree())
-    assert code_folders() - listed == set(), "folders of code the README's Layout does not list"
+    assert code_folders() - listed == set(), "folders of code the Layout of docs/architecture.md does not list"
     assert {"models", "docs", ".ci"} <= listed

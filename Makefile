@@ -34,7 +34,7 @@ help:
 	@echo "make samples sample photos (dog, person, horses, ...) from Debian's darknet package into $(SAMPLES)/"
 	@echo "make image   build the CPU serving image ($(IMAGE)) with docker, or podman where docker has no daemon"
 	@echo "make image-run  run it as SageMaker does, on :$(PORT), serving $(IMAGE_REPOSITORY)/"
-	@echo "make docs    build the documentation site into build/site/ (make docs-serve: on :8000)"
+	@echo "make docs    build the documentation site into build/site/ (make docs-serve: on :8008)"
 	@echo "make bench   benchmark a running stack (make run) against Triton alone and its SageMaker front end"
 	@echo "make clean   remove the venv, build/ and the built model files"
 
@@ -103,7 +103,7 @@ docs: $(VENV)/.dev
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 docs-serve: $(VENV)/.dev
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8008
 
 lint-imports: $(VENV)/.serving $(VENV)/.dev
 	$(VENV)/bin/lint-imports

@@ -2,7 +2,9 @@
 
 One channel and stub of Triton's gRPC service per worker process, created on first use (gunicorn
 forks the workers before any request, and a gRPC channel must not cross a fork), with reconnect backoff
-capped so that a Triton that restarts or starts late is found again within a second. Every call
+capped so that a Triton that restarts or starts late is found again within a second. A readiness call
+that finds Triton unreachable renews the channel, so that the next one connects afresh instead of
+failing fast on a connection state gRPC may keep stale (a Triton stopped and continued). Every call
 carries a deadline. Transport and server errors become the router's error classes here, and
 nowhere else.
 """
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -39,6 +41,9 @@ CHANNEL_ARGS: tuple[tuple[str, int], ...] = (
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
+    # Subchannels are otherwise shared process-wide by address: a renewed channel would inherit
+    # the old one's connection state, the thing renewing it is meant to leave behind.
+    ("grpc.use_local_subchannel_pool", 1),
 )
 
 # A readiness call (what /ping waits on) also has a hard stop this much after its deadline,
@@ -106,6 +111,8 @@ class TritonClient:
         self.ping_timeout_s = ping_timeout_s
         self._lock = threading.Lock()
         self._service: service_pb2_grpc.GRPCInferenceServiceStub | None = None
+        self._channel: grpc.Channel | None = None
+        self._retired: grpc.Channel | None = None  # the channel before a renewal: its calls in flight end
         self._pid: int | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._pool_pid: int | None = None
@@ -122,10 +129,17 @@ class TritonClient:
         with self._lock:
             if self._service is None or self._pid != pid:
                 # A channel inherited through a fork is dropped, not closed: it belongs to the parent.
-                channel = grpc.insecure_channel(self.url, options=list(CHANNEL_ARGS))
-                self._service = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+                self._channel = grpc.insecure_channel(self.url, options=list(CHANNEL_ARGS))
+                self._service = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
                 self._pid = pid
             return self._service
+
+    def _renew(self, stub: service_pb2_grpc.GRPCInferenceServiceStub) -> None:
+        """The next call gets a new channel, unless another thread has renewed ``stub``'s already.
+        The old channel is kept until the next renewal so that its calls in flight are not cut."""
+        with self._lock:
+            if self._service is stub and self._pid == os.getpid():
+                self._retired, self._channel, self._service = self._channel, None, None
 
     def _readiness_pool(self) -> ThreadPoolExecutor:
         pid = os.getpid()
@@ -141,16 +155,24 @@ class TritonClient:
             raise error
         raise translated from error
 
-    def _readiness_call(self, method: Callable[..., Any], request: Any) -> Any:
-        """A readiness call with its deadline, and a hard stop should the deadline not fire."""
-        future = self._readiness_pool().submit(method, request, timeout=self.ping_timeout_s)
+    def _readiness_call(self, method: str, request: Any) -> Any:
+        """A readiness call with its deadline, and a hard stop should the deadline not fire; when
+        Triton cannot be reached, the channel is renewed for the next call."""
+        stub = self._stub()
+        future = self._readiness_pool().submit(getattr(stub, method), request, timeout=self.ping_timeout_s)
         try:
             return future.result(timeout=self.ping_timeout_s + HARD_STOP_GRACE_S)
         except FutureTimeout:
             future.cancel()
+            self._renew(stub)
             raise TritonUnavailable(f"Triton did not answer within {self.ping_timeout_s:g} s") from None
         except grpc.RpcError as error:
-            self._raise(error, None, None, self.ping_timeout_s)
+            translated = translate_error(error, None, None, self.ping_timeout_s)
+            if isinstance(translated, TritonUnavailable):
+                self._renew(stub)
+            if translated is None:
+                raise
+            raise translated from error
 
     def infer(
         self,
@@ -178,7 +200,7 @@ class TritonClient:
 
     def model_states(self) -> dict[str, str]:
         """Each model in Triton's repository index with its state; READY when any version is."""
-        index = self._readiness_call(self._stub().RepositoryIndex, service_pb2.RepositoryIndexRequest())
+        index = self._readiness_call("RepositoryIndex", service_pb2.RepositoryIndexRequest())
         states: dict[str, str] = {}
         for entry in index.models:
             if states.get(entry.name) != READY:
@@ -186,10 +208,10 @@ class TritonClient:
         return states
 
     def server_ready(self) -> bool:
-        return bool(self._readiness_call(self._stub().ServerReady, service_pb2.ServerReadyRequest()).ready)
+        return bool(self._readiness_call("ServerReady", service_pb2.ServerReadyRequest()).ready)
 
     def server_live(self) -> bool:
-        return bool(self._readiness_call(self._stub().ServerLive, service_pb2.ServerLiveRequest()).live)
+        return bool(self._readiness_call("ServerLive", service_pb2.ServerLiveRequest()).live)
 
 
 def _raw(array: np.ndarray) -> bytes:

@@ -6,12 +6,14 @@ import json
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import ClassVar
 
 import grpc
 import numpy as np
 import pytest
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from app.core.errors import (
@@ -205,6 +207,58 @@ def test_one_channel_per_process(monkeypatch):
     args = dict(created[0][1])
     assert args["grpc.max_reconnect_backoff_ms"] <= 1000 and args["grpc.initial_reconnect_backoff_ms"] <= 100
     assert dict(CHANNEL_ARGS)["grpc.max_receive_message_length"] == -1
+
+
+def test_a_readiness_call_that_finds_no_triton_renews_the_channel(monkeypatch):
+    created = []
+
+    class Channel:
+        def __init__(self, url, options):
+            created.append(self)
+
+    class Stub:
+        def __init__(self, channel):
+            self.channel = channel
+
+        def ServerReady(self, request, timeout):
+            if len(created) == 1:
+                raise FakeRpcError(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses")
+            return type("Answer", (), {"ready": True})()
+
+        def RepositoryIndex(self, request, timeout):
+            raise FakeRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+
+    monkeypatch.setattr(triton_module.grpc, "insecure_channel", Channel)
+    monkeypatch.setattr(triton_module.service_pb2_grpc, "GRPCInferenceServiceStub", Stub)
+    client = TritonClient("127.0.0.1:9", timeout_s=30, ping_timeout_s=0.5)
+    with pytest.raises(TritonUnavailable):
+        client.server_ready()
+    assert client.server_ready() is True and len(created) == 2  # a fresh channel answered
+    with pytest.raises(InferenceTimeout):  # a Triton that is there but slow keeps its channel
+        client.model_states()
+    assert client._stub().channel is created[1] and len(created) == 2
+    assert dict(CHANNEL_ARGS)["grpc.use_local_subchannel_pool"] == 1  # fresh means a connection of its own
+
+
+class ReadyServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
+    def ServerReady(self, request, context):
+        return service_pb2.ServerReadyResponse(ready=True)
+
+
+def test_readiness_answers_at_once_when_triton_comes_back():
+    port = free_ports(1)[0]
+    client = TritonClient(f"127.0.0.1:{port}", timeout_s=0.5, ping_timeout_s=0.5)
+    for _ in range(3):  # nothing listens yet: refused, and gRPC backs off before its next attempt
+        with pytest.raises(TritonUnavailable):
+            client.server_ready()
+    server = grpc.server(ThreadPoolExecutor(2))
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(ReadyServicer(), server)
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    try:
+        assert client.server_ready() is True  # the first call after it is back, not one a backoff later
+    finally:
+        server.stop(0)
 
 
 def test_real_channel_refused_and_hanging():

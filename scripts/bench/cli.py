@@ -233,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         * args.rounds
         * ((0 if own_only else 3) + (0 if args.fixed_cost_only else sum(len(s) for s in placements.values())))
     )
-    steps += args.rounds * (1 + len(FIXED_COST_ROWS)) if fixed_cost else 0
+    steps += args.rounds * (2 + len(FIXED_COST_ROWS)) if fixed_cost else 0  # the two floors and the rows
     # The fixed-cost section alone still measures identity's A-raw against B (latency at c=1, throughput at c=8).
     steps += args.rounds * 2 * len(FIXED_COST_CONCURRENCIES) if args.fixed_cost_only else 0
     progress = Progress(steps)

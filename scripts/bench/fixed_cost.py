@@ -7,6 +7,7 @@ benchmark's own stack. Rows, each run at one concurrency for a few seconds per r
 interleaved so that the machine's noise falls on every row alike:
 
 - ``floor``: a small JSON body to the bare app;
+- ``floor, 40 ms wait``: the same, answered 40 ms later: the floor of the row below;
 - ``bert_base text``: a one-mask text in the JSON envelope;
 - ``resnet JPEG`` and ``yolov5 JPEG``: a raw JPEG (the Triton pipeline: the router forwards the bytes);
 - ``identity envelope`` and ``identity v2``: the benchmark's tiny model, whose Triton work is
@@ -15,7 +16,7 @@ interleaved so that the machine's noise falls on every row alike:
   spent meanwhile): the same code in the router, with requests that wait as long as a real model's.
   Set beside ``identity envelope`` it shows what the waiting alone costs the router's processes on
   the machine at hand (on a virtual machine, a thread woken after a long sleep costs far more CPU
-  than one woken after a short one).
+  than one woken after a short one); its ratio is taken against the floor that waits as long.
 
 For every step the CPU seconds of the gunicorn workers and of NGINX's processes are read from
 ``/proc/<pid>/stat`` before and after and divided by the requests answered. Beside the rows, the
@@ -47,6 +48,8 @@ from scripts.bench.report import Figure
 from scripts.devtools import children_of, descendants, free_ports, percentile, stop_group
 
 FLOOR = "floor"
+FLOOR_WAIT = f"floor, {IDENTITY_WAIT_MS} ms wait"
+IDENTITY_WAIT_ROW = f"identity, {IDENTITY_WAIT_MS} ms in Triton"
 FLOOR_APP = "scripts.bench.floor:app"
 ROLES = ("router", "nginx")
 FIXED_COST_CONCURRENCY = 8
@@ -59,10 +62,12 @@ FIXED_COST_ROWS = {
     "yolov5 JPEG": "yolov5",
     "identity envelope": IDENTITY,
     "identity v2": IDENTITY,
-    f"identity, {IDENTITY_WAIT_MS} ms in Triton": IDENTITY_WAIT,
+    IDENTITY_WAIT_ROW: IDENTITY_WAIT,
 }
 # The rows with a target: router CPU per request / the floor's (the gunicorn workers of each).
 TARGETS = {"bert_base text": 2.0, "resnet JPEG": 2.0, "yolov5 JPEG": 2.5}
+# The floor each row is set against: the one that waits as long, for the row that waits.
+REFERENCE = {FLOOR_WAIT: FLOOR, IDENTITY_WAIT_ROW: FLOOR_WAIT}
 
 
 @dataclass
@@ -135,8 +140,8 @@ def start_floor(runtime: Path, log_path: Path, env: Mapping[str, str]) -> Floor:
             time.sleep(0.2)
 
 
-def floor_request(port: int) -> HttpRequest:
-    body = json.dumps({"modelname": FLOOR, "payload": {"text": IDENTITY_TEXT}}).encode()
+def floor_request(port: int, wait_ms: float = 0) -> HttpRequest:
+    body = json.dumps({"modelname": FLOOR, "payload": {"text": IDENTITY_TEXT}, "wait_ms": wait_ms}).encode()
     return HttpRequest("127.0.0.1", port, "/invocations", body, {"Content-Type": "application/json"})
 
 
@@ -162,7 +167,7 @@ def router_requests(port: int, image: bytes, text: str, identity_tensors: Mappin
         "resnet JPEG": jpeg("resnet"),
         "yolov5 JPEG": jpeg("yolov5"),
         "identity envelope": envelope(IDENTITY, {"text": IDENTITY_TEXT}),
-        f"identity, {IDENTITY_WAIT_MS} ms in Triton": envelope(IDENTITY_WAIT, {"text": IDENTITY_TEXT}),
+        IDENTITY_WAIT_ROW: envelope(IDENTITY_WAIT, {"text": IDENTITY_TEXT}),
         "identity v2": HttpRequest(
             "127.0.0.1",
             port,
@@ -249,7 +254,8 @@ def run_fixed_cost(
     try:
         meter = CpuMeter(stack)
         rows: dict[str, tuple[Callable[[], None], Callable[[], Mapping[str, Sequence[int]]]]] = {
-            FLOOR: (HttpCaller(floor_request(floor.port), args.timeout), floor.pids)
+            FLOOR: (HttpCaller(floor_request(floor.port), args.timeout), floor.pids),
+            FLOOR_WAIT: (HttpCaller(floor_request(floor.port, IDENTITY_WAIT_MS), args.timeout), floor.pids),
         }
         for name, request in router_requests(stack.port, image, text, identity_tensors).items():
             if FIXED_COST_ROWS[name] in (*models, IDENTITY, IDENTITY_WAIT):
@@ -259,30 +265,31 @@ def run_fixed_cost(
         floor.stop()
 
 
+def floor_ratio(rows: Mapping[str, Mapping[str, Any]], name: str) -> float | None:
+    """A row's gunicorn CPU per request over its floor's (``REFERENCE``: the waiting floor for the
+    row that waits); None for the floor itself or a row not measured."""
+    if name == FLOOR:
+        return None
+    mine = rows.get(name, {}).get("router_cpu_ms")
+    floor = rows.get(REFERENCE.get(name, FLOOR), {}).get("router_cpu_ms")
+    return mine / floor if mine is not None and floor else None
+
+
 def fixed_cost_figures(rows: Mapping[str, Mapping[str, Any]]) -> list[Figure]:
     """Router CPU per request / the floor's, for the rows with a target."""
-    floor = rows.get(FLOOR, {}).get("router_cpu_ms")
-    figures = []
-    for name, target in TARGETS.items():
-        mine = rows.get(name, {}).get("router_cpu_ms")
-        figures.append(
-            Figure(
-                f"router CPU per request / floor's, {name}",
-                mine / floor if mine is not None and floor else None,
-                f"<= {target}",
-            )
-        )
-    return figures
+    return [
+        Figure(f"router CPU per request / floor's, {name}", floor_ratio(rows, name), f"<= {target}")
+        for name, target in TARGETS.items()
+    ]
 
 
 def format_fixed_cost(rows: Mapping[str, Mapping[str, Any]], concurrency: int) -> str:
     """The fixed-cost table: CPU per request of gunicorn's workers and of NGINX, and the ratios."""
-    floor = rows.get(FLOOR, {})
     header = ("row", "requests", "req/s", "p50 ms", "gunicorn ms", "NGINX ms", "both ms", "/ floor", "target")
     lines = [header]
     for name, row in rows.items():
         router, nginx = row["router_cpu_ms"], row["nginx_cpu_ms"]
-        ratio = router / floor["router_cpu_ms"] if floor.get("router_cpu_ms") and name != FLOOR else None
+        ratio = floor_ratio(rows, name)
         lines.append(
             (
                 name,
@@ -292,7 +299,9 @@ def format_fixed_cost(rows: Mapping[str, Mapping[str, Any]], concurrency: int) -
                 f"{router:.3f}",
                 f"{nginx:.3f}",
                 f"{router + nginx:.3f}",
-                "-" if ratio is None else f"{ratio:.2f}",
+                "-"
+                if ratio is None
+                else f"{ratio:.2f}" + ("" if REFERENCE.get(name, FLOOR) == FLOOR else " (waiting floor)"),
                 f"<= {TARGETS[name]}" if name in TARGETS else "",
             )
         )

@@ -65,6 +65,25 @@ def test_table_names_each_row_with_its_ratio_and_target():
     assert "3.00" in bert and "<= 2.0" in bert and "1.600" in bert  # ratio, target, gunicorn + NGINX
 
 
+def test_the_row_that_waits_is_set_against_the_floor_that_waits():
+    row = {"requests": 10, "errors": 0, "throughput": 5.0, "p50_ms": 2.0, "nginx_cpu_ms": 0.1}
+    rows = {
+        "floor": {**row, "router_cpu_ms": 0.5},
+        fixed_cost.FLOOR_WAIT: {**row, "router_cpu_ms": 0.8},
+        fixed_cost.IDENTITY_WAIT_ROW: {**row, "router_cpu_ms": 2.0},
+        "identity envelope": {**row, "router_cpu_ms": 1.5},
+    }
+    assert fixed_cost.floor_ratio(rows, fixed_cost.IDENTITY_WAIT_ROW) == pytest.approx(2.5)
+    assert fixed_cost.floor_ratio(rows, fixed_cost.FLOOR_WAIT) == pytest.approx(1.6)  # the wait alone
+    assert fixed_cost.floor_ratio(rows, "identity envelope") == pytest.approx(3.0)
+    assert fixed_cost.floor_ratio(rows, "floor") is None
+    lines = fixed_cost.format_fixed_cost(rows, 8).splitlines()
+    waiting = next(line for line in lines if line.startswith(fixed_cost.IDENTITY_WAIT_ROW))
+    assert "2.50 (waiting floor)" in waiting
+    body = json.loads(fixed_cost.floor_request(8080, IDENTITY_WAIT_MS).body)
+    assert body["wait_ms"] == IDENTITY_WAIT_MS and json.loads(fixed_cost.floor_request(8080).body)["wait_ms"] == 0
+
+
 def test_the_rows_requests_name_their_models():
     tensors = {"input_ids": np.arange(16).reshape(1, 16), "attention_mask": np.ones((1, 16), np.int64)}
     requests = fixed_cost.router_requests(8080, b"\xff\xd8jpeg", "a [MASK].", tensors)

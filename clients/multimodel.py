@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from app.core.errors import ApiError, InferenceTimeout, InvalidInput, NotFound, TritonUnavailable
 from app.core.health import Readiness
-from app.core.memory import memory_overrun, memory_refusal
+from app.core.memory import memory_overrun, memory_refusal, oom_refusal
 from app.core.multimodel import (
     LOADED,
     UNLOADING,
@@ -31,7 +31,7 @@ from app.core.multimodel import (
     own_name,
     triton_names,
 )
-from app.core.procfs import available_memory, process_tree_memory
+from app.core.procfs import available_memory, oom_kills, process_tree_memory
 from app.core.settings import MODEL_LOAD_TIMEOUT, Settings
 from app.core.spec import SpecError, load_spec
 from clients.base import ModelClient, Triton
@@ -99,9 +99,12 @@ class MultiModelStore:
             for triton_name, folder in layout.folders.items():
                 self.store.unlink(triton_name)  # the name is this model's alone: only a killed load's leftovers
                 self.store.link(triton_name, folder, renamed)
-            before = self._triton_memory()
+            before, kills = self._triton_memory(), oom_kills()
             for triton_name in layout.folders:
-                self._load_one(name, triton_name, deadline)
+                try:
+                    self._load_one(name, triton_name, deadline)
+                except InvalidInput as error:  # Triton refused the load: for lack of memory?
+                    raise oom_refusal(name, kills, oom_kills(), error.message) or error from None
                 loaded.append(triton_name)
             record = self._measured(record, before, others)
             return self.store.set_state(record, LOADED)

@@ -1,5 +1,6 @@
 """Multi-model mode's memory policy: the 507s a load meets before it starts (its files, against what
-is loaded and the bound) and after it (what Triton's processes grew by, read by ``app.core.procfs``)."""
+is loaded and the bound), during it (a process of Triton's ended by the kernel's OOM killer) and
+after it (what Triton's processes grew by, read by ``app.core.procfs``)."""
 
 from __future__ import annotations
 
@@ -34,4 +35,16 @@ def memory_overrun(record: Record, others: int, limit: int) -> InsufficientMemor
         f"model {record.model_name!r} took {record.charged / MIB:.1f} MiB once loaded (its files: "
         f"{record.size_bytes / MIB:.1f} MiB); beside the {others / MIB:.1f} MiB the models loaded take, that "
         f"passes the {limit / MIB:.1f} MiB MODEL_MEMORY_LIMIT_BYTES allows"
+    )
+
+
+def oom_refusal(name: str, kills_before: int | None, kills_after: int | None, said: str) -> InsufficientMemory | None:
+    """The 507 for a load that failed while the kernel's OOM killer ended a process (Triton's python
+    backend stub holding the model, as a rule): its files fitted, the model once in memory did not.
+    None when no process was killed meanwhile (or the count cannot be read): the failure is the model's."""
+    if kills_before is None or kills_after is None or kills_after <= kills_before:
+        return None
+    return InsufficientMemory(
+        f"loading model {name!r} ran the instance out of memory: the kernel's OOM killer ended "
+        f"{kills_after - kills_before} process(es) meanwhile, and Triton said: {said}"
     )

@@ -62,6 +62,26 @@ def _cgroup_available(root: Path) -> int | None:
     return None
 
 
+# Where the kernel counts the processes its OOM killer ended: the memory cgroup's events (v2, then
+# v1), else the whole machine's (/proc/vmstat, Linux 4.13 and later).
+_OOM_KILL_FILES = ("sys/fs/cgroup/memory.events", "sys/fs/cgroup/memory/memory.oom_control", "proc/vmstat")
+
+
+def oom_kills(root: Path = Path("/")) -> int | None:
+    """How many processes the kernel's OOM killer has ended in this memory cgroup (or on the
+    machine); None where no count can be read. ``root``: where /proc and /sys are."""
+    for name in _OOM_KILL_FILES:
+        try:
+            lines = (root / name).read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            key, _, value = line.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit():
+                return int(value)
+    return None
+
+
 def _children() -> dict[int, list[int]]:
     """Every process's children, from one pass over /proc."""
     found: dict[int, list[int]] = {}

@@ -20,6 +20,8 @@ except ImportError:  # outside Triton (unit tests import run_batched from this f
 
 ONNX_FILE = "model.onnx"
 ORT_THREADS_PARAMETER = "ort_intra_op_threads"
+# The kernel's OOM killer ends the process with the highest score first; 1000 is the highest.
+OOM_SCORE_ADJ = 1000
 
 
 def run_batched(
@@ -50,10 +52,24 @@ def intra_op_threads(config: Mapping) -> int:
     return int(value) if value.strip() else 0
 
 
+def volunteer_for_the_oom_killer(path: Path = Path("/proc/self/oom_score_adj")) -> None:
+    """Make this stub the OOM killer's first choice, before ONNX Runtime takes the model's memory.
+
+    When a model does not fit (a multi-model load past what the instance has), the kernel then ends
+    the stub that holds it, and Triton refuses that load (the router answers 507), instead of ending
+    Triton, the largest process, which takes every model and the endpoint down with it. Raising
+    one's own score needs no privilege."""
+    try:
+        path.write_text(str(OOM_SCORE_ADJ))
+    except OSError:
+        pass  # not Linux, or /proc read-only: the kernel's own choice stands
+
+
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         import onnxruntime as ort
 
+        volunteer_for_the_oom_killer()
         config = json.loads(args["model_config"])
         self.input_names = [tensor["name"] for tensor in config["input"]]
         self.outputs = [

@@ -288,3 +288,27 @@ def test_a_model_that_takes_more_than_the_bound_once_loaded_is_unloaded_and_507(
     with pytest.raises(errors.InsufficientMemory, match=r"'m' took 300\.0 MiB once loaded .* passes the 250\.0 MiB"):
         models.load("m", str(plain_model))  # its files fit: only what Triton took shows it does not
     assert triton.loaded == [] and models.store.all() == [] and list(models.store.repository.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("kills", "expected"),
+    [((0, 1), errors.InsufficientMemory), ((4, 4), errors.InvalidInput), ((None, None), errors.InvalidInput)],
+)
+def test_a_load_refused_while_the_oom_killer_ended_a_process_is_507(
+    tmp_path, plain_model, monkeypatch, kills, expected
+):
+    """A model whose files fit but which, once ONNX Runtime holds it, does not: the kernel kills Triton's
+    stub for it and Triton refuses the load (a 400 of its own). Only the OOM killer's count tells the two apart."""
+    triton = SlowTriton()
+    triton.go.set()
+    triton.fail = errors.InvalidInput("failed to load 'plain': Stub process 'plain_0_0' is not healthy.")
+    counts = iter(kills)
+    monkeypatch.setattr("clients.multimodel.oom_kills", lambda: next(counts))
+    models = MultiModel(Settings(multi_model=True, multi_model_dir=tmp_path / "state"), triton, triton)
+    models.store.create()
+    with pytest.raises(expected) as raised:
+        models.load("m", str(plain_model))
+    assert "Stub process 'plain_0_0' is not healthy" in raised.value.message
+    if expected is errors.InsufficientMemory:
+        assert raised.value.status == 507 and "OOM killer ended 1 process(es)" in raised.value.message
+    assert models.store.all() == [] and list(models.store.repository.iterdir()) == []  # nothing left behind

@@ -116,3 +116,14 @@ def test_a_request_whose_values_fail_fails_alone_and_is_the_callers_fault(monkey
     assert [r.error is None for r in responses] == [True, True, False]
     assert [r.output_tensors[0].array.tolist() for r in responses[:2]] == [[[0.0] * 3], [[1.0] * 3]]
     assert responses[2].error.code == "INVALID_ARG" and "out of data bounds" in responses[2].error.message
+
+
+def test_the_stub_volunteers_for_the_oom_killer(tmp_path):
+    """Before ONNX Runtime takes the model's memory, the stub raises its own OOM score to the top, so
+    that a model that does not fit costs its own load, not Triton (tests/container/test_image.py runs
+    such a load in a 768 MiB container: 507, Triton lives)."""
+    score = tmp_path / "oom_score_adj"
+    score.write_text("0")
+    backend.volunteer_for_the_oom_killer(score)
+    assert score.read_text() == "1000"
+    backend.volunteer_for_the_oom_killer(tmp_path / "missing" / "oom_score_adj")  # no /proc: nothing raised

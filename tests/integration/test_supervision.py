@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import io
+import math
 import os
 import shutil
 import signal
@@ -204,18 +205,32 @@ def test_triton_ports_answer_on_loopback_only(stack):
     assert _listening_addresses(stack.port) in ({"00000000"}, {"00000000000000000000000000000000"})
 
 
+BUSY_FOR_S = 6.0  # how long the first two requests should run at once: longer than the pings take
+
+
 def test_ping_answers_within_2s_while_every_worker_is_busy(full_detector_repository: Path, new_stack):
     # One worker with two threads, six long requests (the full-size detector): every thread is
     # taken and four requests queue behind them. SageMaker's ping must not queue with them.
     stack = new_stack(full_detector_repository, MODEL_SERVER_WORKERS="1", MODEL_SERVER_THREADS="2")
     stack.wait_healthy(timeout=120)
-    # 24 images: three batches of the detector each (a request of 8 took ~1 s on a fast day, too short).
-    body = {
-        "modelname": "yolov5",
-        "payload": {"img": [base64.b64encode(jpeg(320, 240, seed=i)).decode() for i in range(24)]},
-    }
+
+    def body(images: int) -> dict:
+        return {
+            "modelname": "yolov5",
+            "payload": {"img": [base64.b64encode(jpeg(320, 240, seed=i)).decode() for i in range(images)]},
+        }
+
+    # The first two requests (two threads) must outlast the pings, about 4.5 s: sized by how long a
+    # request of 8 images takes alone on this machine (about 1 s on a fast day, 4.5 s on a slow one).
+    # Two at once share the cores: each takes about twice as long as alone.
+    started = time.monotonic()
+    assert requests.post(f"{stack.url}/invocations", json=body(8), timeout=120).status_code == 200
+    alone_s = time.monotonic() - started
+    images = min(48, max(8, 8 * math.ceil(BUSY_FOR_S / (2 * alone_s))))
     with ThreadPoolExecutor(6) as pool:
-        futures = [pool.submit(requests.post, f"{stack.url}/invocations", json=body, timeout=120) for _ in range(6)]
+        futures = [
+            pool.submit(requests.post, f"{stack.url}/invocations", json=body(images), timeout=120) for _ in range(6)
+        ]
         time.sleep(1.0)
         timings = []
         for _ in range(6):
@@ -225,7 +240,9 @@ def test_ping_answers_within_2s_while_every_worker_is_busy(full_detector_reposit
             time.sleep(0.5)
         busy_during_pings = sum(not f.done() for f in futures)
         statuses = [f.result().status_code for f in futures]
-    print(f"pings while busy: {[(s, round(t, 3)) for s, t in timings]}; {busy_during_pings} requests still running")
+    print(
+        f"pings while busy: {[(s, round(t, 3)) for s, t in timings]}; {busy_during_pings} requests of {images} images still running"
+    )
     assert busy_during_pings >= 3, "the workers were not busy during the pings: make the requests heavier"
     assert all(status == 200 and took < 2.0 for status, took in timings)
     assert statuses == [200] * 6

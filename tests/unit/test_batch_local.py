@@ -178,7 +178,18 @@ def test_an_oversize_line_is_refused_with_its_file_line_before_anything_is_sent(
 
 def test_output_is_in_input_order_with_requests_answered_out_of_order(container, tmp_path, capsys):
     records = envelopes(80)
-    fake = container(delay=lambda first: 0.06 * ((first * 7) % 3) / 2)
+
+    def delay(first: int) -> float:
+        """The first batch is answered only after another one (timed delays alone let a busy machine
+        answer in order): then the rest at staggered delays."""
+        if first == 0:
+            waited = time.monotonic() + 10
+            while not fake.answered and time.monotonic() < waited:
+                time.sleep(0.01)
+            return 0.0
+        return 0.06 * ((first * 7) % 3) / 2
+
+    fake = container(delay=delay)
     out = tmp_path / "out.jsonl"
     status, stdout, err = run(
         capsys,

@@ -167,12 +167,9 @@ class TritonClient:
             self._renew(stub)
             raise TritonUnavailable(f"Triton did not answer within {self.ping_timeout_s:g} s") from None
         except grpc.RpcError as error:
-            translated = translate_error(error, None, None, self.ping_timeout_s)
-            if isinstance(translated, TritonUnavailable):
+            if isinstance(translate_error(error), TritonUnavailable):
                 self._renew(stub)
-            if translated is None:
-                raise
-            raise translated from error
+            self._raise(error, None, None, self.ping_timeout_s)
 
     def infer(
         self,

@@ -194,13 +194,21 @@ def _listening_addresses(port: int) -> set[str]:
     return found
 
 
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
 def test_triton_ports_answer_on_loopback_only(stack):
     for port in stack.triton_ports:
+        # Triton is ready (gRPC) a few tens of milliseconds before its metrics port listens.
+        assert wait_until(lambda port=port: _accepts(port), timeout=10) is not None, f"port {port} never accepted"
         # 127.0.0.1 in /proc/net/tcp, or as an IPv4-mapped address (::ffff:127.0.0.1) in tcp6.
         loopback = {"0100007F", "0000000000000000FFFF00000100007F"}
         assert _listening_addresses(port) <= loopback, f"port {port} listens beyond 127.0.0.1"
-        with socket.create_connection(("127.0.0.1", port), timeout=2):
-            pass
     # The public port, by contrast, is open on every interface.
     assert _listening_addresses(stack.port) in ({"00000000"}, {"00000000000000000000000000000000"})
 

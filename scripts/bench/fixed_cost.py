@@ -265,13 +265,17 @@ def run_fixed_cost(
         floor.stop()
 
 
+def floor_of(name: str) -> str:
+    """The row ``name`` is set against (``REFERENCE``: the waiting floor for the row that waits)."""
+    return REFERENCE.get(name, FLOOR)
+
+
 def floor_ratio(rows: Mapping[str, Mapping[str, Any]], name: str) -> float | None:
-    """A row's gunicorn CPU per request over its floor's (``REFERENCE``: the waiting floor for the
-    row that waits); None for the floor itself or a row not measured."""
+    """A row's gunicorn CPU per request over its floor's; None for the floor itself or a row not measured."""
     if name == FLOOR:
         return None
     mine = rows.get(name, {}).get("router_cpu_ms")
-    floor = rows.get(REFERENCE.get(name, FLOOR), {}).get("router_cpu_ms")
+    floor = rows.get(floor_of(name), {}).get("router_cpu_ms")
     return mine / floor if mine is not None and floor else None
 
 
@@ -299,9 +303,7 @@ def format_fixed_cost(rows: Mapping[str, Mapping[str, Any]], concurrency: int) -
                 f"{router:.3f}",
                 f"{nginx:.3f}",
                 f"{router + nginx:.3f}",
-                "-"
-                if ratio is None
-                else f"{ratio:.2f}" + ("" if REFERENCE.get(name, FLOOR) == FLOOR else " (waiting floor)"),
+                "-" if ratio is None else f"{ratio:.2f}" + ("" if floor_of(name) == FLOOR else " (waiting floor)"),
                 f"<= {TARGETS[name]}" if name in TARGETS else "",
             )
         )

@@ -11,12 +11,15 @@ gets its family's client; a plain Triton model is served through KServe v2 only.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Protocol
 
+from app.core import machine
 from app.core.errors import ApiError, InferenceTimeout, InvalidInput, NotFound, TritonUnavailable
 from app.core.health import Readiness
 from app.core.memory import memory_overrun, memory_refusal, oom_refusal
@@ -34,6 +37,7 @@ from app.core.multimodel import (
 from app.core.procfs import available_memory, oom_kills, process_tree_memory
 from app.core.settings import MODEL_LOAD_TIMEOUT, Settings
 from app.core.spec import SpecError, load_spec
+from clients import sizing
 from clients.base import ModelClient, Triton
 from clients.kserve import TritonHttp
 from clients.registry import make_client
@@ -56,6 +60,7 @@ class MultiModelStore:
         self.settings, self.triton, self.kserve = settings, triton, kserve
         self.store = ModelStore(settings.multi_model_dir)
         self._clients: dict[str, tuple[float, ModelClient]] = {}
+        self._machine: machine.Machine | None = None  # what a load is sized for, found at the first
 
     def client(self, record: Record) -> ModelClient | None:
         """The family client of a loaded model (None for a plain Triton model), built once per load."""
@@ -96,9 +101,11 @@ class MultiModelStore:
                 )
             )
             renamed = dict(zip(found.folders, layout.folders))
+            sized = self._sized(name, found, renamed)
             for triton_name, folder in layout.folders.items():
                 self.store.unlink(triton_name)  # the name is this model's alone: only a killed load's leftovers
-                self.store.link(triton_name, folder, renamed)
+                text = sized.get(triton_name)
+                self.store.link(triton_name, folder, renamed, None if text is None else lambda _, text=text: text)
             before, kills = self._triton_memory(), oom_kills()
             for triton_name in layout.folders:
                 try:
@@ -114,6 +121,33 @@ class MultiModelStore:
                 self.store.unlink(triton_name)
             self.store.forget(name)
             raise
+
+    def _sized(self, name: str, found: Layout, renamed: dict[str, str]) -> dict[str, str]:
+        """The configs of the model's Triton models sized for this machine beside the models loaded
+        already (``clients.sizing.size_load``), by Triton name; the plan is logged."""
+        if self._machine is None:
+            self._machine = machine.detect()
+        loaded = {
+            triton_name: self.store.repository / triton_name
+            for record in self.store.all()
+            if record.model_name != name
+            for triton_name in record.folders
+            if (self.store.repository / triton_name).is_dir()
+        }
+        new = {own: Path(folder) for own, folder in found.folders.items()}
+        try:
+            plan, texts = sizing.size_load(self._machine, loaded, new, renamed, os.environ)
+        except ValueError as error:  # a GPU model on a machine without one, a bad count variable
+            raise InvalidInput(f"model {name!r} cannot be sized for this machine: {error}") from None
+        log.info(
+            "sized %s beside %d loaded Triton models: %s",
+            name,
+            len(loaded),
+            ", ".join(f"{n} {p.count} x {p.threads or 1}" for n, p in ((n, plan.part(n)) for n in texts))
+            or "nothing to size",
+            extra={"fields": {"sizing": plan.record()}},
+        )
+        return texts
 
     def _triton_memory(self) -> int | None:
         """What Triton's processes take now (None when its pid is not known, or cannot be read)."""

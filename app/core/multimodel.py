@@ -28,7 +28,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -172,6 +172,18 @@ def own_name(triton_name: str, model_name: str) -> str:
     return triton_name.removeprefix(triton_prefix(model_name))
 
 
+def link_folder(target: Path, folder: Path, config: Callable[[str], str]) -> None:
+    """``target``: a new folder of links to the files of ``folder``, and its config.pbtxt's text
+    through ``config`` (Triton follows the links; ``folder`` may be read-only). ``FileExistsError``
+    when ``target`` exists."""
+    target.mkdir()
+    for entry in folder.iterdir():
+        if entry.name == CONFIG_FILE:
+            (target / CONFIG_FILE).write_text(config(entry.read_text(errors="replace")))
+        else:
+            (target / entry.name).symlink_to(entry.absolute(), target_is_directory=entry.is_dir())
+
+
 def _alive(pid: int) -> bool:
     if pid <= 0:
         return False
@@ -202,18 +214,18 @@ class ModelStore:
             item.unlink()
         return self
 
-    def link(self, triton_name: str, folder: str, names: dict[str, str]) -> None:
+    def link(
+        self, triton_name: str, folder: str, names: dict[str, str], edit: Callable[[str], str] | None = None
+    ) -> None:
         """``repository/<triton_name>``: links to the files of ``folder``, and its config.pbtxt
-        with the model names in ``names`` replaced (``pbtxt.rename``). ``FileExistsError`` when
-        the name is taken; what was made is removed if a step fails."""
-        target = self.repository / triton_name
-        target.mkdir()
+        with the model names in ``names`` replaced (``pbtxt.rename``), then ``edit``ed (the sizing).
+        ``FileExistsError`` when the name is taken; what was made is removed if a step fails."""
         try:
-            for entry in Path(folder).iterdir():
-                if entry.name == CONFIG_FILE:
-                    (target / CONFIG_FILE).write_text(pbtxt.rename(entry.read_text(errors="replace"), names))
-                else:
-                    (target / entry.name).symlink_to(entry.absolute(), target_is_directory=entry.is_dir())
+            link_folder(
+                self.repository / triton_name, Path(folder), lambda text: (edit or str)(pbtxt.rename(text, names))
+            )
+        except FileExistsError:
+            raise
         except BaseException:
             self.unlink(triton_name)
             raise

@@ -41,6 +41,12 @@ MODEL_MEMORY_LIMIT = "MODEL_MEMORY_LIMIT_BYTES"
 # Multi-model mode: seconds a load (or an unload) may take; SageMaker waits up to 360 s for one.
 MODEL_LOAD_TIMEOUT = "MODEL_LOAD_TIMEOUT"
 ROUTER_THREADS = "MODEL_SERVER_THREADS"
+# The sizing (app.core.sizing): what it sees, and counts given instead of its own. `serve` sets
+# MODEL_SERVER_WORKERS and NGINX_WORKERS for the router from the plan when they are not set.
+SIZING_VCPUS = "SIZING_VCPUS"  # the vCPUs the sizing sees instead of the process's affinity and quota
+NGINX_WORKERS = "NGINX_WORKERS"
+TRITON_INSTANCES = "TRITON_INSTANCES"  # "[NAME=]N,...": instances (copies per GPU on a GPU) of Triton models
+TRITON_THREADS = "TRITON_THREADS"  # "[NAME=]N,...": ONNX Runtime intra-op threads, DALI num_threads
 # Where gunicorn listens; `serve` sets a unix socket that only NGINX reaches.
 ROUTER_BIND = "GUNICORN_BIND"
 # Set by `serve` for the router: prometheus_client's multiprocess directory (app.router.observability).

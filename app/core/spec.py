@@ -57,8 +57,11 @@ class ModelSpec:
     outputs: tuple[TensorSpec, ...]
     description: str = ""
     max_queue_delay_microseconds: int = 0
-    instance_count: int = 1
-    threads: int = 0  # ONNX Runtime intra-op threads per instance (python target); 0: its default
+    # [instances]: given counts, each 0 for "auto" (the default: serve sizes it for the machine, app.core.sizing)
+    instance_count: int = 0  # the network's instances (on each GPU where it runs on GPUs)
+    threads: int = 0  # the network's ONNX Runtime intra-op threads per instance (on the CPU)
+    preprocess_instances: int = 0  # the preprocessing step's instances (DALI: copies on each GPU)
+    preprocess_threads: int = 0  # DALI's num_threads per copy
     export: Mapping[str, Any] = field(default_factory=dict)
     preprocess: Mapping[str, Any] = field(default_factory=dict)
     postprocess: Mapping[str, Any] = field(default_factory=dict)
@@ -94,6 +97,32 @@ def _tensors(raw: Any, where: str) -> tuple[TensorSpec, ...]:
     return tuple(tensors)
 
 
+# [instances] keys -> ModelSpec fields; each "auto" (the default) or a whole number of at least 1.
+INSTANCE_KEYS: Mapping[str, str] = {
+    "count": "instance_count",
+    "threads": "threads",
+    "preprocess": "preprocess_instances",
+    "preprocess_threads": "preprocess_threads",
+}
+AUTO = "auto"
+
+
+def _instances(raw: Any, where: str) -> dict[str, int]:
+    if not isinstance(raw, dict):
+        raise SpecError(f"{where} must be a table")
+    unknown = sorted(set(raw) - set(INSTANCE_KEYS))
+    if unknown:
+        raise SpecError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(INSTANCE_KEYS)})")
+    counts = {}
+    for key, value in raw.items():
+        if value == AUTO:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpecError(f"{where} {key} = {value!r}: expected {AUTO!r} or a whole number of at least 1")
+        counts[INSTANCE_KEYS[key]] = value
+    return counts
+
+
 def load_spec(folder: str | Path) -> ModelSpec:
     """Read ``<folder>/model.toml``; the folder's name is the model's name."""
     folder = Path(folder)
@@ -124,8 +153,7 @@ def load_spec(folder: str | Path) -> ModelSpec:
         inputs=_tensors(raw.get("inputs"), f"{path}: inputs"),
         outputs=_tensors(raw.get("outputs"), f"{path}: outputs"),
         max_queue_delay_microseconds=int(raw.get("batching", {}).get("max_queue_delay_microseconds", 0)),
-        instance_count=int(raw.get("instances", {}).get("count", 1)),
-        threads=int(raw.get("instances", {}).get("threads", 0)),
+        **_instances(raw.get("instances", {}), f"{path}: [instances]"),
         export=dict(raw.get("export", {})),
         preprocess=dict(raw.get("preprocess", {})),
         postprocess=dict(raw.get("postprocess", {})),

@@ -40,11 +40,13 @@ def render_nginx_conf(
     models: Sequence[str],
     max_body_bytes: int,
     load_timeout_s: float | None = None,
+    workers: int = 1,
 ) -> str:
     """nginx.conf with serve's values; ``load_timeout_s`` bounds the model API's loads and
     unloads (``proxy_timeout_s`` when not given)."""
     values = {
         "PORT": str(port),
+        "WORKERS": str(workers),
         "RUNTIME_DIR": str(runtime_dir),
         "ROUTER_SOCKET": str(router_socket),
         "PING_SOCKET": str(ping_socket),

@@ -46,6 +46,7 @@ from app.core.settings import (
     triton_ports,
 )
 from app.core.spec import find_specs
+from app.serve import sizing
 from app.serve.engines import check_engines
 from app.serve.nginx import NGINX_CONF, find_nginx, render_nginx_conf
 from app.serve.pingserver import start_ping_server
@@ -152,15 +153,18 @@ class Supervisor:
         repository, control = settings.model_repository, []
         if settings.multi_model:
             # SageMaker loads the models through /models: Triton starts on an empty repository and
-            # loads and unloads what the router links there (app.core.multimodel).
+            # loads and unloads what the router links there (app.core.multimodel), each load sized then.
             repository, control = (
                 ModelStore(settings.multi_model_dir).create().repository,
                 ["--model-control-mode=explicit"],
             )
+            triton_repository, plan = repository, sizing.workers_plan(env)
         elif not is_model_repository(repository):
             raise FileNotFoundError(f"{repository} holds no Triton model repository: run `make models` first")
         else:
             check_engines(repository)  # a TensorRT plan built for another GPU type: a clear refusal
+            # Triton loads the models with the counts sized for this machine (app/core/sizing.py).
+            triton_repository, plan = sizing.sized_repository(repository, runtime_dir, env)
         nginx_binary = find_nginx(env)  # before anything starts: a missing NGINX fails fast
         http, grpc, metrics = triton_ports(env)
         external_triton = env.get(TRITON_GRPC_URL, "").strip()
@@ -172,7 +176,7 @@ class Supervisor:
             bind_address = env.get(TRITON_BIND_ADDRESS, "").strip() or "127.0.0.1"
             triton_argv = triton_command(
                 install,
-                repository,
+                triton_repository,
                 (http, grpc, metrics),
                 bind_address,
                 backend_dir,
@@ -197,6 +201,7 @@ class Supervisor:
             # glibc gives every thread that allocates its own arena (up to 8 a core): with a
             # worker's threads decoding images, resident memory climbs by tens of MB for no gain.
             MALLOC_ARENA_MAX: env.get(MALLOC_ARENA_MAX, "2"),
+            **sizing.router_env(plan),
         }
         gunicorn_argv = [sys.executable, "-m", "gunicorn", "--config", str(GUNICORN_CONF), "app.router.wsgi:app"]
         router = Child("router", gunicorn_argv, router_env, cwd=PROJECT_ROOT)
@@ -230,6 +235,7 @@ class Supervisor:
                 drain_timeout_s=DRAIN_TIMEOUT_S - 1,
                 models=sorted(health().served),
                 max_body_bytes=settings.max_body_bytes,
+                workers=plan.nginx_workers,
             )
         )
         nginx_argv = [nginx_binary, "-e", "stderr", "-p", str(runtime_dir), "-c", str(conf)]
@@ -239,7 +245,7 @@ class Supervisor:
             settings.port,
             repository,
             router_env[TRITON_GRPC_URL],
-            settings.workers,
+            plan.router_workers,
         )
 
     def _wait_for_socket(self, router: Child, socket_path: Path) -> None:

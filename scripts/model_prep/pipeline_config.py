@@ -29,6 +29,7 @@ from app.core.pipeline import (
     postprocess_model,
     preprocess_model,
 )
+from app.core.sizing import SIZING_PARAMETER, auto_marker
 from app.core.spec import ModelSpec, TensorSpec
 from app.triton import IMAGE_STEPS
 from clients.detection import (  # what the router sends and reads: one definition
@@ -49,8 +50,8 @@ STEP_SOURCE = IMAGE_STEPS
 
 SIZE_TENSOR = GEOMETRY_TENSORS[0]
 
-# Python steps run one request at a time per instance: two instances let decoding overlap
-# with the network's work (more on a machine with more cores: [instances] steps in model.toml).
+# Python steps run one request at a time per instance: two let decoding overlap with the network's
+# work where nothing sizes them; serve sizes them for the machine ([instances] preprocess = "auto").
 DEFAULT_STEP_INSTANCES = 2
 
 
@@ -94,6 +95,22 @@ def python_step_config(spec: ModelSpec, step: str, tuning: Tuning, instances: in
     config.instance_group.add(count=instances, kind=mc.ModelInstanceGroup.KIND_CPU)
     config.parameters[STEP_PARAMETER].string_value = step
     config.parameters[SOURCE_PARAMETER].string_value = spec.name
+    config.parameters[SIZING_PARAMETER].string_value = auto_marker(spec.preprocess_instances, None)
+    return config
+
+
+def dali_step_config(spec: ModelSpec, tuning: Tuning) -> mc.ModelConfig:
+    """The DALI step (``scripts/model_prep/dali_pipeline.py``) with the network it serves and its
+    sizing: copies on each GPU and num_threads, "auto" unless model.toml gives them."""
+    from scripts.model_prep import dali_pipeline
+
+    config = dali_pipeline.preprocess_config(spec, tuning.max_batch_size)
+    del config.instance_group[:]
+    config.instance_group.add(count=spec.preprocess_instances or 1, kind=mc.ModelInstanceGroup.KIND_GPU)
+    if spec.preprocess_threads:
+        config.parameters["num_threads"].string_value = str(spec.preprocess_threads)
+    config.parameters[SOURCE_PARAMETER].string_value = spec.name
+    config.parameters[SIZING_PARAMETER].string_value = auto_marker(spec.preprocess_instances, spec.preprocess_threads)
     return config
 
 
@@ -162,10 +179,10 @@ def write_pipeline(
             from scripts.model_prep import dali_pipeline
 
             (version / DALI_FILE).write_text(dali_pipeline.pipeline_file(spec))
-            config = dali_pipeline.preprocess_config(spec, tuning.max_batch_size)
+            config = dali_step_config(spec, tuning)
         else:
             shutil.copyfile(STEP_SOURCE, version / STEP_FILE)
-            config = python_step_config(spec, step, tuning, instances)
+            config = python_step_config(spec, step, tuning, spec.preprocess_instances or instances)
         (repository / name / "config.pbtxt").write_text(triton_config.to_text(config))
         written.append(name)
     name = ensemble_model(spec.name)

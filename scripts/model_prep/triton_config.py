@@ -8,6 +8,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from app.core.sizing import SIZING_PARAMETER, auto_marker
 from app.core.spec import ModelSpec
 
 PYTHON, ONNXRUNTIME, TENSORRT = "python", "onnxruntime", "tensorrt"
@@ -26,7 +27,8 @@ INSTANCE_KIND = {
 }
 
 WEIGHTS_SOURCE_PARAMETER = "weights_source"
-ORT_THREADS_PARAMETER = "ort_intra_op_threads"
+ORT_THREADS_PARAMETER = "ort_intra_op_threads"  # app/triton/onnx_model.py reads it
+ORT_BACKEND_THREADS_PARAMETER = "intra_op_thread_count"  # Triton's onnxruntime backend reads it
 
 
 @dataclass(frozen=True)
@@ -35,8 +37,8 @@ class Tuning:
 
     max_batch_size: int
     max_queue_delay_microseconds: int
-    instance_count: int
-    ort_threads: int = 0  # 0: ONNX Runtime's default (one thread per core)
+    instance_count: int  # 0: auto (sized by serve for the machine)
+    ort_threads: int = 0  # 0: auto (sized by serve; ONNX Runtime's default where nothing sizes it)
 
 
 def model_config(spec: ModelSpec, target: str, tuning: Tuning, weights_source: str) -> mc.ModelConfig:
@@ -61,12 +63,17 @@ def model_config(spec: ModelSpec, target: str, tuning: Tuning, weights_source: s
         warmup.inputs[tensor.name].data_type = data_type(tensor.dtype)
         warmup.inputs[tensor.name].dims.extend(tensor.dims)
         warmup.inputs[tensor.name].zero_data = True
-    config.instance_group.add(count=tuning.instance_count, kind=INSTANCE_KIND[target])
+    # instance count 0 is "auto": 1 here (what a Triton that does not size runs), sized by serve
+    config.instance_group.add(count=tuning.instance_count or 1, kind=INSTANCE_KIND[target])
     if target != PYTHON:
         config.default_model_filename = ARTIFACT[target]
     config.parameters[WEIGHTS_SOURCE_PARAMETER].string_value = weights_source
     if target == PYTHON:
         config.parameters[ORT_THREADS_PARAMETER].string_value = str(tuning.ort_threads)
+    elif target == ONNXRUNTIME and tuning.ort_threads:
+        config.parameters[ORT_BACKEND_THREADS_PARAMETER].string_value = str(tuning.ort_threads)
+    threads = None if target == TENSORRT else tuning.ort_threads
+    config.parameters[SIZING_PARAMETER].string_value = auto_marker(tuning.instance_count, threads)
     return config
 
 

@@ -48,10 +48,14 @@ def test_config_follows_the_spec(repositories, model):
         config = _config(repositories[target], model)
         assert config.max_batch_size == spec.max_batch_size
         assert config.dynamic_batching.max_queue_delay_microseconds == spec.max_queue_delay_microseconds
-        assert [g.count for g in config.instance_group] == [spec.instance_count]
+        # the shipped models leave their counts to serve's sizing: 1 written, "auto" marked
+        assert spec.instance_count == spec.threads == 0
+        assert [g.count for g in config.instance_group] == [1]
+        marker = config.parameters["sizing"].string_value
+        assert marker == ("instances" if target == "tensorrt" else "instances,threads"), target
         assert config.parameters["weights_source"].string_value == "small"  # the repositories conftest builds
         if target == "python":
-            assert config.parameters["ort_intra_op_threads"].string_value == str(spec.threads)
+            assert config.parameters["ort_intra_op_threads"].string_value == "0"
         # warmed up at load on one batch of the largest size, every input zeros of its dtype and dims
         (warmup,) = config.model_warmup
         assert warmup.batch_size == spec.max_batch_size and warmup.count == 1
@@ -125,4 +129,6 @@ def test_tuning_options_reach_the_config(tmp_path):
     assert resnet.dynamic_batching.max_queue_delay_microseconds == 500
     assert (resnet.instance_group[0].count, yolov5.instance_group[0].count) == (1, 3)
     assert resnet.parameters["ort_intra_op_threads"].string_value == "1"
+    # what was given is no longer "auto": serve's sizing keeps it
+    assert (resnet.parameters["sizing"].string_value, yolov5.parameters["sizing"].string_value) == ("instances", "")
     assert not (tmp_path / "bert_base").exists()

@@ -1,0 +1,71 @@
+"""`serve`'s sizing at start: the plan for this machine and the repository (``app.core.sizing``),
+one log record saying what was chosen and why, and the repository Triton loads: a folder in the
+runtime directory holding, for every model, links to its files and its configuration with the
+plan's counts (the repository itself is never written: ``/opt/ml/model`` is mounted read-only).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+from app.core import machine as machines
+from app.core.multimodel import link_folder
+from app.core.settings import NGINX_WORKERS, WORKERS
+from app.core.sizing import Plan
+from clients import sizing
+
+log = logging.getLogger("serve.sizing")
+
+
+def workers_plan(env: Mapping[str, str]) -> Plan:
+    """A multi-model endpoint starts with no model: the plan of its router and NGINX alone (each
+    load is sized as it comes, ``clients.multimodel``)."""
+    plan = sizing.plan_models(machines.detect(env), [], env)
+    log_plan(plan)
+    return plan
+
+
+def sized_repository(repository: Path, runtime_dir: Path, env: Mapping[str, str]) -> tuple[Path, Plan]:
+    """The repository Triton is to load, sized for this machine, and the plan."""
+    machine = machines.detect(env)
+    plan, configs = sizing.plan_repository(repository, machine, env)
+    sized = {part.triton_name: part for part in plan.parts}
+    target = runtime_dir / "repository"
+    target.mkdir()
+    for name, folder in sizing.model_folders(repository).items():
+        found = configs.get(name)
+        if found is not None and name in sized:
+            text = sizing.sized_text(found.config, sized[name])
+            link_folder(target / name, folder, lambda _, text=text: text)
+        else:
+            link_folder(target / name, folder, str)
+    log_plan(plan)
+    return target, plan
+
+
+def log_plan(plan: Plan) -> None:
+    """The one record of what was chosen and why."""
+    counts = ", ".join(
+        f"{part.triton_name} {part.count}{' per GPU' if part.on_gpu else ''}"
+        + (f" x {part.threads} threads" if part.threads else "")
+        for part in plan.parts
+    )
+    log.info(
+        "sized for %s: %d router workers, %d NGINX workers, %s; %d CPU threads on a budget of %d%s",
+        plan.machine.describe(),
+        plan.router_workers,
+        plan.nginx_workers,
+        counts or "no model to size",
+        plan.cpu_threads,
+        plan.budget,
+        f" ({'; '.join(plan.notes)})" if plan.notes else "",
+        extra={"fields": {"sizing": plan.record()}},
+    )
+
+
+def router_env(plan: Plan) -> dict[str, str]:
+    """The router's and NGINX's worker counts, for the router's environment (its multi-model loads
+    plan with them)."""
+    return {WORKERS: str(plan.router_workers), NGINX_WORKERS: str(plan.nginx_workers)}

@@ -20,8 +20,9 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from app.core import sizing
 from app.core.machine import Machine
-from app.core.pipeline import SOURCE_PARAMETER, STEP_PARAMETER
+from app.core.pipeline import SOURCE_PARAMETER, STEP_PARAMETER, TRITON, preprocess_model
 from app.core.settings import NGINX_WORKERS, TRITON_INSTANCES, TRITON_THREADS, WORKERS
+from app.core.spec import ModelSpec
 
 log = logging.getLogger("clients.sizing")
 
@@ -167,3 +168,20 @@ def size_load(
     plan = plan_models(machine, [*before, *(c.part for c in renamed.values())], env)
     texts = {name: sized_text(c.config, plan.part(name)) for name, c in renamed.items()}
     return plan, texts
+
+
+def parts_from_specs(specs: Mapping[str, ModelSpec], target: str, machine: Machine) -> list[sizing.Part]:
+    """The parts ``python -m scripts.model_prep --target`` would write for ``specs`` (a plan for a
+    repository not prepared yet, or prepared for another machine), with the values model.toml gives."""
+    network = {"python": sizing.CPU_NETWORK, "tensorrt": sizing.GPU_NETWORK}.get(
+        target, sizing.GPU_NETWORK if machine.gpu_count else sizing.CPU_NETWORK
+    )
+    parts = []
+    for name, spec in specs.items():
+        threads = 0 if network == sizing.GPU_NETWORK else spec.threads
+        parts.append(sizing.Part(name, name, network, spec.instance_count, threads))
+        if spec.pipeline == TRITON:
+            kind = sizing.DALI if target == "tensorrt" else sizing.PYTHON_STEP
+            threads = spec.preprocess_threads if kind == sizing.DALI else 0
+            parts.append(sizing.Part(preprocess_model(name), name, kind, spec.preprocess_instances, threads))
+    return parts

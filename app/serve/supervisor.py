@@ -309,11 +309,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     # SageMaker runs `docker run IMAGE serve`: with `serve` as the ENTRYPOINT that is `serve serve`.
     if argv and argv[0] == "serve":
         argv = argv[1:]
+    if argv and argv[0] == "plan":  # the sizing's plan, nothing started (app/serve/plan.py)
+        from app.serve import plan
+
+        return plan.main(argv[1:])
     if argv and argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0
     if argv:
-        print(f"serve: unexpected arguments {argv}; usage: serve [serve]", file=sys.stderr)
+        print(f"serve: unexpected arguments {argv}; usage: serve [serve] | serve plan [--help]", file=sys.stderr)
         return 2
     try:
         settings = Settings.from_env()

@@ -67,7 +67,7 @@ class Machine:
             if self.gpus
             else "no GPU"
         )
-        return f"{self.vcpus:g} vCPUs, {gpus}, {self.memory_bytes / GIB:.0f} GiB ({self.source})"
+        return f"{self.vcpus:g} vCPU{'' if self.vcpus == 1 else 's'}, {gpus}, {self.memory_bytes / GIB:.0f} GiB ({self.source})"
 
 
 def _gpus(name: str, count: int) -> tuple[Gpu, ...]:

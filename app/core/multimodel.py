@@ -174,14 +174,28 @@ def own_name(triton_name: str, model_name: str) -> str:
 
 def link_folder(target: Path, folder: Path, config: Callable[[str], str]) -> None:
     """``target``: a new folder of links to the files of ``folder``, and its config.pbtxt's text
-    through ``config`` (Triton follows the links; ``folder`` may be read-only). ``FileExistsError``
-    when ``target`` exists."""
+    through ``config``. Folders are made, not linked, so that what runs from them (a python
+    model's ``__pycache__``) writes here, never into ``folder``, which may be read-only.
+    ``FileExistsError`` when ``target`` exists."""
     target.mkdir()
     for entry in folder.iterdir():
         if entry.name == CONFIG_FILE:
             (target / CONFIG_FILE).write_text(config(entry.read_text(errors="replace")))
+        elif entry.is_dir() and entry.name != "__pycache__":
+            _mirror(entry, target / entry.name)
+        elif entry.name != "__pycache__":
+            (target / entry.name).symlink_to(entry.absolute())
+
+
+def _mirror(folder: Path, target: Path) -> None:
+    target.mkdir()
+    for entry in folder.iterdir():
+        if entry.name == "__pycache__":
+            continue
+        if entry.is_dir():
+            _mirror(entry, target / entry.name)
         else:
-            (target / entry.name).symlink_to(entry.absolute(), target_is_directory=entry.is_dir())
+            (target / entry.name).symlink_to(entry.absolute())
 
 
 def _alive(pid: int) -> bool:

@@ -8,21 +8,29 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from app.core import machine as machines
 from app.core.multimodel import link_folder
 from app.core.settings import NGINX_WORKERS, WORKERS
-from app.core.sizing import Plan
+from app.core.sizing import CPU_NETWORK, DALI, GPU_NETWORK, PYTHON_STEP, Part, Plan
 from clients import sizing
 
 log = logging.getLogger("serve.sizing")
 
 
 def workers_plan(env: Mapping[str, str]) -> Plan:
-    """A multi-model endpoint starts with no model: the plan of its router and NGINX alone (each
-    load is sized as it comes, ``clients.multimodel``)."""
-    plan = sizing.plan_models(machines.detect(env), [], env)
+    """A multi-model endpoint starts with no model loaded: its router and NGINX are sized as for one
+    image model on the Triton pipeline (on a GPU: its network and DALI; else its network and python
+    step), and each load shares what is left with the models loaded (``clients.multimodel``)."""
+    machine = machines.detect(env)
+    gpu = bool(machine.gpu_count)
+    stand_in = [
+        Part("network", "model", GPU_NETWORK if gpu else CPU_NETWORK),
+        Part("preprocess", "model", DALI if gpu else PYTHON_STEP),
+    ]
+    plan = replace(sizing.plan_models(machine, stand_in, env), parts=(), notes=())
     log_plan(plan)
     return plan
 
@@ -53,16 +61,20 @@ def log_plan(plan: Plan) -> None:
         for part in plan.parts
     )
     log.info(
-        "sized for %s: %d router workers, %d NGINX workers, %s; %d CPU threads on a budget of %d%s",
+        "sized for %s: %s, %s, %s; %d CPU threads on a budget of %d%s",
         plan.machine.describe(),
-        plan.router_workers,
-        plan.nginx_workers,
+        plural(plan.router_workers, "router worker"),
+        plural(plan.nginx_workers, "NGINX worker"),
         counts or "no model to size",
         plan.cpu_threads,
         plan.budget,
         f" ({'; '.join(plan.notes)})" if plan.notes else "",
         extra={"fields": {"sizing": plan.record()}},
     )
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def router_env(plan: Plan) -> dict[str, str]:

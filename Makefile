@@ -25,7 +25,7 @@ SAMPLES := build/samples
 IMAGE ?= multi-model:cpu
 IMAGE_REPOSITORY ?= models
 
-.PHONY: help run test models test-models deps nginx samples clean bench soak fuzz audit lint-imports lint podman image image-run docs docs-serve
+.PHONY: help run test models test-models deps nginx samples clean bench soak fuzz audit lint-imports lint podman image image-run docs docs-serve gpu-check
 
 help:
 	@echo "make run     install, prepare the models (TARGET=$(TARGET), WEIGHTS=$(WEIGHTS)), serve on :$(PORT)"
@@ -36,6 +36,7 @@ help:
 	@echo "make image-run  run it as SageMaker does, on :$(PORT), serving $(IMAGE_REPOSITORY)/"
 	@echo "make docs    build the documentation site into build/site/ (make docs-serve: on :8008)"
 	@echo "make bench   benchmark a running stack (make run) against Triton alone and its SageMaker front end"
+	@echo "make gpu-check  on a GPU machine: the gpu tests and DALI's images/s (WHEELS=dir: offline, from wheels)"
 	@echo "make clean   remove the venv, build/ and the built model files"
 
 $(PY):
@@ -142,6 +143,25 @@ soak: deps nginx test-models
 fuzz: deps nginx test-models
 	TEST_MODEL_REPOSITORY=$(abspath $(TEST_REPOSITORY)) FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) V2_FUZZ_EXAMPLES=$(V2_FUZZ_EXAMPLES) \
 		$(PY) -m pytest -s -m fuzz tests/integration/test_fuzz.py tests/integration/test_v2_fuzz.py --durations=5
+
+# On a GPU machine (docs/development.md): DALI's CUDA build into the venv (on CUDA 13:
+# DALI_WHEEL=nvidia-dali-cuda130==2.4.0), the tests marked gpu, then the DALI steps' images/s.
+# WHEELS=/path: offline, every pip install from that folder of wheels. Elsewhere it says why it skips.
+DALI_WHEEL ?= nvidia-dali-cuda120==2.4.0
+DALI_BUILDS := nvidia-dali-cuda120 nvidia-dali-cuda130
+WHEELS ?=
+GPU_CHECK_ARGS ?=
+ifneq ($(WHEELS),)
+gpu-check: export PIP_NO_INDEX := 1
+gpu-check: export PIP_FIND_LINKS := $(abspath $(WHEELS))
+endif
+
+gpu-check: $(VENV)/.serving $(VENV)/.models $(VENV)/.dev samples
+	@# one DALI build at a time: each wheel installs nvidia/dali
+	$(PIP) uninstall -y -q $(filter-out $(firstword $(subst ==, ,$(DALI_WHEEL))),$(DALI_BUILDS))
+	$(PIP) install $(if $(WHEELS),--no-index --find-links $(abspath $(WHEELS))) $(DALI_WHEEL)
+	$(PY) -m pytest -m gpu tests/gpu tests/unit/test_tensorrt_target.py -rs
+	$(PY) -m scripts.gpu_check $(GPU_CHECK_ARGS)
 
 # Needs the vulnerability database online.
 audit: $(VENV)/.dev

@@ -7,7 +7,8 @@ the references on the 11 sample photos (tests.references.real_photos):
 - the generated ``dali.py``: compiles, imports DALI only, defines the GPU graph;
 - the Triton config, other spec settings against the router's client, and the SpecErrors.
 
-The GPU pipeline (``mixed`` decoding, nvJPEG) is not run here: no GPU on this machine.
+The GPU pipeline (``mixed`` decoding, nvJPEG) is not run here: tests/gpu/test_dali_gpu.py runs it
+where there is a GPU (``make gpu-check``). The helpers and tolerances are tests/dali_support.py's.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import ast
 import dataclasses
 import importlib.util
 import io
-import struct
 
 import numpy as np
 import pytest
@@ -24,55 +24,37 @@ import pytest
 pytest.importorskip("nvidia.dali")
 
 from PIL import Image, ImageOps
-from torchvision import transforms
 
 from app.core.pipeline import IMAGE, IMAGE_LENGTH, IMAGE_SIZE, LETTERBOX, ROUTER, preprocess_model
 from app.core.settings import PROJECT_ROOT, Settings
-from app.core.spec import ModelSpec, SpecError, TensorSpec, load_spec
+from app.core.spec import ModelSpec, SpecError
 from clients import images
 from clients.classification import ImageClassificationClient
 from clients.detection import DetectionClient
 from scripts.model_prep import dali_pipeline
 from scripts.model_prep.triton_config import data_type
-from tests import yolov5_reference
+from tests.dali_support import (
+    EXIF_ORIENTATION,
+    RESNET_MEAN_LEVELS,
+    ROUTER_MEAN_LEVELS,
+    YOLOV5_MEAN_LEVELS,
+    displayed,
+    letterbox_levels,
+    mean_levels,
+    model_spec,
+    png,
+    reference_levels,
+    to_levels,
+    torchvision_levels,
+    variant,
+    with_orientation,
+)
 from tests.references import real_photos
-
-# Tolerances, as the mean |DALI - reference| per photo in levels of 255 (measured here: resnet
-# 0.10-0.18, yolov5 0.0-0.12, single pixels by 1 level).
-# resnet: DALI resizes only the crop's region with its own antialiased bilinear filter (PIL's
-# triangle, rounded differently), torchvision resizes the whole image with PIL then crops.
-RESNET_MEAN_LEVELS = 3.0
-# yolov5: DALI's linear resize without antialiasing against cv2.INTER_LINEAR's fixed-point one, on
-# the same decoded pixels (DALI's CPU decoder and PIL give the same bytes) and the same padding.
-YOLOV5_MEAN_LEVELS = 1.0
-# The other spec settings (layout, channel order, dtype, letterbox classifier), against the
-# router's own client on the exact path: the same two resizes as above.
-ROUTER_MEAN_LEVELS = 1.0
 
 PHOTOS = real_photos()
 NAMES = sorted(PHOTOS)
-EXIF_ORIENTATION = 0x0112
 EXIF_PHOTO = "dog.jpg"  # 768x576, with an Exif segment of its own (orientation 1) to replace
 ROTATED_6 = Image.Transpose.ROTATE_270  # orientation 6: turned 90 degrees clockwise to display
-
-
-def model_spec(name: str) -> ModelSpec:
-    return load_spec(PROJECT_ROOT / "models" / name)
-
-
-def variant(
-    spec: ModelSpec,
-    dtype: str | None = None,
-    dims: tuple[int, ...] | None = None,
-    family: str | None = None,
-    **preprocess,
-) -> ModelSpec:
-    """The spec with its input's dtype/dims and ``[preprocess]`` keys changed (``None`` removes one)."""
-    tensor = spec.inputs[0]
-    pre = {k: v for k, v in {**spec.preprocess, **preprocess}.items() if v is not None}
-    inputs = (TensorSpec(tensor.name, dtype or tensor.dtype, dims or tensor.dims),)
-    return dataclasses.replace(spec, inputs=inputs, preprocess=pre, family=family or spec.family)
-
 
 _PIPELINES: dict = {}
 
@@ -83,25 +65,6 @@ def run(spec: ModelSpec, encoded: list[bytes]) -> list[list[np.ndarray]]:
     if key not in _PIPELINES:
         _PIPELINES[key] = dali_pipeline.build_cpu_pipeline(spec, batch_size=len(encoded), num_threads=2)
     return dali_pipeline.run_cpu(_PIPELINES[key], encoded)
-
-
-def _per_channel(value) -> np.ndarray:
-    return np.broadcast_to(np.asarray(value, dtype=np.float64), (3,))
-
-
-def to_levels(spec: ModelSpec, tensor: np.ndarray) -> np.ndarray:
-    """The network input back to 0..255 values (CHW or HWC as the input is): the inverse of the
-    spec's normalisation, (v / 255 - mean) / std or v * scale + offset, per channel in its order."""
-    pre = spec.preprocess
-    per, base = np.ones(3), np.zeros(3)  # levels = tensor * per + base
-    if spec.inputs[0].dtype != "UINT8":
-        if "std" in pre:
-            per, base = _per_channel(pre["std"]) * 255, _per_channel(pre["mean"]) * 255
-        else:
-            scale = _per_channel(pre.get("scale", 1 / 255))
-            per, base = 1 / scale, -_per_channel(pre.get("offset", 0.0)) / scale
-    shape = (3, 1, 1) if str(pre.get("layout", "NCHW")).upper() == "NCHW" else (1, 1, 3)
-    return tensor.astype(np.float64) * per.reshape(shape) + base.reshape(shape)
 
 
 @pytest.fixture(scope="module")
@@ -122,19 +85,15 @@ def test_eleven_photos():
 
 # --- (a) resnet against torchvision -------------------------------------------------------------
 
-TORCHVISION = transforms.Compose([transforms.Resize(256), transforms.CenterCrop(224)])
-
 
 @pytest.mark.parametrize("index, name", list(enumerate(NAMES)))
 def test_resnet_equals_torchvision_resize_crop(resnet_out, index, name):
     spec = model_spec("resnet")
     ours = resnet_out[index]
     assert ours.shape == spec.inputs[0].dims and ours.dtype == spec.inputs[0].numpy_dtype
-    image = Image.open(io.BytesIO(PHOTOS[name])).convert("RGB")
-    theirs = np.asarray(TORCHVISION(image), dtype=np.float64).transpose(2, 0, 1)
-    diff = np.abs(to_levels(spec, ours) - theirs)
-    print(f"\nresnet {name} {image.size}: mean |DALI - torchvision| {diff.mean():.3f} levels, max {diff.max():.0f}")
-    assert diff.mean() <= RESNET_MEAN_LEVELS
+    mean, top = mean_levels(spec, ours, reference_levels("resnet", PHOTOS[name]))
+    print(f"\nresnet {name}: mean |DALI - torchvision| {mean:.3f} levels, max {top:.0f}")
+    assert mean <= RESNET_MEAN_LEVELS
 
 
 # --- (b) yolov5 against ultralytics' letterbox ----------------------------------------------------
@@ -146,50 +105,20 @@ def test_yolov5_equals_ultralytics_letterbox(yolov5_out, index, name):
     tensors, sizes, letterboxes = yolov5_out
     ours, size = tensors[index], sizes[index]
     assert ours.shape == spec.inputs[0].dims and ours.dtype == spec.inputs[0].numpy_dtype
-    pixels = np.asarray(images.decode_image(PHOTOS[name], "img", 40_000_000), dtype=np.uint8)  # EXIF applied
-    theirs, _, _ = yolov5_reference.letterbox(pixels.copy(), (640, 640), color=(114, 114, 114), auto=False)
-    diff = np.abs(to_levels(spec, ours) - theirs.transpose(2, 0, 1))
+    pixels = displayed(PHOTOS[name])  # EXIF applied
+    mean, top = mean_levels(spec, ours, letterbox_levels(pixels))
     print(
         f"\nyolov5 {name} {pixels.shape[1]}x{pixels.shape[0]}: IMAGE_SIZE {size.tolist()}, "
-        f"mean |DALI - ultralytics| {diff.mean():.3f} levels, max {diff.max():.0f}"
+        f"mean |DALI - ultralytics| {mean:.3f} levels, max {top:.0f}"
     )
     assert size.dtype == np.int64 and size.tolist() == list(pixels.shape[:2])
-    assert diff.mean() <= YOLOV5_MEAN_LEVELS
+    assert mean <= YOLOV5_MEAN_LEVELS
     # the gain and padding YOLOv5's scale_boxes computes from the two sizes, for the graph's box scaling
     gain, pad_x, pad_y = images.letterbox_geometry((640, 640), tuple(pixels.shape[:2]))
     np.testing.assert_allclose(letterboxes[index], [gain, pad_x, pad_y], rtol=1e-6, atol=1e-4)
 
 
 # --- (c) EXIF orientation -----------------------------------------------------------------------
-
-
-def _segments(jpeg: bytes):
-    """(start, end) of each marker segment after SOI, the last one from SOS to the end."""
-    i = 2
-    while i < len(jpeg):
-        if jpeg[i + 1] == 0xDA:
-            yield i, len(jpeg)
-            return
-        (length,) = struct.unpack(">H", jpeg[i + 2 : i + 4])
-        yield i, i + 2 + length
-        i += 2 + length
-
-
-def with_orientation(jpeg: bytes, orientation: int) -> bytes:
-    """The same JPEG (the same compressed data) whose only Exif segment says ``orientation``."""
-    exif = Image.Exif()
-    exif[EXIF_ORIENTATION] = orientation
-    payload = exif.tobytes()  # b"Exif\0\0" + TIFF
-    assert payload.startswith(b"Exif\x00\x00")
-    app1 = b"\xff\xe1" + struct.pack(">H", len(payload) + 2) + payload
-    kept = [jpeg[s:e] for s, e in _segments(jpeg) if jpeg[s + 1] != 0xE1 or jpeg[s + 4 : s + 10] != b"Exif\x00\x00"]
-    return jpeg[:2] + app1 + b"".join(kept)
-
-
-def png(image: Image.Image) -> bytes:
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return buffer.getvalue()
 
 
 @pytest.mark.parametrize("model", ["resnet", "yolov5"])
@@ -376,12 +305,8 @@ def test_small_and_odd_images():
     yolo, sizes, _ = run(model_spec("yolov5"), encoded)
     for k, (label, image) in enumerate(cases.items()):
         rgb = image.convert("RGB")
-        theirs = np.asarray(TORCHVISION(rgb), dtype=np.float64).transpose(2, 0, 1)
-        resnet_diff = np.abs(to_levels(model_spec("resnet"), resnet[k]) - theirs).mean()
-        letterboxed, _, _ = yolov5_reference.letterbox(
-            np.asarray(rgb).copy(), (640, 640), color=(114, 114, 114), auto=False
-        )
-        yolo_diff = np.abs(to_levels(model_spec("yolov5"), yolo[k]) - letterboxed.transpose(2, 0, 1)).mean()
+        resnet_diff, _ = mean_levels(model_spec("resnet"), resnet[k], torchvision_levels(rgb))
+        yolo_diff, _ = mean_levels(model_spec("yolov5"), yolo[k], letterbox_levels(np.asarray(rgb)))
         print(f"\n{label}: resnet {resnet_diff:.3f}, yolov5 {yolo_diff:.3f} levels")
         assert resnet_diff <= RESNET_MEAN_LEVELS and yolo_diff <= YOLOV5_MEAN_LEVELS
         assert sizes[k].tolist() == [image.height, image.width]

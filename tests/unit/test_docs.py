@@ -1,7 +1,9 @@
 """The documentation (docs/, built by `make docs`) against the code: every error class of
 app/core/errors.py is on the API reference page with its status and code, every setting of
-app/core/settings.py on the configuration page with its default; every picture a page shows exists;
-the README is a front page (at most 150 lines) whose links all resolve."""
+app/core/settings.py on the configuration page with its default, and so are the sizing's variables
+and model.toml's [instances] keys; the performance page's sizing table is the plan the code makes for
+every instance type; every picture a page shows exists; the README is a front page (at most 150
+lines) whose links all resolve."""
 
 from __future__ import annotations
 
@@ -11,12 +13,26 @@ from pathlib import Path
 
 import pytest
 
-from app.core import errors
-from app.core.settings import ENV_FIELDS, PROJECT_ROOT, Settings
+from app.core import errors, machine
+from app.core.settings import (
+    ENV_FIELDS,
+    NGINX_WORKERS,
+    PROJECT_ROOT,
+    SIZING_VCPUS,
+    TRITON_INSTANCES,
+    TRITON_THREADS,
+    WORKERS,
+    Settings,
+)
+from app.core.spec import AUTO, INSTANCE_KEYS
+from app.serve import plan as plans
 
 DOCS = PROJECT_ROOT / "docs"
 API = DOCS / "reference" / "api.md"
 CONFIGURATION = DOCS / "configuration.md"
+PERFORMANCE = DOCS / "performance.md"
+# Read by the sizing (clients/sizing.py, app/core/machine.py), not by Settings: not in ENV_FIELDS.
+SIZING_VARIABLES = (SIZING_VCPUS, NGINX_WORKERS, TRITON_INSTANCES, TRITON_THREADS)
 README = PROJECT_ROOT / "README.md"
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 
@@ -69,6 +85,34 @@ def missing_settings(page: str) -> list[str]:
     return problems
 
 
+def table_rows(page: str) -> dict[str, str]:
+    """The rows of ``page``'s tables whose first cell is code, by that code."""
+    return {line.split("`")[1]: line for line in page.splitlines() if line.startswith("| `")}
+
+
+def missing_sizing(page: str) -> list[str]:
+    """The sizing's variables with no row on ``page``, and the [instances] keys with no row whose
+    default cell says "auto"."""
+    rows = table_rows(page)
+    problems = [f"{variable}: no row" for variable in SIZING_VARIABLES if variable not in rows]
+    for key in INSTANCE_KEYS:
+        row = rows.get(key)
+        if row is None or f'"{AUTO}"' not in row.split("|")[2]:
+            problems.append(f"[instances] {key}: no row with the default {AUTO!r}")
+    return problems
+
+
+def planned_table() -> str:
+    """``serve plan --all --markdown`` for the shipped model.toml files, as the page shows it: the
+    target each instance type gets by default, named so that a `models/` that `make models` built
+    here (for one target) plans the same."""
+    rows = [
+        (name, plans.plan_for(instance, PROJECT_ROOT / "models", "tensorrt" if instance.gpu_count else "python"))
+        for name, instance in machine.INSTANCE_TYPES.items()
+    ]
+    return plans.markdown_table(rows)
+
+
 def test_every_error_class_is_on_the_api_reference():
     assert len(error_classes()) >= 15
     assert missing_errors(API.read_text()) == []
@@ -76,6 +120,20 @@ def test_every_error_class_is_on_the_api_reference():
 
 def test_every_setting_is_on_the_configuration_page_with_its_default():
     assert missing_settings(CONFIGURATION.read_text()) == []
+
+
+def test_the_sizing_variables_and_instances_keys_are_on_the_configuration_page():
+    assert missing_sizing(CONFIGURATION.read_text()) == []
+
+
+def test_the_performance_page_holds_the_plan_for_every_instance_type(monkeypatch):
+    for variable in (WORKERS, *SIZING_VARIABLES):
+        monkeypatch.delenv(variable, raising=False)
+    table = planned_table()
+    assert len(table.splitlines()) == 2 + len(machine.INSTANCE_TYPES)
+    assert table in PERFORMANCE.read_text(), (
+        "docs/performance.md's sizing table is not the plan: paste `python -m app.serve.plan --all --markdown`"
+    )
 
 
 def test_the_checks_fail_when_a_row_goes():
@@ -87,6 +145,10 @@ def test_the_checks_fail_when_a_row_goes():
     assert missing_settings(without) == ["MODEL_LOAD_TIMEOUT: no row"]
     changed = page.replace("| `TRITON_TIMEOUT_S` | 30 |", "| `TRITON_TIMEOUT_S` | 45 |")
     assert missing_settings(changed) == ["TRITON_TIMEOUT_S: the default cell '45' does not say '30'"]
+    without = "\n".join(line for line in page.splitlines() if "`TRITON_THREADS`" not in line)
+    assert missing_sizing(without) == ["TRITON_THREADS: no row"]
+    changed = page.replace('| `preprocess` | `"auto"` |', "| `preprocess` | 1 |")
+    assert missing_sizing(changed) == ["[instances] preprocess: no row with the default 'auto'"]
 
 
 def headings(page: Path) -> set[str]:

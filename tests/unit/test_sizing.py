@@ -176,3 +176,12 @@ def test_a_spec_refuses_a_misspelt_or_bad_instances_value(tmp_path):
         (folder / "model.toml").write_text(text.replace('count = "auto"', bad))
         with pytest.raises(SpecError, match=message):
             load_spec(folder)
+
+
+def test_the_gpu_check_takes_each_dali_steps_num_threads_from_the_sizing(monkeypatch, capsys):
+    from scripts.gpu_check import cli
+
+    monkeypatch.setattr(cli, "detect", lambda: Machine(16, (H100,)))
+    threads = cli.sized_threads([specs()["resnet"], specs()["yolov5"]])
+    assert threads == {"resnet": 3, "yolov5": 3}  # the table's 16 vCPUs + 1 H100 row
+    assert "Plan for this machine: 16 vCPUs, 1 x NVIDIA H100" in capsys.readouterr().out

@@ -42,6 +42,7 @@ def test_without_tensorrt_or_gpu_it_exits_with_one_line_and_no_plan(tmp_path):
     assert not list(tmp_path.rglob("*.plan"))
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 def test_engine_is_built_and_loads(tmp_path):
     argv = [

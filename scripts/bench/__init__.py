@@ -21,11 +21,15 @@ cost: the benchmark writes it into ``build/bench/``, starts its own ``serve`` on
 (with the three models beside it) on free ports, and compares A with B there. That stack also gives
 the start-to-``/ping`` time and a router worker's resident memory after the run.
 
+The sizing section (``--sizing-only`` alone, ``--no-sizing`` to skip it) prints ``serve``'s plan for
+this machine and sets the image models' Triton pipelines, at concurrency 8, in two Tritons side by
+side: the repository as ``serve`` sizes it against every instance count 1 (``scripts.bench.sizing``).
+
 Writes ``build/bench/results.json`` and PNG plots into ``build/bench/``; prints every figure of
 the targets table with its target and a pass / fall-short mark. ``--quick`` is a smoke run.
 
 Modules: ``cli`` (arguments, the run, progress), ``payloads`` (what each side sends; the model-only
 tensors come from the clients' own preprocessing), ``load`` (callers and the load loop),
 ``peers`` (the peer Triton, the benchmark's own stack and repositories), ``report`` (figures,
-tables, plots), ``perf`` (the perf_analyzer cross-check).
+tables, plots), ``perf`` (the perf_analyzer cross-check), ``sizing`` (the sizing against count 1).
 """

@@ -25,7 +25,6 @@ from scripts.bench.constants import (
     IDENTITY_TEXT,
     MODELS,
     NOBATCH_SUFFIX,
-    PERF_CONCURRENCY,
     PYSTEP_SIDE,
     TRITON_SIDE,
 )
@@ -37,7 +36,7 @@ from scripts.bench.fixed_cost import (
     format_fixed_cost,
     run_fixed_cost,
 )
-from scripts.bench.load import GrpcCaller, HttpCaller, Progress, run_load, send_mixed
+from scripts.bench.load import GrpcCaller, HttpCaller, Progress, bench_model, send_mixed
 from scripts.bench.payloads import grpc_request, peer_requests, preprocessed_tensors, product_requests
 from scripts.bench.peers import (
     rss_mb,
@@ -45,9 +44,10 @@ from scripts.bench.peers import (
     start_peer,
     write_bench_repositories,
 )
-from scripts.bench.perf import perf_analyzer_check
+from scripts.bench.perf import format_perf_checks, perf_analyzer_check
 from scripts.bench.placement import CpuMeter, placement_sides, wire_bytes
-from scripts.bench.report import Cell, format_figures, format_results, plot, schedule, target_figures
+from scripts.bench.report import Cell, format_figures, format_results, plot, target_figures
+from scripts.bench.sizing import format_sizing, run_sizing, sizing_steps
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -99,6 +99,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "gunicorn and NGINX) on the benchmark's own stack: no stack on --url needed",
     )
     p.add_argument("--no-fixed-cost", action="store_true", help="skip the fixed-cost section")
+    p.add_argument(
+        "--sizing-only",
+        action="store_true",
+        help="only the sizing section (the image models' Triton pipelines in two Tritons side by side: the "
+        "repository as serve sizes it for this machine against every instance count 1): no stack on --url needed",
+    )
+    p.add_argument("--no-sizing", action="store_true", help="skip the sizing section")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results.json, plots and logs go here")
     p.add_argument(
         "--quick", action="store_true", help="smoke run: concurrency 1 and 8, one round of 1 s steps, short warm-up"
@@ -113,32 +120,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def _host_port(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     return host or "127.0.0.1", int(port)
-
-
-def bench_model(
-    model: str,
-    callers: Mapping[str, Callable[[], None]],
-    concurrencies: Sequence[int],
-    args,
-    cells: dict,
-    progress: Progress,
-    meter: Callable[[], dict[str, float]] | None = None,
-) -> None:
-    """Warm every side, then the interleaved steps of this model; ``meter``, when given, reads the
-    CPU seconds of the stack's processes by role before and after each step."""
-    for call in callers.values():
-        if args.warmup_seconds > 0:
-            run_load(call, max(concurrencies), args.warmup_seconds)
-    for step in schedule([model], {model: list(callers)}, concurrencies, args.rounds):
-        before = meter() if meter else {}
-        load = run_load(callers[step.side], step.concurrency, args.step_seconds)
-        after = meter() if meter else {}
-        cpu = {role: after[role] - before[role] for role in after}
-        cell = cells.setdefault(model, {}).setdefault(step.side, {}).setdefault(str(step.concurrency), Cell())
-        one = Cell()
-        for target in (cell, one):
-            target.add(load.latencies_s, load.errors, load.window_s, load.work, load.first_error, cpu)
-        progress.step(f"{model} {step.side} c={step.concurrency} round {step.round + 1}", one.summary())
 
 
 def bench_placements(
@@ -216,10 +197,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     specs = {m: load_spec(repository / m) for m in models}
 
     own_only = args.placements_only or args.fixed_cost_only  # only sections on the benchmark's own stack
-    if not own_only and not _stack_ready(args.url, a_host, a_port):
+    only = own_only or args.sizing_only  # only the sections named
+    if not only and not _stack_ready(args.url, a_host, a_port):
         return 2
-    against = [] if own_only else models  # the models whose A, B, C sides run
-    own_stack = own_only or not args.no_identity
+    against = [] if only else models  # the models whose A, B, C sides run
+    own_stack = own_only or not (only or args.no_identity)
+    sizing = args.sizing_only or not (only or args.no_sizing)
     fixed_cost = own_stack and not args.placements_only and not args.no_fixed_cost
 
     sides_per_model = 2 + 1 + (0 if args.no_peer else 2)
@@ -236,6 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     steps += args.rounds * (2 + len(FIXED_COST_ROWS)) if fixed_cost else 0  # the two floors and the rows
     # The fixed-cost section alone still measures identity's A-raw against B (latency at c=1, throughput at c=8).
     steps += args.rounds * 2 * len(FIXED_COST_CONCURRENCIES) if args.fixed_cost_only else 0
+    steps += sizing_steps(specs, args.rounds) if sizing else 0
     progress = Progress(steps)
     print(
         f"benchmark: {', '.join(models)} at concurrency {concurrencies}, {args.rounds} rounds of "
@@ -244,13 +228,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush=True,
     )
 
-    stack_repo, nobatch_repo = write_bench_repositories(out, repository, specs)
+    # the sizing section alone needs neither
+    stack_repo, nobatch_repo = write_bench_repositories(out, repository, specs) if own_stack or against else (out, out)
     cells: dict[str, dict[str, dict[str, Cell]]] = {}
     notes: list[str] = []
     extras: dict[str, float | None] = {}
     wire: dict[str, dict[str, dict[str, int]]] = {}
     perf: dict[str, Any] = {}
     fixed: dict[str, dict[str, Any]] = {}
+    sized: dict[str, Any] = {}
     log_path = out / "processes.log"
     log_path.write_bytes(b"")
 
@@ -350,6 +336,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             stack.stop()
 
+    if sizing:
+        sized = run_sizing(repository, specs, args, out, progress)
+
     results = {
         model: {side: {c: cell.summary() for c, cell in by_c.items()} for side, by_c in sides.items()}
         for model, sides in cells.items()
@@ -365,29 +354,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         "extras": extras,
         "bytes_per_request": wire,
         "fixed_cost": fixed,
+        "sizing": sized,
         "figures": [{**asdict(f), "passed": f.passed, "mark": f.mark} for f in figures],
         "notes": notes,
     }
     (out / "results.json").write_text(json.dumps(report, indent=2, default=str))
     plots = plot(results, out)
 
-    print("\n" + format_results(results))
+    if results:
+        print("\n" + format_results(results))
+    if sized:
+        print("\n" + format_sizing(sized))
     if fixed:
         print("\n" + format_fixed_cost(fixed, FIXED_COST_CONCURRENCY))
     if checks:
-        print(f"\nB's client against perf_analyzer, c={PERF_CONCURRENCY} (own client run just before and just after):")
-        for model, check in checks.items():
-            pa = check["perf_analyzer"]
-            if isinstance(pa, dict):
-                own = check["own_client"]
-                print(
-                    f"  {model}: perf_analyzer {pa['throughput']:.1f} req/s p50 {pa['p50_ms']:.1f} ms; own client "
-                    f"{own['throughput']:.1f} req/s p50 {own['p50_ms']:.1f} ms (own / perf_analyzer "
-                    f"{check['throughput_ratio']:.2f})"
-                )
-            else:
-                print(f"  {model}: perf_analyzer gave no figure: {pa}")
-    print("\n" + format_figures(figures))
+        print("\n" + format_perf_checks(checks))
+    if any(f.passed is not None for f in figures):
+        print("\n" + format_figures(figures))
     for note in notes:
         print(f"note: {note}")
     print(f"\nwrote {out / 'results.json'}" + "".join(f", {p}" for p in plots))

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scripts.bench.payloads import HttpRequest
+from scripts.bench.report import Cell, schedule
 
 
 class HttpCaller:
@@ -154,3 +155,29 @@ class Progress:
             f"{summary['throughput']:.1f} req/s, p50 {summary['p50_ms']:.1f} ms{errors}",
             flush=True,
         )
+
+
+def bench_model(
+    model: str,
+    callers: Mapping[str, Callable[[], None]],
+    concurrencies: Sequence[int],
+    args,
+    cells: dict,
+    progress: Progress,
+    meter: Callable[[], dict[str, float]] | None = None,
+) -> None:
+    """Warm every side, then the interleaved steps of this model; ``meter``, when given, reads the
+    CPU seconds of the stack's processes by role before and after each step."""
+    for call in callers.values():
+        if args.warmup_seconds > 0:
+            run_load(call, max(concurrencies), args.warmup_seconds)
+    for step in schedule([model], {model: list(callers)}, concurrencies, args.rounds):
+        before = meter() if meter else {}
+        load = run_load(callers[step.side], step.concurrency, args.step_seconds)
+        after = meter() if meter else {}
+        cpu = {role: after[role] - before[role] for role in after}
+        cell = cells.setdefault(model, {}).setdefault(step.side, {}).setdefault(str(step.concurrency), Cell())
+        one = Cell()
+        for target in (cell, one):
+            target.add(load.latencies_s, load.errors, load.window_s, load.work, load.first_error, cpu)
+        progress.step(f"{model} {step.side} c={step.concurrency} round {step.round + 1}", one.summary())

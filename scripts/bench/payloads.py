@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.core.pipeline import ROUTER
 from app.core.settings import Settings
 from app.core.spec import ModelSpec
 from scripts.bench.constants import BINARY_JSON, CUSTOM_ATTRIBUTES
@@ -27,16 +28,18 @@ class HttpRequest:
     headers: Mapping[str, str]
 
 
-def preprocessed_tensors(spec: ModelSpec, image: Path, text: str) -> tuple[dict[str, Any], list[str]]:
+def preprocessed_tensors(
+    spec: ModelSpec, image: Path, text: str, route_name: str = ROUTER
+) -> tuple[dict[str, Any], list[str]]:
     """The batch-1 tensors the router would send to the network itself for this sample, and the
     outputs it asks for: the model's own client (its family in ``clients.registry``) preprocesses
     it on its route to the network, with the model's default options (a detector whose graph
-    post-processes also sends the letterbox's geometry and the options, and reads detections)."""
-    from app.core.pipeline import ROUTER
+    post-processes also sends the letterbox's geometry and the options, and reads detections).
+    ``route_name`` ``TRITON``: what it sends to the model's Triton pipeline instead (the encoded image)."""
     from clients.registry import offline_client
 
     client = offline_client(spec, Settings())
-    route = client.routes[ROUTER]
+    route = client.routes[route_name]
     item = text if client.input_field == "text" else image.read_bytes()
     arrays, _ = route.prepare(item, "the sample", client.parse_options({}))
     return client._stack([arrays], route.inputs), [t.name for t in route.outputs]

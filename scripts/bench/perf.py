@@ -120,3 +120,20 @@ def perf_analyzer_check(model: str, b_call: Callable[[], None], args: argparse.N
     else:
         print(f"  perf_analyzer gave no figure: {pa}", flush=True)
     return check
+
+
+def format_perf_checks(checks: Mapping[str, Mapping[str, Any]]) -> str:
+    """B's own client against perf_analyzer, one line per model."""
+    lines = [f"B's client against perf_analyzer, c={PERF_CONCURRENCY} (own client run just before and just after):"]
+    for model, check in checks.items():
+        pa = check["perf_analyzer"]
+        if isinstance(pa, dict):
+            own = check["own_client"]
+            lines.append(
+                f"  {model}: perf_analyzer {pa['throughput']:.1f} req/s p50 {pa['p50_ms']:.1f} ms; own client "
+                f"{own['throughput']:.1f} req/s p50 {own['p50_ms']:.1f} ms (own / perf_analyzer "
+                f"{check['throughput_ratio']:.2f})"
+            )
+        else:
+            lines.append(f"  {model}: perf_analyzer gave no figure: {pa}")
+    return "\n".join(lines)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -201,3 +202,79 @@ def test_the_bench_stack_serves_both_placements(tmp_path):
         assert [i.name for i in graph.input] == ["images"] and [o.name for o in graph.output] == ["output"]
     assert served["yolov5_pystep"].pipeline == "triton"
     assert wiring_problems(stack_repo, "yolov5_pystep_pipeline") == []
+
+
+SIZED_CONFIG = (
+    'name: "resnet_preprocess"\nmax_batch_size: 8\nbackend: "python"\n'
+    "instance_group { count: 2 kind: KIND_CPU }\ninstance_group { count: 3 kind: KIND_GPU }\n"
+    "dynamic_batching { max_queue_delay_microseconds: 2000 }\n"
+    'parameters { key: "sizing" value { string_value: "instances" } }\n'
+)
+
+
+def test_count_one_sets_every_instance_count_and_nothing_else():
+    from scripts.bench.sizing import count_one_text
+
+    config = triton_config.parse(count_one_text(SIZED_CONFIG))
+    assert [(g.count, g.kind) for g in config.instance_group] == [
+        (1, config.instance_group[0].KIND_CPU),
+        (1, config.instance_group[0].KIND_GPU),
+    ]
+    before = triton_config.parse(SIZED_CONFIG)
+    for group in before.instance_group:
+        group.count = 1
+    assert config == before  # the batching, the backend and the parameters as they were
+    ensemble = 'name: "resnet_pipeline"\nplatform: "ensemble"\nmax_batch_size: 8\n'
+    assert count_one_text(ensemble) == ensemble
+
+
+def test_configuration_shows_instances_and_threads():
+    from scripts.bench.sizing import configuration
+
+    network = (
+        'name: "resnet"\nbackend: "python"\ninstance_group { count: 2 kind: KIND_CPU }\n'
+        'parameters { key: "ort_intra_op_threads" value { string_value: "%s" } }\n'
+    )
+    assert configuration(network % "3") == "2 x 3"
+    assert configuration(network % "0") == "2 x default"
+    dali = 'name: "p"\nbackend: "dali"\ninstance_group { count: 2 kind: KIND_GPU }\n'
+    assert configuration(dali + 'parameters { key: "num_threads" value { string_value: "4" } }\n') == "2/GPU x 4"
+    assert configuration(SIZED_CONFIG) == "5/GPU"  # a python step: no threads parameter
+    assert configuration('name: "e"\nplatform: "ensemble"\n') == "-"
+
+
+def test_count_one_repository_links_the_models_and_keeps_their_threads(tmp_path):
+    from scripts.bench.sizing import configurations, count_one_repository, pipeline_members
+
+    repository = built_test_repository()
+    target = count_one_repository(repository, tmp_path / "count-1")
+    members = pipeline_members(repository, "resnet")
+    assert members == ["resnet_pipeline", "resnet_preprocess", "resnet"]
+    weights = Path("resnet", "1", "model.onnx")
+    assert (target / weights).resolve() == (repository / weights).resolve()  # the files are the repository's
+    assert (target / "resnet" / "model.toml").is_symlink()
+    shown = configurations(target, members)
+    written = configurations(repository, members)
+    assert set(shown) == {"resnet_preprocess", "resnet"}
+    for name, text in shown.items():
+        assert text.split(" x ")[0] == "1"
+        assert text.partition(" x ")[2] == written[name].partition(" x ")[2]  # threads as prepared
+
+
+def test_format_sizing_sets_the_sides_side_by_side():
+    from scripts.bench.sizing import COUNT_ONE_SIDE, SIZED_SIDE, format_sizing, sizing_results
+
+    cells = {"resnet": {SIZED_SIDE: {"8": Cell()}, COUNT_ONE_SIDE: {"8": Cell()}}}
+    cells["resnet"][SIZED_SIDE]["8"].add([0.1] * 30, 0, 2.0, 30.0)
+    cells["resnet"][COUNT_ONE_SIDE]["8"].add([0.2] * 20, 1, 2.0, 20.0, "RpcError: boom")
+    results = sizing_results(cells, {"budget": 2}, {"resnet": ["resnet_pipeline"]}, {})
+    assert results["models"]["resnet"]["ratio"] == pytest.approx(1.5)
+    results["models"]["resnet"]["configurations"] = {
+        SIZED_SIDE: {"resnet_preprocess": "4", "resnet": "2 x 2"},
+        COUNT_ONE_SIDE: {"resnet_preprocess": "1", "resnet": "1 x default"},
+    }
+    text = format_sizing(results)
+    row = next(line.split() for line in text.splitlines() if line.strip().startswith("resnet "))
+    assert row[:6] == ["resnet", "15.0", "100.0", "10.0", "200.0", "1.50"]
+    assert any(line.split() == ["resnet", "2", "x", "2", "1", "x", "default"] for line in text.splitlines())
+    assert "count 1's first error: RpcError: boom" in text

@@ -105,10 +105,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, SpecError, OSError) as error:
         print(f"serve plan: {error}", file=sys.stderr)
         return 2
-    if args.markdown:
-        print(markdown_table(rows))
-    else:
-        print("\n\n".join(format_plan(plan, title) for title, plan in rows))
+    text = markdown_table(rows) if args.markdown else "\n\n".join(format_plan(plan, title) for title, plan in rows)
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:  # `serve plan --all | head`: the reader has what it wanted
+        sys.stdout = None
     return 0
 
 

@@ -133,6 +133,12 @@ def test_run_as_sagemaker_runs_it_every_model_answers(containers, repository: Pa
     uids = container.shell("for f in /proc/[0-9]*/status; do grep '^Uid:' $f; done").stdout.split("\n")
     real_uids = {line.split()[1] for line in uids if line.startswith("Uid:")}
     assert real_uids == {"1000"}, uids
+    # Triton loaded the configs sized for the container's CPUs, from the runtime folder, not the mount;
+    # `serve plan` (the image's entrypoint's subcommand) prints the plan without starting anything.
+    sized = container.shell("cat /tmp/serve-*/repository/resnet/config.pbtxt")
+    assert sized.returncode == 0 and 'key: "sizing"' in sized.stdout and "instance_group" in sized.stdout, sized
+    plan = container.shell("serve plan --instance-type ml.g5.xlarge")
+    assert plan.returncode == 0 and "Plan for ml.g5.xlarge: 4 vCPUs, 1 x NVIDIA A10G" in plan.stdout, plan
 
 
 def test_stop_while_eight_requests_are_in_flight(containers, engine: Engine, full_detector_repository: Path):

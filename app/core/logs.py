@@ -10,13 +10,15 @@ import json
 import logging
 from typing import Any
 
+from app.core.access import LOGGER_FIELD
+
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
             "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
             "level": record.levelname,
-            "logger": record.name,
+            LOGGER_FIELD: record.name,  # "app.access" on the access lines that metric filters select
             "process": record.process,
             "message": record.getMessage(),
         }

@@ -57,6 +57,9 @@ TRITON_SERVER_BIN = "TRITON_SERVER_BIN"
 # glibc's malloc tuning that `serve` sets for its children (app.serve.supervisor.malloc_env).
 MALLOC_MMAP_THRESHOLD = "MALLOC_MMAP_THRESHOLD_"
 MALLOC_ARENA_MAX = "MALLOC_ARENA_MAX"
+# Set by `python -m scripts.sagemaker deploy`: the endpoint's name, on every access line (its
+# per-model CloudWatch metrics take the EndpointName dimension from it).
+ENDPOINT_NAME = "ENDPOINT_NAME"
 # Development: the repository `make test-models` built, for the tests, the soak and the benchmark.
 TEST_MODEL_REPOSITORY = "TEST_MODEL_REPOSITORY"  # the test suite's repository: small networks of each family
 TEST_FULL_MODEL_REPOSITORY = "TEST_FULL_MODEL_REPOSITORY"  # the same models at full size (a few tests)
@@ -165,6 +168,7 @@ ENV_FIELDS: Mapping[str, tuple[str, Callable[[str], Any]]] = {
     "multi_model_dir": (MULTI_MODEL_DIR, Path),
     "model_memory_limit_bytes": (MODEL_MEMORY_LIMIT, int),
     "model_load_timeout_s": (MODEL_LOAD_TIMEOUT, float),
+    "endpoint_name": (ENDPOINT_NAME, str),
 }
 
 # Upper bounds of the fields that have one.
@@ -206,6 +210,7 @@ class Settings:
     multi_model_dir: Path = Path("/tmp/multi-model")
     model_memory_limit_bytes: int = 0  # 0: only the memory the machine has available bounds a load
     model_load_timeout_s: float = DEFAULT_LOAD_TIMEOUT_S
+    endpoint_name: str = ""  # on every access line when set
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

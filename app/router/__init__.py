@@ -74,7 +74,7 @@ def create_app(
     app.config["SETTINGS"] = settings
     app.extensions["registry"] = registry
     app.extensions["triton"] = triton
-    install_observability(app)
+    install_observability(app, endpoint=settings.endpoint_name)
     register_error_handlers(app, settings)
     openapi = OPENAPI_PATH.read_bytes()
 

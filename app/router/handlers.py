@@ -16,6 +16,7 @@ from typing import Any
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
+from app.core import access
 from app.core.errors import HTTP_STATUS_ERRORS, ApiError, InternalError, payload_too_large
 from app.core.settings import Settings
 from app.router.observability import TRACE_KEY
@@ -61,9 +62,9 @@ def register_error_handlers(app: Flask, settings: Settings) -> None:
             request.path,
             extra={
                 "fields": {
-                    "request_id": trace and trace.request_id,
+                    access.REQUEST_ID: trace and trace.request_id,
                     "error_id": answer.error_id,
-                    "model": trace and trace.model,
+                    access.MODEL: trace and trace.model,
                 }
             },
         )

@@ -26,6 +26,7 @@ from flask import Flask, Response, request
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from app.core import access
 from app.core.settings import PROMETHEUS_MULTIPROC_DIR
 from app.router.requests import TARGET_MODEL
 
@@ -33,13 +34,14 @@ REQUEST_ID_HEADERS = ("X-Amzn-SageMaker-Inference-Id", "X-Request-Id")
 RESPONSE_ID_HEADER = "X-Request-Id"
 # A caller's id is kept only when it is short and plain; anything else gets a fresh one.
 REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/+=-]{0,127}")
-STAGES = ("preprocess", "triton", "postprocess")
+STAGES = access.STAGES
+_STAGE_FIELDS = {stage: access.stage_field(stage) for stage in STAGES}  # "triton" -> "triton_ms"
 NO_MODEL = "none"  # the model label of a request that named no served model
 MIXED_MODELS = "mixed"  # ... and of a JSON Lines request whose lines name several models
 # Seconds: from a tiny model's millisecond to the 30 s Triton deadline.
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
-access_log = logging.getLogger("app.access")
+access_log = logging.getLogger(access.LOGGER)
 # POST /models/<name>/invoke (multi-model endpoints), beside POST /invocations.
 INVOKE_PATH = re.compile(r"/models/[^/]+/invoke")
 
@@ -141,9 +143,10 @@ class Observed:
     It works on the WSGI environ and the status line alone (no request objects, no Flask hooks):
     it runs for every request, so it costs as little as it can."""
 
-    def __init__(self, app: Any, metrics: Metrics) -> None:
+    def __init__(self, app: Any, metrics: Metrics, endpoint: str = "") -> None:
         self.app = app
         self.metrics = metrics
+        self.endpoint = endpoint  # on every line when set: the endpoint's name (ENDPOINT_NAME)
         self._requests: dict[tuple[str, str], Any] = {}  # labelled metrics, made once per label set
         self._latency: dict[str, Any] = {}
         self._stages: dict[tuple[str, str], Any] = {}
@@ -184,31 +187,32 @@ class Observed:
                         histogram = self._stages.setdefault((model, stage), self.metrics.stages.labels(model, stage))
                     histogram.observe(timings[stage])
         method, path = environ.get("REQUEST_METHOD", ""), environ.get("PATH_INFO", "")
-        fields: dict[str, Any] = {
-            "request_id": trace.request_id,
-            "method": method,
-            "path": path,
-            "model": trace.model,
-            "status": status,
-            "duration_ms": round(elapsed * 1000, 3),
-        }
+        # The field names are app.core.access's: CloudWatch's metric filters read the same ones.
+        fields: dict[str, Any] = {access.REQUEST_ID: trace.request_id, access.METHOD: method, access.PATH: path}
+        if trace.model:
+            fields[access.MODEL] = trace.model
+        fields[access.STATUS] = status
+        fields[access.DURATION_MS] = round(elapsed * 1000, 3)
         for stage in STAGES:
             if stage in timings:
-                fields[f"{stage}_ms"] = round(timings[stage] * 1000, 3)
+                fields[_STAGE_FIELDS[stage]] = round(timings[stage] * 1000, 3)
         if trace.error_code:
-            fields["error"] = trace.error_code
+            fields[access.ERROR] = trace.error_code
         target = environ.get(_TARGET_MODEL_KEY)
-        if target:  # a multi-model endpoint's TargetModel, for the logs
-            fields["target_model"] = target
+        if target:  # a multi-model endpoint's TargetModel
+            fields[access.TARGET_MODEL] = target
+        if self.endpoint:
+            fields[access.ENDPOINT] = self.endpoint
         access_log.info("%s %s %s", method, path, status, extra={"fields": fields})
 
 
-def install(app: Flask, metrics: Metrics | None = None) -> Metrics:
+def install(app: Flask, metrics: Metrics | None = None, endpoint: str = "") -> Metrics:
     """Request ids, metrics and the access log for every request of ``app`` (``Observed``, around
-    its WSGI app); ``GET /metrics``. The route fills its ``current()`` Trace."""
+    its WSGI app; ``endpoint`` on every access line when given); ``GET /metrics``. The route fills
+    its ``current()`` Trace."""
     metrics = metrics or make_metrics()
     app.extensions["metrics"] = metrics
-    app.wsgi_app = Observed(app.wsgi_app, metrics)
+    app.wsgi_app = Observed(app.wsgi_app, metrics, endpoint)
 
     @app.get("/metrics")
     def expose() -> Response:

@@ -14,6 +14,10 @@ COMMANDS = {
         "scripts.sagemaker.package_models",
         "package a Triton model repository as model.tar.gz (or one archive per model)",
     ),
+    "metrics": Command(
+        "scripts.sagemaker.metrics_cli",
+        "print the per-model metric filters, dashboard and alarms deploy would create (no AWS call)",
+    ),
     "cost": Command("scripts.sagemaker.cost", "compare one endpoint per model with one shared endpoint"),
 }
 

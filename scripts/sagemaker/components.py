@@ -18,8 +18,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from app.core.settings import DEFAULT_MODEL_NAME
+from scripts.sagemaker import monitoring
 from scripts.sagemaker.endpoint import DeployConfig, refuse_existing, wait_in_service
 from scripts.sagemaker.endpoint import delete as delete_endpoint
+from scripts.sagemaker.model_metrics import COMPONENTS
 from scripts.sagemaker.resources import (
     ARCHIVE_SUFFIX,
     Clients,
@@ -285,6 +287,9 @@ def deploy(
     log(f"[3/5] {len(components.items)} models ({config.container.image_uri})")
     models = _create_models(sm, config, components, stamp, log)
     log("[4/5] inference components")
+    if config.metrics:  # their log groups first, so that the filters count the first lines
+        planned = [component_name(config.name, c.model) for c in components.items]
+        monitoring.create(clients, config.name, COMPONENTS, config.metrics, clients.region, planned, log=log)
     names = []
     for component in components.items:
         parameters = component_parameters(config, component, models[component.model])

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from scripts.sagemaker import components as sagemaker_components
+from scripts.sagemaker import metrics_cli
 from scripts.sagemaker import transform as sagemaker_transform
 from scripts.sagemaker.deploy_args import MULTI_MODEL_INSTANCE_TYPE, ROLE_ENV, TRANSFORM, parse_args
 from scripts.sagemaker.endpoint import (
@@ -23,6 +24,7 @@ from scripts.sagemaker.endpoint import (
     deploy,
     wait_in_service,
 )
+from scripts.sagemaker.model_metrics import COMPONENTS, MULTI_MODEL, REAL_TIME
 from scripts.sagemaker.resources import (
     Clients,
     DeployError,
@@ -80,7 +82,18 @@ def endpoint_config(args: argparse.Namespace) -> DeployConfig:
         scaling=scaling,
         asynchronous=AsyncConfig(args.async_output, args.max_concurrent_invocations) if args.async_output else None,
         capture=CaptureConfig(args.capture, args.capture_percent) if args.capture else None,
+        metrics=metrics_cli.metrics_config(
+            args,
+            endpoint_form(args),
+            [component.model for component in args.component] if args.inference_components else (),
+        ),
     )
+
+
+def endpoint_form(args: argparse.Namespace) -> str:
+    if args.inference_components:
+        return COMPONENTS
+    return MULTI_MODEL if args.multi_model else REAL_TIME
 
 
 def run_endpoint(clients: Clients, args: argparse.Namespace, sleep: Callable[[float], None]) -> str | None:

@@ -61,7 +61,9 @@ import os
 import sys
 from collections.abc import Sequence
 
+from app.core.settings import ENDPOINT_NAME
 from scripts.sagemaker import components as sagemaker_components
+from scripts.sagemaker import metrics_cli
 from scripts.sagemaker.endpoint import ASYNC_ENVIRONMENT, DEFAULT_ASYNC_CONCURRENCY
 from scripts.sagemaker.resources import (
     add_container_arguments,
@@ -197,6 +199,7 @@ def endpoint_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--scale-in-cooldown", type=int, default=300, help="seconds (default: 300)")
     parser.add_argument("--scale-out-cooldown", type=int, default=60, help="seconds (default: 60)")
+    metrics_cli.add_arguments(parser)
     parser.set_defaults(command=ENDPOINT, action="deploying")
     return parser
 
@@ -246,6 +249,10 @@ def _check_endpoint(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     if args.multi_model:
         _check_multi_model(parser, args)
     check_container_arguments(parser, args, ASYNC_ENVIRONMENT if args.async_output else None)
+    # The endpoint's name on every access line: its per-model metrics' EndpointName dimension.
+    given = args.environment.setdefault(ENDPOINT_NAME, args.name)
+    if given != args.name:
+        parser.error(f"--env {ENDPOINT_NAME}={given}: deploy sets it to the endpoint's name ({args.name})")
     sagemaker_components.check_arguments(parser, args)
     lowest = 0 if args.async_output else 1
     if args.min_capacity is None:

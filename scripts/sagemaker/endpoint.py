@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.settings import ASYNC_MAX_BODY_BYTES, ASYNC_MAX_TIMEOUT_S, BODY_LIMIT, SERVER_TIMEOUT
+from scripts.sagemaker import monitoring
+from scripts.sagemaker.model_metrics import MULTI_MODEL, REAL_TIME, MetricsConfig
 from scripts.sagemaker.resources import (
     DEFAULT_INSTANCE_TYPE,
     Clients,
@@ -82,6 +84,7 @@ class DeployConfig:
     scaling: ScalingConfig | None = field(default_factory=ScalingConfig)  # None: no auto scaling
     asynchronous: AsyncConfig | None = None
     capture: CaptureConfig | None = None
+    metrics: MetricsConfig | None = None  # per-model metrics, dashboard and alarms; None: none
 
 
 def endpoint_config_parameters(config: DeployConfig, config_name: str, model_name: str) -> dict[str, Any]:
@@ -156,6 +159,9 @@ def deploy(
     log(f"[2/4] endpoint configuration {config_name} ({config.instance_count} x {config.instance_type}, {kind})")
     sm.create_endpoint_config(**endpoint_config_parameters(config, config_name, model_name))
     log(f"[3/4] endpoint {config.name}")
+    if config.metrics:  # the log group first, so that the filters count the first lines
+        form = MULTI_MODEL if config.container.multi_model else REAL_TIME
+        monitoring.create(clients, config.name, form, config.metrics, clients.region, log=log)
     sm.create_endpoint(EndpointName=config.name, EndpointConfigName=config_name)
     names = {"endpoint": config.name, "endpoint_config": config_name, "model": model_name}
     if not wait:
@@ -180,10 +186,12 @@ def delete(
     log: Log = print,
     models: Sequence[str] = (),
 ) -> None:
-    """Remove, in order: auto scaling (policies, target, alarm), endpoint, endpoint configurations, models
-    (theirs, those named ``<name>-model-*``, and ``models``)."""
+    """Remove, in order: auto scaling (policies, target, alarm), the per-model metric filters,
+    dashboard and alarms, endpoint, endpoint configurations, models (theirs, those named
+    ``<name>-model-*``, and ``models``)."""
     sm = clients.sagemaker
     remove_scaling(clients, name, log=log)
+    monitoring.remove(clients, name, log=log)
     config_names: list[str] = []
     try:
         config_names.append(sm.describe_endpoint(EndpointName=name)["EndpointConfigName"])

@@ -30,13 +30,20 @@ class DeployError(RuntimeError):
 class Clients:
     sagemaker: Any
     autoscaling: Any
-    cloudwatch: Any = None  # the alarm that scales an asynchronous endpoint up from zero
+    cloudwatch: Any = None  # alarms (scaling from zero, per model) and the per-model dashboard
+    logs: Any = None  # CloudWatch Logs: the log groups and the per-model metric filters
 
     def __post_init__(self) -> None:
-        if self.cloudwatch is None:  # a client in the SageMaker client's region
-            import boto3
+        # Clients not given are made in the SageMaker client's region.
+        for name, service in (("cloudwatch", "cloudwatch"), ("logs", "logs")):
+            if getattr(self, name) is None:
+                import boto3
 
-            self.cloudwatch = boto3.client("cloudwatch", region_name=self.sagemaker.meta.region_name)
+                setattr(self, name, boto3.client(service, region_name=self.sagemaker.meta.region_name))
+
+    @property
+    def region(self) -> str:
+        return self.sagemaker.meta.region_name
 
 
 def make_clients(region: str | None = None, endpoint_url: str | None = None) -> Clients:
@@ -45,7 +52,7 @@ def make_clients(region: str | None = None, endpoint_url: str | None = None) -> 
     return Clients(
         *(
             boto3.client(service, region_name=region, endpoint_url=endpoint_url)
-            for service in ("sagemaker", "application-autoscaling", "cloudwatch")
+            for service in ("sagemaker", "application-autoscaling", "cloudwatch", "logs")
         )
     )
 
@@ -278,7 +285,8 @@ def add_wait_arguments(parser: argparse.ArgumentParser, no_wait_help: str, poll_
     )
     parser.add_argument("--region", help="AWS region (default: the AWS configuration)")
     parser.add_argument(
-        "--endpoint-url", help="AWS endpoint for SageMaker, Application Auto Scaling and CloudWatch (tests)"
+        "--endpoint-url",
+        help="AWS endpoint for SageMaker, Application Auto Scaling, CloudWatch and CloudWatch Logs (tests)",
     )
 
 

@@ -6,12 +6,16 @@ import base64
 import io
 import json
 import logging
+from dataclasses import replace
 
 import numpy as np
 from PIL import Image
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.core.logs import JsonFormatter
+from app.router import create_app
+from scripts.sagemaker.filter_pattern import publish
+from scripts.sagemaker.model_metrics import REAL_TIME, metric_filters
 
 
 def jpeg() -> str:
@@ -127,3 +131,28 @@ def test_openapi_description_is_served(client):
 
 def test_no_debug_mode(app):
     assert not app.debug
+
+
+def test_the_access_line_is_what_the_per_model_filters_read(settings, triton, caplog):
+    """The line the router writes (with ENDPOINT_NAME set) gives every filter what it reads: the
+    fields are app.core.access's on both sides."""
+    client = create_app(replace(settings, endpoint_name="mm"), triton=triton).test_client()
+    with caplog.at_level(logging.INFO, logger="app.access"):
+        client.post("/invocations", json={"modelname": "resnet", "payload": {"img": jpeg()}})
+        client.post("/invocations", json={"modelname": "resnet", "payload": {"img": "%%%"}})
+    ok, bad = [JsonFormatter().format(r) for r in caplog.records if r.name == "app.access"]
+    assert json.loads(ok)["endpoint"] == "mm"
+    published = {
+        (f["filterName"], line): [(p.value, p.dimensions) for p in publish(f, text)]
+        for f in metric_filters("mm", REAL_TIME)
+        for line, text in (("ok", ok), ("bad", bad))
+    }
+    dims = {"EndpointName": "mm", "Model": "resnet"}
+    assert published[("mm/Invocations", "ok")] == [(1.0, dims)] == published[("mm/Invocations", "bad")]
+    assert (
+        published[("mm/Invocation4XXErrors", "bad")] == [(1.0, dims)]
+        and not published[("mm/Invocation4XXErrors", "ok")]
+    )
+    assert published[("mm/Latency", "ok")] == [(json.loads(ok)["duration_ms"], dims)]
+    assert published[("mm/TritonLatency", "ok")] == [(json.loads(ok)["triton_ms"], dims)]
+    assert not published[("mm/TritonLatency", "bad")] and not published[("mm/Invocation5XXErrors", "ok")]

@@ -28,9 +28,12 @@ def sent(aws):
     calls: list[tuple[str, dict]] = []
     session = boto3.session.Session(region_name=REGION)
     clients = deploy.Clients(
-        session.client("sagemaker"), session.client("application-autoscaling"), session.client("cloudwatch")
+        session.client("sagemaker"),
+        session.client("application-autoscaling"),
+        session.client("cloudwatch"),
+        session.client("logs"),
     )
-    for client in (clients.sagemaker, clients.autoscaling, clients.cloudwatch):
+    for client in (clients.sagemaker, clients.autoscaling, clients.cloudwatch, clients.logs):
         client.meta.events.register(
             "provide-client-params.*.*", lambda params, model, **_: calls.append((model.name, dict(params)))
         )

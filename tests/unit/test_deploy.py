@@ -37,7 +37,7 @@ def test_deploy_sends_the_parameters_and_scales(sent, capsys):
     assert model["PrimaryContainer"] == {
         "Image": IMAGE,
         "ModelDataUrl": DATA,
-        "Environment": {"MODEL_SERVER_WORKERS": "2"},
+        "Environment": {"MODEL_SERVER_WORKERS": "2", "ENDPOINT_NAME": "mm"},
     }
     assert model["ExecutionRoleArn"] == ROLE
     (variant,) = params(calls, "CreateEndpointConfig")["ProductionVariants"]

@@ -34,6 +34,7 @@ def test_async_endpoint_configuration_and_container_limits(sent):
         "MODEL_SERVER_WORKERS": "2",
         "MAX_BODY_BYTES": str(1024**3),
         "MODEL_SERVER_TIMEOUT": "3600",
+        "ENDPOINT_NAME": "mm",
     }
     stored = clients.sagemaker.describe_endpoint_config(EndpointConfigName=config["EndpointConfigName"])
     assert stored["AsyncInferenceConfig"]["OutputConfig"]["S3FailurePath"].endswith("/failures/")
@@ -53,7 +54,10 @@ def test_the_users_limits_win_and_are_checked(sent, capsys):
 def test_a_real_time_endpoint_keeps_the_containers_defaults(sent):
     clients, calls = sent
     assert run(clients) == 0
-    assert params(calls, "CreateModel")["PrimaryContainer"]["Environment"] == {"MODEL_SERVER_WORKERS": "2"}
+    assert params(calls, "CreateModel")["PrimaryContainer"]["Environment"] == {
+        "MODEL_SERVER_WORKERS": "2",
+        "ENDPOINT_NAME": "mm",
+    }
     assert "AsyncInferenceConfig" not in params(calls, "CreateEndpointConfig")
 
 

@@ -1,7 +1,8 @@
 """deploy --inference-components with botocore's Stubber (moto has no inference components, and no
 scalable dimension for their copies): the endpoint configuration without a model, one model and one
 inference component per served model, each component's auto scaling of copies, the flags' checks,
-and a --delete that removes the components (and waits for them) before the endpoint and the models."""
+and a --delete that removes the components (and waits for them) before the endpoint and the models.
+CloudWatch and CloudWatch Logs (the per-model metrics) are moto's."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
-from scripts.sagemaker import deploy
+from scripts.sagemaker import deploy, monitoring
+from scripts.sagemaker.model_metrics import COMPONENTS, MetricsConfig
 from tests.support import IMAGE, REGION, ROLE, deploy_argv
 
 PREFIX = "s3://models-bucket/per-model/"
@@ -23,15 +25,19 @@ MISSING = "ValidationException"
 
 
 @pytest.fixture
-def stubbed():
-    """Real clients whose calls Stubbers answer in order (and check); every call's parameters recorded."""
+def stubbed(aws):
+    """Real clients: SageMaker's and Application Auto Scaling's calls answered in order (and checked)
+    by Stubbers, CloudWatch's and CloudWatch Logs' by moto; every call's parameters recorded."""
     session = boto3.session.Session(region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing")
     clients = deploy.Clients(
-        session.client("sagemaker"), session.client("application-autoscaling"), session.client("cloudwatch")
+        session.client("sagemaker"),
+        session.client("application-autoscaling"),
+        session.client("cloudwatch"),
+        session.client("logs"),
     )
     calls: list[tuple[str, dict]] = []
-    stubbers = [Stubber(c) for c in (clients.sagemaker, clients.autoscaling, clients.cloudwatch)]
-    for client in (clients.sagemaker, clients.autoscaling, clients.cloudwatch):
+    stubbers = [Stubber(c) for c in (clients.sagemaker, clients.autoscaling)]
+    for client in (clients.sagemaker, clients.autoscaling, clients.cloudwatch, clients.logs):
         client.meta.events.register(
             "provide-client-params.*.*", lambda params, model, **_: calls.append((model.name, dict(params)))
         )
@@ -102,7 +108,11 @@ def expect_deploy(sm, aas, instance_type, components, scaling=True):
                 "PrimaryContainer": {
                     "Image": IMAGE,
                     "ModelDataUrl": f"{PREFIX}{model}.tar.gz",
-                    "Environment": {"MODEL_SERVER_WORKERS": "2", "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": model},
+                    "Environment": {
+                        "MODEL_SERVER_WORKERS": "2",
+                        "ENDPOINT_NAME": "mm",
+                        "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": model,
+                    },
                 },
             },
         )
@@ -154,7 +164,7 @@ def expect_deploy(sm, aas, instance_type, components, scaling=True):
 
 
 def test_a_gpu_endpoint_of_components_gets_the_documented_parameters(stubbed, capsys):
-    clients, (sm, aas, _), calls = stubbed
+    clients, (sm, aas), calls = stubbed
     gpu = {"NumberOfCpuCoresRequired": 2.0, "MinMemoryRequiredInMb": 4096, "NumberOfAcceleratorDevicesRequired": 1.0}
     expect_deploy(
         sm,
@@ -208,9 +218,23 @@ def test_a_gpu_endpoint_of_components_gets_the_documented_parameters(stubbed, ca
     assert "auto scaling mm-resnet: 2..5 copies, target 40 invocations per copy per minute" in out
     assert "--inference-component mm-resnet resnet=FILE" in out
 
+    # Per-model metrics (moto): each component's log group made before the component, with the filters.
+    order = [name for name, _ in calls]
+    assert order.index("PutMetricFilter") < order.index("CreateInferenceComponent")
+    for group in ("/aws/sagemaker/InferenceComponents/mm-resnet", "/aws/sagemaker/InferenceComponents/mm-bert-base"):
+        filters = clients.logs.describe_metric_filters(logGroupName=group)["metricFilters"]
+        assert sorted(f["filterName"] for f in filters) == [
+            "mm/Invocation4XXErrors", "mm/Invocation5XXErrors", "mm/Invocations", "mm/Latency", "mm/TritonLatency"
+        ]  # fmt: skip
+        assert all(f["metricTransformations"][0]["dimensions"]["Model"] == "$.model" for f in filters)
+    alarms = clients.cloudwatch.describe_alarms(AlarmNamePrefix="mm/")["MetricAlarms"]
+    assert sorted(a["AlarmName"] for a in alarms) == [
+        "mm/bert_base/5xx-rate", "mm/bert_base/p99-latency", "mm/resnet/5xx-rate", "mm/resnet/p99-latency"
+    ]  # fmt: skip
+
 
 def test_a_cpu_endpoint_reserves_no_accelerator_and_may_go_without_scaling(stubbed):
-    clients, (sm, aas, _), calls = stubbed
+    clients, (sm, aas), calls = stubbed
     expect_deploy(
         sm,
         aas,
@@ -232,7 +256,7 @@ def test_a_cpu_endpoint_reserves_no_accelerator_and_may_go_without_scaling(stubb
 
 
 def test_a_failed_component_is_reported(stubbed, capsys):
-    clients, (sm, _, _), _ = stubbed
+    clients, (sm, _), _ = stubbed
     missing(sm, "describe_endpoint", {"EndpointName": "mm"})
     sm.add_response("create_endpoint_config", {"EndpointConfigArn": f"{ARN}:endpoint-config/c"})
     sm.add_response("create_endpoint", {"EndpointArn": f"{ARN}:endpoint/mm"})
@@ -317,7 +341,7 @@ def expect_component_removal(sm, aas, name, model):
 
 
 def test_delete_removes_the_components_first_then_the_endpoint_and_every_model(stubbed):
-    clients, (sm, aas, cw), calls = stubbed
+    clients, (sm, aas), calls = stubbed
     config = {
         "EndpointConfigName": "mm-config-1",
         "EndpointConfigArn": f"{ARN}:endpoint-config/mm-config-1",
@@ -348,7 +372,6 @@ def test_delete_removes_the_components_first_then_the_endpoint_and_every_model(s
         {"ScalableTargets": []},
         {"ServiceNamespace": "sagemaker", "ResourceIds": [variant["ResourceId"]]},
     )
-    cw.add_response("describe_alarms", {"MetricAlarms": []}, {"AlarmNames": ["mm-has-backlog-without-capacity"]})
     sm.add_response("describe_endpoint", endpoint(), {"EndpointName": "mm"})
     sm.add_response("delete_endpoint", {}, {"EndpointName": "mm"})
     missing(sm, "describe_endpoint", {"EndpointName": "mm"})
@@ -360,7 +383,18 @@ def test_delete_removes_the_components_first_then_the_endpoint_and_every_model(s
     for model in ("mm-model-resnet-1", "mm-model-yolov5-1", "mm-model-bert-base-0"):
         sm.add_response("delete_model", {}, {"ModelName": model})
 
+    groups = ["/aws/sagemaker/InferenceComponents/mm-resnet", "/aws/sagemaker/InferenceComponents/mm-yolov5"]
+    monitoring.create(
+        clients, "mm", COMPONENTS, MetricsConfig(models=("resnet", "yolov5")), REGION, ["mm-resnet", "mm-yolov5"]
+    )
+
     assert deploy.main(["--name", "mm", "--delete", "--poll-seconds", "0"], clients=clients, sleep=lambda s: None) == 0
     operations = [name for name, _ in calls]
     assert operations.index("DeleteInferenceComponent") < operations.index("DeleteEndpoint")
     assert operations.index("DeleteEndpoint") < operations.index("DeleteModel")
+    # The components' metric filters and the alarms are gone; their log groups (the logs) stay.
+    for group in groups:
+        assert clients.logs.describe_metric_filters(logGroupName=group)["metricFilters"] == []
+    assert clients.cloudwatch.describe_alarms(AlarmNamePrefix="mm/")["MetricAlarms"] == []
+    kept = clients.logs.describe_log_groups(logGroupNamePrefix="/aws/sagemaker/InferenceComponents/mm-")["logGroups"]
+    assert [g["logGroupName"] for g in kept] == groups

@@ -30,7 +30,7 @@ def test_the_model_is_a_multi_model_container_on_the_prefix(sent, capsys):
         "ModelDataUrl": PREFIX,
         "Mode": "MultiModel",
         "MultiModelConfig": {"ModelCacheSetting": "Enabled"},
-        "Environment": {"MODEL_SERVER_WORKERS": "2"},
+        "Environment": {"MODEL_SERVER_WORKERS": "2", "ENDPOINT_NAME": "mm"},
     }  # SageMaker itself sets SAGEMAKER_MULTI_MODEL=true
     (variant,) = params(calls, "CreateEndpointConfig")["ProductionVariants"]
     assert variant["ModelName"] == model["ModelName"]

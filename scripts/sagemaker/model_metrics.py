@@ -271,6 +271,8 @@ def alarms(endpoint: str, config: MetricsConfig) -> list[dict[str, Any]]:
                 **model_metric(config.namespace, "Latency", endpoint, model),
                 "ExtendedStatistic": "p99",
                 "Period": PERIOD_S,
+                # A minute of a few requests has no meaningful p99: it neither fires nor clears the alarm.
+                "EvaluateLowSampleCountPercentile": "ignore",
                 "Threshold": threshold,
                 **common,
             }

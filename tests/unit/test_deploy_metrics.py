@@ -76,6 +76,7 @@ def test_a_real_time_deploy_creates_filters_dashboard_and_alarms(sent, capsys):
     assert (p99["Namespace"], p99["MetricName"], p99["ExtendedStatistic"]) == (NAMESPACE, "Latency", "p99")
     assert dimensions(p99) == {"EndpointName": "mm", "Model": "resnet"}
     assert p99["Threshold"] == 500.0 and alarms["mm/bert_base/p99-latency"]["Threshold"] == 900.0
+    assert p99["EvaluateLowSampleCountPercentile"] == "ignore" and p99["TreatMissingData"] == "notBreaching"
     rate = alarms["mm/yolov5/5xx-rate"]
     assert rate["Threshold"] == 2.0 and rate["AlarmActions"] == [TOPIC] and rate["OKActions"] == [TOPIC]
     stats = {m["Id"]: m for m in rate["Metrics"]}

@@ -20,7 +20,12 @@ def run(prog: str, description: str, commands: Mapping[str, Command], argv: Sequ
     """Run the command ``argv[0]`` names with the rest of ``argv``; its module is imported only then."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in commands:
-        return importlib.import_module(commands[argv[0]].module).main(argv[1:])
+        main = importlib.import_module(commands[argv[0]].module).main
+        try:
+            return main(argv[1:])
+        except BrokenPipeError:  # `... | head`: the reader has what it wanted
+            sys.stdout = None
+            return 0
     width = max(map(len, commands))
     listing = "\n".join(f"  {name:<{width}}  {command.summary}" for name, command in commands.items())
     parser = argparse.ArgumentParser(

@@ -202,8 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         filters = [f for f in document["metric_filters"] if f["logGroupName"] == first]
         show_lines(filters, args.lines.read_text(errors="replace").splitlines())
         return 0
-    json.dump(document, sys.stdout, indent=2, ensure_ascii=False)
-    print()
+    print(json.dumps(document, indent=2, ensure_ascii=False), flush=True)
     return 0
 
 

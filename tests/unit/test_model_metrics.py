@@ -122,3 +122,13 @@ def test_the_docs_show_the_queries_and_the_filter_the_code_makes():
     for metric in model_metrics.METRICS:
         assert f"| `{metric.name}` | {metric.unit} |" in OPERATING
     assert f"`{model_metrics.NAMESPACE}`" in OPERATING
+
+
+def test_the_dry_run_piped_into_head_ends_quietly():
+    many = ",".join(f"model{i}" for i in range(300))  # far more than a pipe holds: the writer meets the closed end
+    command = [sys.executable, "-m", "scripts.sagemaker", "metrics", "--name", "mm", "--metrics-models", many]
+    with subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdout.read(10) == b'{\n  "log_g'
+        proc.stdout.close()  # what `| head -c 10` does
+        stderr = proc.stderr.read().decode()
+        assert proc.wait(timeout=60) == 0 and "Traceback" not in stderr, stderr

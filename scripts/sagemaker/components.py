@@ -287,9 +287,9 @@ def deploy(
     log(f"[3/5] {len(components.items)} models ({config.container.image_uri})")
     models = _create_models(sm, config, components, stamp, log)
     log("[4/5] inference components")
-    if config.metrics:  # their log groups first, so that the filters count the first lines
-        planned = [component_name(config.name, c.model) for c in components.items]
-        monitoring.create(clients, config.name, COMPONENTS, config.metrics, clients.region, planned, log=log)
+    # Their log groups first, so that the filters count the first lines.
+    planned = [component_name(config.name, c.model) for c in components.items]
+    monitoring.create(clients, config.name, COMPONENTS, config.metrics, clients.region, planned, log=log)
     names = []
     for component in components.items:
         parameters = component_parameters(config, component, models[component.model])

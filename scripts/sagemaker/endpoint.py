@@ -159,9 +159,9 @@ def deploy(
     log(f"[2/4] endpoint configuration {config_name} ({config.instance_count} x {config.instance_type}, {kind})")
     sm.create_endpoint_config(**endpoint_config_parameters(config, config_name, model_name))
     log(f"[3/4] endpoint {config.name}")
-    if config.metrics:  # the log group first, so that the filters count the first lines
-        form = MULTI_MODEL if config.container.multi_model else REAL_TIME
-        monitoring.create(clients, config.name, form, config.metrics, clients.region, log=log)
+    # The log group first, so that the filters count the first lines.
+    form = MULTI_MODEL if config.container.multi_model else REAL_TIME
+    monitoring.create(clients, config.name, form, config.metrics, clients.region, log=log)
     sm.create_endpoint(EndpointName=config.name, EndpointConfigName=config_name)
     names = {"endpoint": config.name, "endpoint_config": config_name, "model": model_name}
     if not wait:

@@ -119,8 +119,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def metrics_config(args: argparse.Namespace, form: str, components: Sequence[str] = ()) -> MetricsConfig:
-    """The MetricsConfig the flags say, for an endpoint of ``form`` (``components``: its models)."""
+def metrics_config(args: argparse.Namespace, form: str, components: Sequence[str] = ()) -> MetricsConfig | None:
+    """The MetricsConfig the flags say, for an endpoint of ``form`` (``components``: its models);
+    None with --no-model-metrics."""
+    if args.no_model_metrics:
+        return None
     if components:
         models = tuple(components)
     else:
@@ -135,7 +138,6 @@ def metrics_config(args: argparse.Namespace, form: str, components: Sequence[str
         topic_arn=args.alarm_topic,
     )
     return MetricsConfig(
-        enabled=not args.no_model_metrics,
         namespace=args.metrics_namespace,
         retention_days=args.log_retention_days,
         models=models,
@@ -143,8 +145,10 @@ def metrics_config(args: argparse.Namespace, form: str, components: Sequence[str
     )
 
 
-def plan(name: str, form: str, config: MetricsConfig, region: str, components: Sequence[str] = ()) -> dict:
-    """Everything deploy would create, as one JSON-ready document."""
+def plan(name: str, form: str, config: MetricsConfig | None, region: str, components: Sequence[str] = ()) -> dict:
+    """Everything deploy would create, as one JSON-ready document (nothing with ``config`` None)."""
+    if config is None:
+        return {"log_groups": [], "metric_filters": [], "dashboard": None, "alarms": [], "insights_queries": {}}
     return {
         "log_groups": log_groups(name, form, components),
         "metric_filters": metric_filters(name, form, components, config.namespace),
@@ -196,6 +200,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         made.error(f"--component goes with --form {COMPONENTS}, and that form needs at least one")
     components = [component_name(args.name, model) for model in args.component]
     config = metrics_config(args, args.form, args.component)
+    if args.lines and config is None:
+        made.error("--lines applies the filters: --no-model-metrics makes none")
     document = plan(args.name, args.form, config, args.region, components)
     if args.lines:
         first = document["log_groups"][0]  # every log group has the same filters

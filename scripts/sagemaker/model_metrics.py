@@ -192,11 +192,11 @@ class AlarmConfig:
 
 @dataclass(frozen=True)
 class MetricsConfig:
-    """What deploy creates for an endpoint's models; ``enabled=False``: nothing."""
+    """What deploy creates for an endpoint's models (a DeployConfig's ``metrics=None``: nothing)."""
 
-    enabled: bool = True
     namespace: str = NAMESPACE
-    retention_days: int = DEFAULT_RETENTION_DAYS
+    # None: DEFAULT_RETENTION_DAYS for a log group deploy creates, an existing one's left as it is.
+    retention_days: int | None = None
     models: tuple[str, ...] = ()  # the Model dimension's values the dashboard and alarms show
     alarms: AlarmConfig | None = field(default_factory=AlarmConfig)  # None: no alarms
 

@@ -50,13 +50,14 @@ def create(
     clients: Clients,
     endpoint: str,
     form: str,
-    config: MetricsConfig,
+    config: MetricsConfig | None,
     region: str,
     components: Sequence[str] = (),
     log: Log = print,
 ) -> dict[str, list[str]]:
-    """The log groups, filters, dashboard and alarms for ``endpoint``; what was made, by kind."""
-    if not config.enabled:
+    """The log groups, filters, dashboard and alarms for ``endpoint`` (``config`` None: none); what
+    was made, by kind."""
+    if config is None:
         log("  per-model metrics: off (--no-model-metrics)")
         return {}
     groups = log_groups(endpoint, form, components)

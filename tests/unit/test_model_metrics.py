@@ -132,3 +132,12 @@ def test_the_dry_run_piped_into_head_ends_quietly():
         proc.stdout.close()  # what `| head -c 10` does
         stderr = proc.stderr.read().decode()
         assert proc.wait(timeout=60) == 0 and "Traceback" not in stderr, stderr
+
+
+def test_the_dry_run_of_a_deploy_without_metrics_prints_nothing_to_create(capsys):
+    assert metrics_cli.main(["--name", "mm", "--no-model-metrics"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["metric_filters"] == [] and document["alarms"] == [] and document["dashboard"] is None
+    with pytest.raises(SystemExit):
+        metrics_cli.main(["--name", "mm", "--no-model-metrics", "--lines", "serve.log"])
+    assert "--no-model-metrics makes none" in capsys.readouterr().err

@@ -52,21 +52,36 @@ class Triton(Protocol):
 
 @dataclass(frozen=True)
 class Option:
-    """A request option: its type, its inclusive range and its default."""
+    """A request option: its type (int, float, bool or str), its inclusive range (numbers) or its
+    choices (str), and its default (None: the option is off unless a request gives it)."""
 
     name: str
-    kind: type  # int or float
-    minimum: float
-    maximum: float
-    default: int | float
+    kind: type  # int, float, bool or str
+    minimum: float = 0
+    maximum: float = 0
+    default: Any = None
+    choices: tuple[str, ...] = ()
+
+    @property
+    def numeric(self) -> bool:
+        return self.kind in (int, float)
 
     def _check_range(self, value: float, where: str) -> int | float:
         if not (self.minimum <= value <= self.maximum):
             raise InvalidInput(f"{where} must be between {self.minimum:g} and {self.maximum:g}, got {value!r}")
         return value
 
-    def parse(self, value: Any, where: str) -> int | float:
-        """A JSON value: ints for int options, ints or floats for float options, in range."""
+    def parse(self, value: Any, where: str) -> Any:
+        """A JSON value: ints for int options, ints or floats for float options, in range; true or
+        false for bool options; one of the choices for str options."""
+        if self.kind is bool:
+            if not isinstance(value, bool):
+                raise InvalidInput(f"{where} must be true or false, got {value!r}")
+            return value
+        if self.kind is str:
+            if value not in self.choices:
+                raise InvalidInput(f"{where} must be one of {', '.join(map(repr, self.choices))}, got {value!r}")
+            return value
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise InvalidInput(f"{where} must be {'an integer' if self.kind is int else 'a number'}")
         if self.kind is int:
@@ -79,10 +94,17 @@ class Option:
             raise InvalidInput(f"{where} must be a finite number")
         return self._check_range(float(value), where)
 
-    def parse_text(self, text: str, where: str) -> int | float:
+    def parse_text(self, text: str, where: str) -> Any:
         """A value from a header: the same checks, after converting the string."""
+        text = text.strip()
+        if self.kind is bool:
+            if text.lower() not in ("true", "false"):
+                raise InvalidInput(f"{where} must be true or false, got {text!r}")
+            return text.lower() == "true"
+        if self.kind is str:
+            return self.parse(text, where)
         try:
-            value: int | float = self.kind(text.strip())
+            value: int | float = self.kind(text)
         except ValueError:
             raise InvalidInput(
                 f"{where} must be {'an integer' if self.kind is int else 'a number'}, got {text!r}"
@@ -146,6 +168,8 @@ class ModelClient(ABC, Generic[Context]):
     # The settings a model.toml may give the family; any other key is a typo, refused at start-up.
     PREPROCESS_KEYS: ClassVar[frozenset[str]] = frozenset()
     POSTPROCESS_KEYS: ClassVar[frozenset[str]] = frozenset()  # besides each option and max_<option>
+    # Payload fields besides the input field and the options (a text pair's second texts).
+    EXTRA_FIELDS: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, spec: ModelSpec, triton: Triton, settings: Settings) -> None:
         self.check_settings(spec)  # before any is read: a misspelt key is named as such
@@ -169,7 +193,7 @@ class ModelClient(ABC, Generic[Context]):
     def check_settings(cls, spec: ModelSpec) -> None:
         """Every ``[preprocess]`` / ``[postprocess]`` key is one the family reads (a typo stops the start)."""
         check_keys(spec, "preprocess", spec.preprocess, cls.PREPROCESS_KEYS)
-        option_keys = {key for o in cls.OPTIONS for key in (o.name, f"max_{o.name}")}
+        option_keys = {key for o in cls.OPTIONS for key in (o.name, *([f"max_{o.name}"] if o.numeric else []))}
         check_keys(spec, "postprocess", spec.postprocess, cls.POSTPROCESS_KEYS | option_keys)
 
     def configure(self) -> None:
@@ -191,16 +215,24 @@ class ModelClient(ABC, Generic[Context]):
         """Upper bounds that depend on the model (a top-k no larger than its classes)."""
         return {}
 
+    def option_defaults(self) -> Mapping[str, Any]:
+        """Defaults that depend on the model (the classification function its config implies)."""
+        return {}
+
     def _bounded(self, option: Option, limits: Mapping[str, float]) -> Option:
-        """The family's option with the model's default (``[postprocess] <name>``) and bound
-        (``[postprocess] max_<name>``, and ``option_limits``)."""
+        """The family's option with the model's default (``[postprocess] <name>``, else
+        ``option_defaults``) and bound (``[postprocess] max_<name>``, and ``option_limits``)."""
         post = self.spec.postprocess
-        maximum = min(option.maximum, post.get(f"max_{option.name}", option.maximum))
-        maximum = min(maximum, limits.get(option.name, maximum))
-        bounded = replace(option, maximum=maximum)
+        bounded = option
+        if option.numeric:
+            maximum = min(option.maximum, post.get(f"max_{option.name}", option.maximum))
+            bounded = replace(option, maximum=min(maximum, limits.get(option.name, maximum)))
+        default = post.get(option.name, self.option_defaults().get(option.name, option.default))
+        if default is None:
+            return bounded
         where = f"{self.spec.folder}/model.toml: [postprocess] {option.name}"
         try:
-            return replace(bounded, default=bounded.parse(post.get(option.name, option.default), where))
+            return replace(bounded, default=bounded.parse(default, where))
         except InvalidInput as error:
             raise SpecError(error.message) from None
 
@@ -214,7 +246,9 @@ class ModelClient(ABC, Generic[Context]):
 
     def parse_options(self, payload: Mapping[str, Any]) -> dict[str, Any]:
         """Every option of the family, from the payload or its default; unknown keys are refused."""
-        unknown = sorted(k for k in payload if k != self.input_field and k not in self.options)
+        unknown = sorted(
+            k for k in payload if k != self.input_field and k not in self.options and k not in self.EXTRA_FIELDS
+        )
         if unknown:
             raise InvalidInput(
                 f"payload.{unknown[0]} is not an option of {self.name!r} "
@@ -259,10 +293,25 @@ class ModelClient(ABC, Generic[Context]):
             for tensor in (self.spec.inputs if tensors is None else tensors)
         }
 
-    def _unstack(self, outputs: Mapping[str, np.ndarray], i: int) -> dict[str, np.ndarray]:
+    def _unstack(
+        self, outputs: Mapping[str, np.ndarray], items: Sequence[Mapping[str, np.ndarray]]
+    ) -> list[dict[str, np.ndarray]]:
+        """Each item's outputs from one Triton answer for the items' arrays (one batch row each)."""
         if self.spec.max_batch_size > 0:
-            return {k: v[i] for k, v in outputs.items()}
-        return dict(outputs)
+            return [{k: v[i] for k, v in outputs.items()} for i in range(len(items))]
+        return [dict(outputs)]
+
+    def _infer(
+        self, model: str, inputs: Mapping[str, np.ndarray], output_names: Sequence[str], version: str | None
+    ) -> tuple[dict[str, np.ndarray], str]:
+        """One Triton call for a chunk's stacked inputs (a family whose items take several rows splits it)."""
+        return self.triton.infer(model, inputs, output_names, version)
+
+    def _rows(self, inputs: Mapping[str, np.ndarray]) -> int:
+        """The batch rows of a chunk's stacked inputs (one an item, unless a family says otherwise)."""
+        if self.spec.max_batch_size <= 0:
+            return 1
+        return len(next(iter(inputs.values())))
 
     def _check_outputs(self, outputs: Mapping[str, Any], count: int, tensors: Sequence[TensorSpec]) -> None:
         """Triton's answer has the tensors model.toml promises; anything else is a bug (a 500), never
@@ -332,17 +381,16 @@ class ModelClient(ABC, Generic[Context]):
                     )
                 with timed(timings, "triton"):
                     try:
-                        outputs, answered = self.triton.infer(route.model, inputs, output_names, version)
+                        outputs, answered = self._infer(route.model, inputs, output_names, version)
                     except InvalidItem as error:  # a pipeline step refused one item: name it as the caller does
                         index, _, where = chunk[error.index]
                         refused = InvalidInput(error.message.replace(InvalidItem.WHERE, where))
                         raise WorkFailed(index, refused) from None
-                self._check_outputs(outputs, len(prepared), route.outputs)
+                self._check_outputs(outputs, self._rows(inputs), route.outputs)
                 with timed(timings, "postprocess"):
-                    for i, ((index, _, _), (_, context)) in enumerate(zip(chunk, prepared)):
-                        results[index].append(
-                            _blamed(index, route.finish, self._unstack(outputs, i), context, works[index].options)
-                        )
+                    each = self._unstack(outputs, [arrays for arrays, _ in prepared])
+                    for (index, _, _), (_, context), found in zip(chunk, prepared, each):
+                        results[index].append(_blamed(index, route.finish, found, context, works[index].options))
                         served[index] = answered
         return [(found[0] if work.single else found, version) for work, found, version in zip(works, results, served)]
 

@@ -12,9 +12,20 @@ from clients.base import ModelClient, Triton
 from clients.classification import ImageClassificationClient
 from clients.detection import DetectionClient
 from clients.fill_mask import FillMaskClient
+from clients.sentence_embedding import SentenceEmbeddingClient
+from clients.text_classification import TextClassificationClient
+from clients.token_classification import TokenClassificationClient
 
 FAMILIES: Mapping[str, type[ModelClient]] = {
-    cls.family: cls for cls in (ImageClassificationClient, DetectionClient, FillMaskClient)
+    cls.family: cls
+    for cls in (
+        ImageClassificationClient,
+        DetectionClient,
+        FillMaskClient,
+        TextClassificationClient,
+        TokenClassificationClient,
+        SentenceEmbeddingClient,
+    )
 }
 
 

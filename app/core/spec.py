@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from app.core.pipeline import ROUTER, pipeline_of
+from app.core.text_spec import TextModel, TextSpecError, is_text_spec, resolve
 
 SPEC_FILE = "model.toml"
 
@@ -71,6 +72,8 @@ class ModelSpec:
     # The network's name in Triton (its pipeline's steps are named after it): the folder's name,
     # which is ``name`` except where a multi-model endpoint loads the model under a name of its own.
     triton_name: str = ""
+    # A text family's Hugging Face folder and what was read from it (app.core.text_spec); None otherwise.
+    text: TextModel | None = None
 
     def __post_init__(self) -> None:
         if not self.triton_name:
@@ -134,6 +137,12 @@ def load_spec(folder: str | Path) -> ModelSpec:
         raise SpecError(f"{path}: no such file") from None
     except tomllib.TOMLDecodeError as e:
         raise SpecError(f"{path}: {e}") from None
+    text = None
+    if is_text_spec(raw):
+        try:
+            raw, text = resolve(raw, folder, str(path))
+        except TextSpecError as error:
+            raise SpecError(str(error)) from None
     for key in ("family", "max_batch_size"):
         if key not in raw:
             raise SpecError(f"{path}: missing {key!r}")
@@ -159,6 +168,7 @@ def load_spec(folder: str | Path) -> ModelSpec:
         postprocess=dict(raw.get("postprocess", {})),
         pipeline=pipeline,
         required=required,
+        text=text,
     )
 
 

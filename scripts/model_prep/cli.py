@@ -214,6 +214,10 @@ def write_model_files(spec, options: Options, export, choice, tuning, served: Pa
     if folder.resolve() != spec.folder.resolve():
         for name in ["model.toml", *_data_file_names(spec)]:
             shutil.copyfile(spec.file(name), folder / name)
+        if spec.text is not None:
+            from scripts.model_prep import transformers_export
+
+            transformers_export.copy_router_files(spec, folder)
 
 
 def write_pipeline(spec, options: Options, tuning) -> None:
@@ -233,10 +237,12 @@ def _data_file_names(spec) -> list[str]:
     return [str(settings[key]) for key in DATA_KEYS if key in settings]
 
 
-def prepare(spec, recipe, options: Options) -> dict:
+def prepare(spec, recipe, options: Options, choice=None) -> dict:
+    """One model from its recipe; ``choice``: its weights, when the recipe's model does not choose them
+    (a text model's folder)."""
     with step(spec.name, "writing data files"):
         recipe.data_files(spec)
-    choice = choose_weights(spec, recipe, options)
+    choice = choice or choose_weights(spec, recipe, options)
     export, choice = ensure_onnx(spec, recipe, choice, options)
     diffs = ", ".join(
         f"{n} {export.max_abs_diff[n]:.2e} (limit {export.tolerance[n]:.1e})" for n in export.max_abs_diff
@@ -275,7 +281,7 @@ def prepare_onnx_file(spec, options: Options) -> dict:
 
 def run(options: Options) -> int:
     from app.core.spec import load_spec
-    from scripts.model_prep import tensorrt_engine
+    from scripts.model_prep import tensorrt_engine, transformers_export
     from scripts.model_prep.recipes import recipes
 
     if options.target == "tensorrt" and not options.config_only:
@@ -286,7 +292,11 @@ def run(options: Options) -> int:
     table = recipes()
     started = time.perf_counter()
     for name in options.models:
+        transformers_export.fetch_hub(options.source / name)
         spec = load_spec(options.source / name)
+        if spec.text is not None:
+            prepare(spec, transformers_export.recipe(spec), options, transformers_export.choose_weights(spec, options))
+            continue
         builder, onnx_file = spec.export.get("builder"), spec.export.get(ONNX_KEY)
         if (builder is None) == (onnx_file is None):
             print(

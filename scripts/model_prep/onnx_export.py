@@ -106,10 +106,17 @@ def _show(tensors: list[TensorSpec]) -> str:
     return ", ".join(f"{t.name} {t.dtype} {list(t.dims)}" for t in tensors) or "none"
 
 
+def dynamic_axes(spec: ModelSpec) -> dict[str, dict[int, str]]:
+    """The batch axis of every tensor, and each -1 of the spec's dims (a text's tokens) as ``sequence``."""
+    return {
+        t.name: {0: "batch", **{i + 1: "sequence" for i, d in enumerate(t.dims) if d < 0}}
+        for t in (*spec.inputs, *spec.outputs)
+    }
+
+
 def export(module, spec: ModelSpec, sample: dict[str, np.ndarray], path: Path) -> None:
     import torch
 
-    names = [t.name for t in spec.inputs] + [t.name for t in spec.outputs]
     args = tuple(torch.from_numpy(sample[t.name]) for t in spec.inputs)
     path.parent.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings(), torch.no_grad():
@@ -123,7 +130,7 @@ def export(module, spec: ModelSpec, sample: dict[str, np.ndarray], path: Path) -
             str(path),
             input_names=[t.name for t in spec.inputs],
             output_names=[t.name for t in spec.outputs],
-            dynamic_axes={name: {0: "batch"} for name in names},
+            dynamic_axes=dynamic_axes(spec),
             opset_version=OPSET,
             do_constant_folding=True,
             dynamo=False,
@@ -151,7 +158,7 @@ def declare_output_shapes(path: Path, spec: ModelSpec, destination: Path | None 
         dims[0].Clear()
         dims[0].dim_param = "batch"
         for dim, size in zip(list(dims)[1:], tensor.dims):
-            if _symbolic(dim):
+            if _symbolic(dim) and size >= 0:  # a dim the spec leaves open (-1) stays symbolic
                 dim.Clear()
                 dim.dim_value = size
     onnx.save(model, str(destination or path))
@@ -181,7 +188,7 @@ def check(path: Path, spec: ModelSpec, recipe, module, seed: int) -> tuple[dict[
     inputs = recipe.sample_inputs(spec, CHECK_BATCH, np.random.default_rng(seed))
     outputs = run_onnxruntime(path, spec, inputs)
     for tensor, array in zip(spec.outputs, outputs):
-        if array.shape != (CHECK_BATCH, *tensor.dims):
+        if not _shape_agrees(array.shape, (CHECK_BATCH, *tensor.dims)):
             raise ExportError(
                 f"[{spec.name}] ONNX Runtime gives {tensor.name} the shape {list(array.shape)}, "
                 f"model.toml says {[CHECK_BATCH, *tensor.dims]}"
@@ -193,6 +200,11 @@ def check(path: Path, spec: ModelSpec, recipe, module, seed: int) -> tuple[dict[
     if failed:
         raise ExportError(f"[{spec.name}] ONNX Runtime differs from torch beyond the tolerance: " + "; ".join(failed))
     return diffs, limits
+
+
+def _shape_agrees(shape: tuple[int, ...], expected: tuple[int, ...]) -> bool:
+    """An output's shape against the spec's (a -1 takes any size: a text model's sequence axis)."""
+    return len(shape) == len(expected) and all(want in (-1, got) for got, want in zip(shape, expected))
 
 
 def sample_inputs(spec: ModelSpec, batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -243,7 +255,7 @@ def check_file(path: Path, spec: ModelSpec, seed: int, cache_dir: Path | None = 
     except refusals as error:
         raise ExportError(f"[{spec.name}] ONNX Runtime cannot run {path} at batch {CHECK_BATCH}: {error}") from None
     for tensor, array in zip(spec.outputs, outputs):
-        if array.shape != (CHECK_BATCH, *tensor.dims) or array.dtype != tensor.numpy_dtype:
+        if not _shape_agrees(array.shape, (CHECK_BATCH, *tensor.dims)) or array.dtype != tensor.numpy_dtype:
             raise ExportError(
                 f"[{spec.name}] ONNX Runtime gives {tensor.name} {array.dtype} {list(array.shape)}, "
                 f"model.toml says {tensor.dtype} {[CHECK_BATCH, *tensor.dims]}"

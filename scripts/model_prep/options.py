@@ -144,10 +144,11 @@ def weights_files(values: list[str]) -> dict[str, Path]:
 
 
 def make_options(args: argparse.Namespace) -> Options:
-    from app.core.spec import find_specs
+    from app.core.spec import SPEC_FILE
 
     source = args.source.resolve()
-    available = sorted(find_specs(source)) if source.is_dir() else []
+    # the folders with a model.toml (each is read, and its mistakes named, when it is prepared)
+    available = sorted(p.name for p in source.iterdir() if (p / SPEC_FILE).is_file()) if source.is_dir() else []
     names = [n for item in args.models or available for n in item.split(",") if n]
     unknown = sorted(set(names) - set(available))
     if unknown or not names:

@@ -39,7 +39,8 @@ def _gpu_visible() -> bool:
 def build_engine(
     onnx_path: Path, plan_path: Path, spec: ModelSpec, max_batch_size: int, precision: str, timing_cache: Path
 ) -> None:
-    """One optimisation profile: batch 1 (min), max_batch_size (opt and max)."""
+    """One optimisation profile: batch 1 (min), max_batch_size (opt and max); a text model's sequence
+    axis from 1 token (min) to its sequence length (opt and max)."""
     import onnx
     import tensorrt as trt
 
@@ -62,8 +63,9 @@ def build_engine(
 
     profile = builder.create_optimization_profile()
     for tensor in served_tensors(spec)[0]:  # a detector's graph also takes its geometry and options
-        largest = (max_batch_size, *tensor.dims)
-        profile.set_shape(tensor.name, (1, *tensor.dims), largest, largest)
+        longest = spec.text.sequence_length if spec.text else 1
+        largest = (max_batch_size, *(longest if d < 0 else d for d in tensor.dims))
+        profile.set_shape(tensor.name, (1, *(1 if d < 0 else d for d in tensor.dims)), largest, largest)
     config.add_optimization_profile(profile)
     cache = config.create_timing_cache(timing_cache.read_bytes() if timing_cache.is_file() else b"")
     config.set_timing_cache(cache, ignore_mismatch=False)

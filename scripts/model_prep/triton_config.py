@@ -59,9 +59,10 @@ def model_config(spec: ModelSpec, target: str, tuning: Tuning, weights_source: s
     # does not pay for ONNX Runtime's (or TensorRT's) first run, and the runtime's memory arena
     # takes its working size at load time instead of growing under traffic.
     warmup = config.model_warmup.add(name=f"batch_{tuning.max_batch_size}", batch_size=tuning.max_batch_size, count=1)
+    longest = spec.text.sequence_length if spec.text else 1  # a text model warms up at its longest texts
     for tensor in inputs:
         warmup.inputs[tensor.name].data_type = data_type(tensor.dtype)
-        warmup.inputs[tensor.name].dims.extend(tensor.dims)
+        warmup.inputs[tensor.name].dims.extend(longest if d < 0 else d for d in tensor.dims)
         warmup.inputs[tensor.name].zero_data = True
     # instance count 0 is "auto": 1 here (what a Triton that does not size runs), sized by serve
     config.instance_group.add(count=tuning.instance_count or 1, kind=INSTANCE_KIND[target])

@@ -22,14 +22,17 @@ class WeightsChoice:
     seed: int
     path: Path | None = None
     reason: str = ""
+    variant: str = ""  # what else the export depends on (a text model's config): part of the cache key
 
     @property
     def cache_key(self) -> str:
         if self.source in (RANDOM, SMALL):
-            return f"{self.source}-seed{self.seed}"
-        if self.source == FILE:
-            return f"file-{fingerprint(self.path)[:16]}"
-        return PRETRAINED
+            key = f"{self.source}-seed{self.seed}"
+        elif self.source == FILE:
+            key = f"file-{fingerprint(self.path)[:16]}"
+        else:
+            key = PRETRAINED
+        return f"{key}-{self.variant}" if self.variant else key
 
     def describe(self) -> str:
         if self.source == RANDOM:

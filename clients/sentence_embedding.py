@@ -1,0 +1,46 @@
+"""Sentence embedding family: a sentence-transformers folder (or any Hugging Face encoder, pooled by
+mean), answered as ``SentenceTransformer(folder).encode`` answers.
+
+Payload: ``{"text": str | [str], "normalize": bool, "truncation": bool}``; one text answers its
+vector (a list of floats), a list a list of them. Pooling (``mean``, ``cls``, ``max``,
+``lasttoken``, ... as sentence-transformers names them) and the folder's own ``Normalize`` module
+run inside the network's graph: Triton returns ``[batch, dim]``. ``normalize`` is
+``encode(normalize_embeddings=...)``: true L2-normalises the vector here (already done by the graph
+where the folder ends with ``Normalize``); its default is whether the folder does.
+``sentence-transformers`` cuts every text to its ``max_seq_length``: send ``"truncation": true``
+for the same answers on long texts; without it a text past the limit is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from clients.base import Option
+from clients.text import TRUNCATION, TextClient
+
+EPSILON = 1e-12  # torch.nn.functional.normalize's floor on the norm
+
+
+class SentenceEmbeddingClient(TextClient[None]):
+    family = "sentence_embedding"
+    OPTIONS = (Option("normalize", bool, default=False), TRUNCATION)
+
+    def configure(self) -> None:
+        super().configure()
+        self.embeddings_name = self.spec.outputs[0].name
+
+    def option_defaults(self) -> Mapping[str, Any]:
+        return {"normalize": self.text.normalize}
+
+    def preprocess(self, item: Any, where: str, options: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], None]:
+        text = self.check_text(item, where)
+        return self.arrays([self.encode(text, None, where, options["truncation"])]), None
+
+    def postprocess(self, outputs: Mapping[str, np.ndarray], context: None, options: Mapping[str, Any]) -> list:
+        vector = outputs[self.embeddings_name][0].astype(np.float32, copy=False)
+        if options["normalize"] and not self.text.normalize:
+            vector = vector / max(float(np.linalg.norm(vector)), EPSILON)
+        return vector.tolist()

@@ -1,0 +1,183 @@
+"""What the text families share: a Hugging Face fast tokenizer (its ``tokenizer.json``, through the
+``tokenizers`` library), the length check against the model's sequence length, and padding per
+request to a few length buckets.
+
+A text is encoded with the tokenizer's own special tokens and no truncation or padding; a text
+longer than the sequence length is a 400 naming its token count and the limit, unless the request
+asks for ``"truncation": true`` (then it is cut as Hugging Face's tokenizer cuts it, longest first
+for a pair). A request's texts are padded together to the shortest bucket (16, 32, 64, 128, 256,
+... up to the sequence length) that holds its longest text: a ten-token text does not cost what a
+512-token one does, and requests of many callers in the same bucket have the same shape, which is
+what Triton's dynamic batcher needs to run them together.
+
+An item's arrays carry a leading rows axis (one row per text, several for a long text cut into
+windows); a chunk's rows go to Triton in calls of at most ``max_batch_size`` rows.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+from tokenizers import Encoding, Tokenizer
+
+from app.core.errors import InvalidInput
+from app.core.spec import SpecError
+from app.core.text_spec import TextModel
+from clients.base import ModelClient, Option
+
+Context = TypeVar("Context")
+SMALLEST_BUCKET = 16
+TRUNCATION = Option("truncation", bool, default=False)
+
+
+def length_buckets(sequence_length: int) -> tuple[int, ...]:
+    """16, 32, 64, ... below the sequence length, then the sequence length itself."""
+    buckets, size = [], SMALLEST_BUCKET
+    while size < sequence_length:
+        buckets.append(size)
+        size *= 2
+    return (*buckets, sequence_length)
+
+
+def bucket(length: int, buckets: Sequence[int]) -> int:
+    return next((size for size in buckets if size >= length), buckets[-1])
+
+
+def special_token(text: TextModel, name: str) -> str | None:
+    """A special token's text (``pad_token``, ``unk_token``, ...) from tokenizer_config.json, where
+    transformers reads it."""
+    for file in ("tokenizer_config.json", "special_tokens_map.json"):
+        path = text.folder / file
+        if path.is_file():
+            value = json.loads(path.read_text(encoding="utf-8")).get(name)
+            if isinstance(value, dict):  # an AddedToken's fields
+                value = value.get("content")
+            if isinstance(value, str):
+                return value
+    return None
+
+
+def load_tokenizer(text: TextModel) -> Tokenizer:
+    """The folder's fast tokenizer, with any truncation or padding its file carries turned off."""
+    path = text.folder / "tokenizer.json"
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as error:  # noqa: BLE001 - the tokenizers library raises plain Exceptions
+        raise SpecError(f"{path}: not a tokenizer the tokenizers library loads: {error}") from None
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer
+
+
+class TextClient(ModelClient[Context]):
+    """A text family's tokenizer, limits and padding; the families add their options and their ends."""
+
+    input_field = "text"
+    content_types = frozenset({"text/plain"})
+    PREPROCESS_KEYS = frozenset({"sequence_length"})
+
+    def configure(self) -> None:
+        super().configure()
+        spec = self.spec
+        if spec.text is None:
+            raise SpecError(
+                f"{spec.folder}/model.toml: the {self.family} family needs [export] transformers = "
+                '"<a save_pretrained folder of the model\'s, or a hub id>"'
+            )
+        self.text = spec.text
+        self.sequence_length = spec.text.sequence_length
+        self.tokenizer = load_tokenizer(spec.text)
+        # A second tokenizer that cuts to the sequence length: a tokenizer's settings are shared by the
+        # threads that use it, so truncation is a tokenizer of its own, not a setting changed per request.
+        self.truncating = copy.deepcopy(self.tokenizer)
+        self.truncating.enable_truncation(self.sequence_length)
+        pad = special_token(spec.text, "pad_token")
+        pad_id = self.tokenizer.token_to_id(pad) if pad else None
+        self.pad_id = pad_id if pad_id is not None else 0
+        self.buckets = length_buckets(self.sequence_length)
+        names = [t.name for t in spec.inputs]
+        if names[:2] != ["input_ids", "attention_mask"] or names[2:] not in ([], ["token_type_ids"]):
+            raise SpecError(
+                f"{spec.folder}/model.toml: a text model's inputs are input_ids, attention_mask and, where the "
+                f"model takes them, token_type_ids; these are {', '.join(names)}"
+            )
+        self.token_type_ids = len(names) == 3
+
+    def check_text(self, value: Any, where: str) -> str:
+        if not isinstance(value, str):
+            raise InvalidInput(f"{where} must be a string (or a list of them), not {type(value).__name__}")
+        return value
+
+    def encode(
+        self, text: str, pair: str | None, where: str, truncation: bool, hint: str = 'send "truncation": true to cut it'
+    ) -> Encoding:
+        """The text (and its pair) as the model reads it; too long a 400 (``hint``: what else the caller
+        can do) unless ``truncation``."""
+        encoding = self.tokenizer.encode(text, pair)
+        if len(encoding.ids) <= self.sequence_length:
+            return encoding
+        if truncation:
+            return self.truncating.encode(text, pair)
+        raise InvalidInput(
+            f"{where} is {len(encoding.ids)} tokens (special tokens included), over the model's limit of "
+            f"{self.sequence_length}; shorten it, or {hint}"
+        )
+
+    def arrays(self, encodings: Sequence[Encoding]) -> dict[str, np.ndarray]:
+        """An item's input arrays, one row per encoding, each as long as the longest (no batch padding yet)."""
+        longest = max(len(e.ids) for e in encodings)
+        ids = np.full((len(encodings), longest), self.pad_id, dtype=np.int64)
+        mask = np.zeros((len(encodings), longest), dtype=np.int64)
+        types = np.zeros((len(encodings), longest), dtype=np.int64)
+        for row, encoding in enumerate(encodings):
+            n = len(encoding.ids)
+            ids[row, :n] = encoding.ids
+            mask[row, :n] = encoding.attention_mask
+            types[row, :n] = encoding.type_ids
+        arrays = {"input_ids": ids, "attention_mask": mask}
+        if self.token_type_ids:
+            arrays["token_type_ids"] = types
+        return arrays
+
+    def _stack(self, arrays: Sequence[Mapping[str, np.ndarray]], tensors=None) -> dict[str, np.ndarray]:
+        """A chunk's rows, padded to the bucket of its longest text."""
+        length = bucket(max(a["input_ids"].shape[1] for a in arrays), self.buckets)
+        rows = sum(len(a["input_ids"]) for a in arrays)
+        stacked = {}
+        for name in arrays[0]:
+            batch = np.full((rows, length), self.pad_id if name == "input_ids" else 0, dtype=np.int64)
+            row = 0
+            for a in arrays:
+                n, width = a[name].shape
+                batch[row : row + n, :width] = a[name]
+                row += n
+            stacked[name] = batch
+        return stacked
+
+    def _unstack(
+        self, outputs: Mapping[str, np.ndarray], items: Sequence[Mapping[str, np.ndarray]]
+    ) -> list[dict[str, np.ndarray]]:
+        """Each item's outputs with its rows axis (one row a text, or a text's windows)."""
+        found, row = [], 0
+        for arrays in items:
+            n = len(arrays["input_ids"])
+            found.append({k: v[row : row + n] for k, v in outputs.items()})
+            row += n
+        return found
+
+    def _infer(self, model, inputs, output_names, version):
+        """Rows past ``max_batch_size`` go in further calls; their outputs are joined in order."""
+        rows, batch = len(inputs["input_ids"]), max(1, self.spec.max_batch_size)
+        if rows <= batch:
+            return self.triton.infer(model, inputs, output_names, version)
+        parts, answered = [], ""
+        for start in range(0, rows, batch):
+            outputs, answered = self.triton.infer(
+                model, {k: v[start : start + batch] for k, v in inputs.items()}, output_names, version
+            )
+            parts.append(outputs)
+        return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}, answered

@@ -1,0 +1,76 @@
+"""Token classification family (NER and other taggers), answered as Hugging Face's
+``TokenClassificationPipeline`` answers.
+
+Payload: ``{"text": str | [str], "aggregation_strategy": "none" | "simple" | "first" | "average" |
+"max", "stride": n}``; one text answers its list of entities (``entity`` or ``entity_group``,
+``score``, ``word``, ``start``, ``end``, and ``index`` for "none"), a list a list of them. The
+network returns the logits of every token; the pipeline's post-processing (softmax, its sub-word
+rules, word reconstruction, grouping) runs here (``clients.entities``). With ``stride``, a text
+longer than the sequence length is cut into windows overlapping by ``stride`` tokens, each a row
+of the batch, and their entities merged as the pipeline merges them; without it, such a text is
+refused. ``model.toml`` may set the default strategy (``[postprocess] aggregation_strategy``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from tokenizers import Encoding
+
+from app.core.errors import InvalidInput
+from clients.base import Option
+from clients.entities import STRATEGIES, Vocabulary, Window, entities, windows
+from clients.text import TextClient, special_token
+
+NONE = "none"
+
+
+@dataclass(frozen=True)
+class Tagged:
+    """What postprocess needs of one text: the text and the encodings of its windows (one without stride)."""
+
+    text: str
+    encodings: Sequence[Encoding]
+
+
+class TokenClassificationClient(TextClient[Tagged]):
+    family = "token_classification"
+    OPTIONS = (
+        Option("aggregation_strategy", str, default=NONE, choices=STRATEGIES),
+        Option("stride", int, 0, 100_000),
+    )
+
+    def configure(self) -> None:
+        super().configure()
+        self.labels = self.text.labels
+        self.logits_name = self.spec.outputs[0].name
+        self.vocabulary = Vocabulary.of(self.tokenizer, special_token(self.text, "unk_token"))
+
+    def option_limits(self) -> Mapping[str, float]:
+        # a window keeps at least one token of its own besides the overlap and the special tokens
+        return {"stride": self.sequence_length - self.tokenizer.num_special_tokens_to_add(False) - 1}
+
+    def preprocess(self, item: Any, where: str, options: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], Tagged]:
+        text = self.check_text(item, where)
+        stride = options["stride"]
+        if stride is None:
+            encodings = [self.encode(text, None, where, truncation=False, hint='send "stride": n')]
+        else:
+            if options["aggregation_strategy"] == NONE:
+                raise InvalidInput(
+                    'payload.stride needs an aggregation_strategy other than "none" (the windows\' entities '
+                    "are merged by word)"
+                )
+            try:
+                encodings = windows(self.tokenizer, text, self.sequence_length, stride)
+            except ValueError as error:  # a stride the windows cannot take (options bound it first)
+                raise InvalidInput(f"payload.stride {stride}: {error}") from None
+        return self.arrays(encodings), Tagged(text, encodings)
+
+    def postprocess(self, outputs: Mapping[str, np.ndarray], context: Tagged, options: Mapping[str, Any]) -> list:
+        logits = outputs[self.logits_name].astype(np.float32, copy=False)
+        found = [Window.of(encoding, logits[row]) for row, encoding in enumerate(context.encodings)]
+        return entities(context.text, found, self.labels, options["aggregation_strategy"], self.vocabulary)

@@ -1,0 +1,177 @@
+"""The text families through the whole stack (NGINX, gunicorn, the router, a real Triton) against
+Hugging Face's pipelines and sentence-transformers: small random-weight models of the three
+tokenizer kinds, prepared by ``python -m scripts.model_prep`` into a repository of their own.
+Both request forms (the JSON envelope, a raw ``text/plain`` body with the options in the custom
+attributes), JSON Lines, callers at once (Triton's dynamic batcher), and bad input (400s naming the
+field; the endpoint keeps serving). Tolerances as in tests/unit/test_text_families.py: 1e-4 on
+scores and vectors, labels, words and offsets exact."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+
+from scripts.devtools import Stack
+from tests.support import assert_conforms, assert_error, post
+from tests.text_models import CORPUS, build_text_models, prepare_text_repository
+
+pytestmark = pytest.mark.integration
+
+ATOL = 1e-4
+MODELS = ("sentiment_bert", "reranker_xlmr", "ner_roberta", "ner_bert", "embed_bert_mean")
+LONG_TEXT = " ".join(CORPUS * 3)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> Path:
+    return build_text_models(tmp_path_factory.mktemp("text-models") / "models", MODELS)
+
+
+@pytest.fixture(scope="module")
+def text_stack(models: Path, tmp_path_factory, stopping: list[Stack]):
+    repository = prepare_text_repository(models, models.parent / "repository")
+    started = Stack(repository).start(tmp_path_factory.mktemp("text-stack-logs"))
+    stopping.append(started)
+    started.wait_healthy()
+    yield started
+    started.begin_stop()
+
+
+def reference(task: str, models: Path, name: str):
+    from transformers import pipeline
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return pipeline(task, model=str(models / name / "hf"))
+
+
+def invoke(stack: Stack, model: str, payload: dict) -> requests.Response:
+    r = post(stack, {"modelname": model, "payload": payload})
+    assert_conforms(r, "/invocations", "POST")
+    return r
+
+
+def result(stack: Stack, model: str, payload: dict):
+    r = invoke(stack, model, payload)
+    assert r.status_code == 200, r.text[:500]
+    return r.json()["result"]
+
+
+def assert_classes(ours: list, theirs: list) -> None:
+    assert [c["label"] for c in ours] == [c["label"] for c in theirs]
+    np.testing.assert_allclose([c["score"] for c in ours], [c["score"] for c in theirs], rtol=0, atol=ATOL)
+
+
+def assert_entities(ours: list, theirs: list) -> None:
+    exact = [{k: v for k, v in e.items() if k != "score"} for e in theirs]
+    assert [{k: v for k, v in e.items() if k != "score"} for e in ours] == exact
+    np.testing.assert_allclose([e["score"] for e in ours], [float(e["score"]) for e in theirs], rtol=0, atol=ATOL)
+
+
+def test_classification_and_pairs_equal_the_pipeline(text_stack, models):
+    pipe = reference("text-classification", models, "sentiment_bert")
+    answers = result(text_stack, "sentiment_bert", {"text": CORPUS, "topk": 2})
+    assert len(answers) == len(CORPUS)
+    for text, answer in zip(CORPUS, answers):
+        assert_classes(answer, pipe(text, top_k=2))
+    rerank = reference("text-classification", models, "reranker_xlmr")
+    query, passages = CORPUS[0], [CORPUS[1], CORPUS[2], CORPUS[3]]
+    scores = result(text_stack, "reranker_xlmr", {"text": [query] * 3, "text_pair": passages})
+    for passage, answer in zip(passages, scores):
+        assert_classes(answer, rerank({"text": query, "text_pair": passage}, top_k=1))
+
+
+def test_a_raw_text_body_takes_its_options_from_the_custom_attributes(text_stack, models):
+    pipe = reference("text-classification", models, "sentiment_bert")
+    attributes = "modelname=sentiment_bert,topk=2,function_to_apply=sigmoid"
+    r = post(text_stack, CORPUS[4].encode(), "text/plain", attributes)
+    assert r.status_code == 200, r.text
+    assert_classes(r.json()["result"], pipe(CORPUS[4], top_k=2, function_to_apply="sigmoid"))
+    r = post(text_stack, LONG_TEXT.encode(), "text/plain", "modelname=embed_bert_mean,truncation=true,normalize=false")
+    assert r.status_code == 200, r.text
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(models / "embed_bert_mean" / "hf"), device="cpu")
+    np.testing.assert_allclose(r.json()["result"], model.encode(LONG_TEXT), rtol=0, atol=ATOL)
+    r = post(text_stack, CORPUS[5].encode(), "text/plain", "modelname=ner_roberta,aggregation_strategy=first")
+    assert r.status_code == 200, r.text
+    assert_entities(
+        r.json()["result"],
+        reference("token-classification", models, "ner_roberta")(CORPUS[5], aggregation_strategy="first"),
+    )
+
+
+def test_embeddings_equal_sentence_transformers(text_stack, models):
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(models / "embed_bert_mean" / "hf"), device="cpu")
+    texts = CORPUS[:8]
+    vectors = result(text_stack, "embed_bert_mean", {"text": texts})
+    np.testing.assert_allclose(vectors, model.encode(texts), rtol=0, atol=ATOL)
+    one = result(text_stack, "embed_bert_mean", {"text": texts[0]})
+    np.testing.assert_allclose(one, vectors[0], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["ner_roberta", "ner_bert"])
+def test_entities_equal_the_pipeline(text_stack, models, name):
+    pipe = reference("token-classification", models, name)
+    for strategy in ("none", "simple", "first", "average", "max"):
+        answers = result(text_stack, name, {"text": CORPUS[4:8], "aggregation_strategy": strategy})
+        for text, answer in zip(CORPUS[4:8], answers):
+            assert_entities(answer, pipe(text, aggregation_strategy=strategy))
+    ours = result(text_stack, name, {"text": LONG_TEXT, "aggregation_strategy": "simple", "stride": 16})
+    assert_entities(ours, pipe(LONG_TEXT, aggregation_strategy="simple", stride=16))
+
+
+def test_callers_at_once_each_get_their_own_answer(text_stack, models):
+    """Eight callers at once (Triton's dynamic batcher may run their texts together): each answer is
+    the reference's for its own texts."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(models / "embed_bert_mean" / "hf"), device="cpu")
+    texts = [f"{CORPUS[i % len(CORPUS)]} {i}" for i in range(8)]
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda t: result(text_stack, "embed_bert_mean", {"text": t}), texts * 3))
+    np.testing.assert_allclose(answers, np.concatenate([model.encode(texts)] * 3), rtol=0, atol=ATOL)
+
+
+def test_json_lines_answer_each_line_in_order(text_stack):
+    lines = [
+        {"modelname": "sentiment_bert", "payload": {"text": CORPUS[0]}},
+        {"modelname": "embed_bert_mean", "payload": {"text": CORPUS[1]}},
+        {"modelname": "ner_bert", "payload": {"text": CORPUS[4], "aggregation_strategy": "simple"}},
+    ]
+    body = "".join(json.dumps(line) + "\n" for line in lines)
+    r = post(text_stack, body.encode(), "application/jsonlines")
+    assert r.status_code == 200, r.text
+    answers = [json.loads(line) for line in r.text.splitlines()]
+    assert [a["modelname"] for a in answers] == [line["modelname"] for line in lines]
+    for answer, line in zip(answers, lines):
+        alone = result(text_stack, line["modelname"], line["payload"])
+        assert json.dumps(answer["result"]) == json.dumps(alone)
+
+
+@pytest.mark.parametrize(
+    ("model", "payload", "fragments"),
+    [
+        ("sentiment_bert", {"text": LONG_TEXT}, ["payload.text", "tokens", "limit of 64", "truncation"]),
+        ("ner_bert", {"text": LONG_TEXT}, ["payload.text", "limit of 64", "stride"]),
+        ("sentiment_bert", {"text": ["a", 5]}, ["payload.text[1]", "string"]),
+        ("sentiment_bert", {"text": ["a", "b"], "text_pair": ["c"]}, ["payload.text_pair", "as long as"]),
+        ("sentiment_bert", {"text": "a", "function_to_apply": "tanh"}, ["payload.function_to_apply"]),
+        ("ner_bert", {"text": "a", "aggregation_strategy": "longest"}, ["payload.aggregation_strategy"]),
+        ("ner_bert", {"text": "a", "stride": 8}, ["payload.stride", "aggregation_strategy"]),
+        ("ner_bert", {"text": "a", "stride": 500, "aggregation_strategy": "first"}, ["payload.stride", "between"]),
+        ("embed_bert_mean", {"text": "a", "normalize": 1}, ["payload.normalize", "true or false"]),
+    ],
+)
+def test_bad_input_is_a_400_naming_the_field_and_the_endpoint_keeps_serving(text_stack, model, payload, fragments):
+    assert_error(invoke(text_stack, model, payload), 400, "invalid_input", *fragments)
+    assert text_stack.ping().status_code == 200
+    assert len(result(text_stack, model, {"text": CORPUS[0]})) > 0

@@ -1,0 +1,318 @@
+"""clients/entities.py against Hugging Face's TokenClassificationPipeline: tiny random-weight models with a
+WordPiece (bert), byte-level BPE (roberta) and Unigram (xlm-roberta) tokenizer, every aggregation strategy,
+with and without stride; ``windows()`` against the fast tokenizer's own windows; the aggregation rules on
+hand-made arrays."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tokenizers
+
+from clients.entities import (
+    STRATEGIES,
+    Vocabulary,
+    Window,
+    aggregate_overlapping,
+    entities,
+    windows,
+)
+from tests.text_models import CORPUS, KINDS, MAX_POSITIONS, NER_LABELS, hf_folder
+
+SCORE_TOLERANCE = 1e-5  # our logits come from unpadded windows, the pipeline's from padded ones
+EDGE_TEXTS = [
+    "Prices: 5€ or ¥7 in 漢字 land, said Zoë.",  # characters the tiny vocabularies lack: unknown tokens
+    "   John lives in Berlin.   ",
+    "John   Smith    works  for   Acme.",
+    "Wait!!! What?!... (really) -- yes;; ok...",
+    "Café déjà vu 🙂🙂 naïve façade — São Paulo, Ünïcödé!",
+    "Hugging\tFace\nBerlin lives,no-spaces:here",
+    "",
+    " ",
+]
+TEXTS = [*CORPUS, *EDGE_TEXTS]
+LONG_TEXTS = [" ".join(CORPUS * 2), " ".join(reversed(CORPUS[4:])) * 3]
+STRIDES = (8, 20)
+WORD_AWARE = {"bert": True, "roberta": False, "xlm-roberta": False}  # WordPiece has a "##" prefix
+
+
+@dataclass
+class Setup:
+    kind: str
+    hf_tokenizer: object
+    tokenizer: tokenizers.Tokenizer
+    vocabulary: Vocabulary
+    model: object
+    pipeline: object
+    labels: list[str]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """Tiny models: torch's threads only contend for the machine's few cores (restored afterwards)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def setup(request, tmp_path_factory) -> Setup:
+    """One kind's folder, built once: the tokenizer as the router loads it, the torch model, the pipeline."""
+    from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
+
+    kind = request.param
+    folder = hf_folder(tmp_path_factory.mktemp(kind) / "hf", kind, head="token", labels=NER_LABELS, seed=3)
+    tokenizer = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
+    unk_token = json.loads((folder / "tokenizer_config.json").read_text()).get("unk_token")
+    model = AutoModelForTokenClassification.from_pretrained(folder).eval()
+    labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
+    return Setup(
+        kind,
+        AutoTokenizer.from_pretrained(folder),
+        tokenizer,
+        Vocabulary.of(tokenizer, unk_token),
+        model,
+        pipeline("token-classification", model=str(folder)),
+        labels,
+    )
+
+
+def logits(model, encoding: tokenizers.Encoding) -> np.ndarray:
+    import torch
+
+    inputs = {
+        "input_ids": torch.tensor([encoding.ids]),
+        "attention_mask": torch.tensor([encoding.attention_mask]),
+        "token_type_ids": torch.tensor([encoding.type_ids]),
+    }
+    with torch.no_grad():
+        return model(**inputs).logits[0].numpy()
+
+
+def ours(setup: Setup, text: str, strategy: str, stride: int | None = None) -> list[dict]:
+    found = [
+        Window.of(encoding, logits(setup.model, encoding))
+        for encoding in windows(setup.tokenizer, text, MAX_POSITIONS, stride)
+    ]
+    return entities(text, found, setup.labels, strategy, setup.vocabulary)
+
+
+def assert_same(found: list[dict], expected: list[dict], where: str) -> None:
+    assert len(found) == len(expected), f"{where}: {found} != {expected}"
+    for mine, theirs in zip(found, expected, strict=True):
+        assert list(mine) == list(theirs), where
+        assert type(mine["score"]) is float, where
+        for key in theirs:
+            if key == "score":
+                assert abs(mine[key] - float(theirs[key])) <= SCORE_TOLERANCE, f"{where}: {mine} != {theirs}"
+            else:
+                assert mine[key] == theirs[key], f"{where}: {mine} != {theirs}"
+
+
+@pytest.mark.filterwarnings("ignore:Tokenizer does not support real words")
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_entities_are_the_pipelines(setup: Setup, strategy: str) -> None:
+    seen = 0
+    for text in [*TEXTS, *LONG_TEXTS]:  # the long ones are cut to the model's length, as the pipeline cuts them
+        expected = setup.pipeline(text, aggregation_strategy=strategy)
+        assert_same(ours(setup, text, strategy), expected, f"{setup.kind} {strategy} {text!r}")
+        seen += len(expected)
+    assert seen > 0  # the comparison saw entities
+
+
+@pytest.mark.filterwarnings("ignore:Tokenizer does not support real words")
+@pytest.mark.parametrize("stride", STRIDES)
+@pytest.mark.parametrize("strategy", ["simple", "first", "average", "max"])
+def test_stride_entities_are_the_pipelines(setup: Setup, strategy: str, stride: int) -> None:
+    for text in LONG_TEXTS:
+        assert len(setup.tokenizer.encode(text).ids) >= 150
+        expected = setup.pipeline(text, aggregation_strategy=strategy, stride=stride)
+        assert_same(ours(setup, text, strategy, stride), expected, f"{setup.kind} {strategy} {stride} {text!r}")
+        assert expected
+
+
+@pytest.mark.parametrize("stride", [None, 0, *STRIDES])
+def test_windows_are_the_fast_tokenizers(setup: Setup, stride: int | None) -> None:
+    before = setup.tokenizer.to_str()
+    for text in [*TEXTS, *LONG_TEXTS]:
+        options = {} if stride is None else {"return_overflowing_tokens": True, "stride": stride}
+        expected = setup.hf_tokenizer(
+            [text],
+            truncation=True,
+            max_length=MAX_POSITIONS,
+            return_special_tokens_mask=True,
+            return_offsets_mapping=True,
+            **options,
+        )
+        found = windows(setup.tokenizer, text, MAX_POSITIONS, stride)
+        where = f"{setup.kind} {stride} {text!r}"
+        assert [e.ids for e in found] == expected["input_ids"], where
+        assert [e.offsets for e in found] == [[tuple(o) for o in w] for w in expected["offset_mapping"]], where
+        assert [e.special_tokens_mask for e in found] == expected["special_tokens_mask"], where
+        assert [e.attention_mask for e in found] == expected["attention_mask"], where
+    assert setup.tokenizer.to_str() == before  # the shared tokenizer is untouched
+    assert setup.tokenizer.truncation is None and setup.tokenizer.padding is None
+
+
+def test_windows_refuse_a_stride_without_room(setup: Setup) -> None:
+    with pytest.raises(ValueError, match="stride"):
+        windows(setup.tokenizer, LONG_TEXTS[0], MAX_POSITIONS, MAX_POSITIONS - 2)
+    with pytest.raises(BaseException, match="stride"):  # the fast tokenizer panics (pyo3's PanicException)
+        setup.hf_tokenizer(
+            LONG_TEXTS[0], truncation=True, max_length=MAX_POSITIONS, return_overflowing_tokens=True, stride=62
+        )
+
+
+def test_vocabulary_is_the_tokenizers(setup: Setup) -> None:
+    hf = setup.hf_tokenizer
+    vocabulary = setup.vocabulary
+    assert vocabulary.word_aware is WORD_AWARE[setup.kind]
+    assert vocabulary.word_aware == bool(getattr(hf._tokenizer.model, "continuing_subword_prefix", None))
+    assert hf.unk_token_id is not None
+    assert vocabulary.unk_id == hf.unk_token_id
+    assert len(vocabulary.tokens) == len(hf)
+    assert [vocabulary.token(i) for i in range(len(hf))] == hf.convert_ids_to_tokens(list(range(len(hf))))
+    for text in TEXTS:
+        tokens = hf.convert_ids_to_tokens(hf(text, add_special_tokens=False)["input_ids"])
+        assert vocabulary.text(tokens) == hf.convert_tokens_to_string(tokens)
+        words = [vocabulary.text(tokens[:2]), vocabulary.text(tokens[2:])]  # group_sub_entities decodes words too
+        assert vocabulary.text(words) == hf.convert_tokens_to_string(words)
+
+
+# Hand-made arrays: a vocabulary without decoder (tokens joined by spaces) and logits that pick a label.
+
+HAND_LABELS = ("O", "B-PER", "I-PER", "PER", "B-LOC", "I-LOC")
+
+
+def hand_window(text: str, spans: list[tuple[int, int]], picks: list[tuple[str, float]]) -> tuple[Window, Vocabulary]:
+    """[CLS] + one token per span + [SEP]; token i's best label is picks[i][0], its logit picks[i][1]."""
+    tokens = ("[CLS]", "[SEP]", *(text[a:b] for a, b in spans))
+    rows = np.zeros((len(spans) + 2, len(HAND_LABELS)), dtype=np.float32)
+    for row, (label, logit) in enumerate(picks, start=1):
+        rows[row, HAND_LABELS.index(label)] = logit
+    window = Window(
+        ids=[0, *range(2, 2 + len(spans)), 1],
+        offsets=[(0, 0), *spans, (0, 0)],
+        special_tokens_mask=[1, *[0] * len(spans), 1],
+        logits=rows,
+    )
+    return window, Vocabulary(tokens, None, word_aware=False, unk_id=None)
+
+
+def probability(logit: float) -> float:
+    """The softmax probability of a label whose logit is ``logit`` when the others are 0."""
+    return float(np.exp(logit) / (np.exp(logit) + len(HAND_LABELS) - 1))
+
+
+def test_b_and_i_grouping() -> None:
+    text = "Ann Lee met Bob Kim Max in Rome Paris"
+    spans = [(0, 3), (4, 7), (8, 11), (12, 15), (16, 19), (20, 23), (24, 26), (27, 31), (32, 37)]
+    picks = [
+        ("B-PER", 2.0),  # Ann
+        ("I-PER", 3.0),  # Lee: joins Ann
+        ("O", 1.0),  # met: dropped
+        ("B-PER", 2.0),  # Bob
+        ("B-PER", 2.0),  # Kim: a second B- starts a new group
+        ("PER", 4.0),  # Max: no prefix reads as I-PER and joins Kim
+        ("O", 1.0),
+        ("I-LOC", 2.0),  # Rome: an I- after O starts a group
+        ("I-LOC", 4.0),  # Paris: joins Rome
+    ]
+    window, vocabulary = hand_window(text, spans, picks)
+    found = entities(text, [window], HAND_LABELS, "simple", vocabulary)
+    expected = [
+        ("PER", "Ann Lee", 0, 7, (2.0, 3.0)),
+        ("PER", "Bob", 12, 15, (2.0,)),
+        ("PER", "Kim Max", 16, 23, (2.0, 4.0)),
+        ("LOC", "Rome Paris", 27, 37, (2.0, 4.0)),
+    ]
+    assert [(e["entity_group"], e["word"], e["start"], e["end"]) for e in found] == [x[:4] for x in expected]
+    for entity, (*_, picked) in zip(found, expected, strict=True):
+        assert entity["score"] == pytest.approx(np.mean([probability(x) for x in picked]), abs=1e-6)
+    assert list(found[0]) == ["entity_group", "score", "word", "start", "end"]
+
+    tokens = entities(text, [window], HAND_LABELS, "none", vocabulary)
+    assert [(e["entity"], e["index"], e["word"]) for e in tokens] == [
+        (label, i, text[a:b])
+        for i, ((label, _), (a, b)) in enumerate(zip(picks, spans, strict=True), start=1)
+        if label != "O"
+    ]
+    assert list(tokens[0]) == ["entity", "score", "index", "word", "start", "end"]
+    kept = entities(text, [window], HAND_LABELS, "simple", vocabulary, ignore_labels=("LOC",))
+    assert [e["entity_group"] for e in kept] == ["PER", "O", "PER", "PER", "O"]
+
+
+def test_other_prefixes() -> None:
+    # BIOES labels: a group is named after the first "-" of its first label, but only B-/I- prefixes are
+    # read when joining, so E-PER (tag "E-PER") does not join the B-PER before it
+    labels = ("O", "B-PER", "E-PER", "S-LOC")
+    text = "Ann Lee Rome"
+    tokens = ("[CLS]", "[SEP]", "Ann", "Lee", "Rome")
+    rows = np.zeros((5, 4), dtype=np.float32)
+    rows[1:4, [1, 2, 3]] = np.eye(3, dtype=np.float32) * 2
+    window = Window([0, 2, 3, 4, 1], [(0, 0), (0, 3), (4, 7), (8, 12), (0, 0)], [1, 0, 0, 0, 1], rows)
+    found = entities(text, [window], labels, "simple", Vocabulary(tokens, None, word_aware=False, unk_id=None))
+    assert [(e["entity_group"], e["word"]) for e in found] == [("PER", "Ann"), ("PER", "Lee"), ("LOC", "Rome")]
+
+
+def test_word_strategies() -> None:
+    # "Annabel" is two tokens: the second touches no space, so the fallback heuristic makes it a subword
+    text = "Annabel met"
+    spans = [(0, 3), (3, 7), (8, 11)]
+    picks = [("B-PER", 1.0), ("B-LOC", 3.0), ("O", 1.0)]
+    window, vocabulary = hand_window(text, spans, picks)
+    first = entities(text, [window], HAND_LABELS, "first", vocabulary)
+    assert [(e["entity_group"], e["word"], e["start"], e["end"]) for e in first] == [("PER", "Ann abel", 0, 7)]
+    assert first[0]["score"] == pytest.approx(probability(1.0), abs=1e-6)
+    highest = entities(text, [window], HAND_LABELS, "max", vocabulary)
+    assert [(e["entity_group"], e["word"]) for e in highest] == [("LOC", "Ann abel")]
+    assert highest[0]["score"] == pytest.approx(probability(3.0), abs=1e-6)
+    average = entities(text, [window], HAND_LABELS, "average", vocabulary)
+    exp = np.exp(window.logits[1:3])
+    mean = (exp / exp.sum(axis=1, keepdims=True)).mean(axis=0)
+    assert [e["entity_group"] for e in average] == [HAND_LABELS[int(mean.argmax())].split("-")[-1]] == ["LOC"]
+    assert average[0]["score"] == pytest.approx(float(mean.max()), abs=1e-6)
+    simple = entities(text, [window], HAND_LABELS, "simple", vocabulary)
+    assert [(e["entity_group"], e["word"]) for e in simple] == [("PER", "Ann"), ("LOC", "abel")]
+
+
+def test_aggregate_overlapping() -> None:
+    def entity(start: int, end: int, score: float, name: str) -> dict:
+        return {"entity_group": name, "score": score, "word": name, "start": start, "end": end}
+
+    assert aggregate_overlapping([]) == []
+    longer = [entity(0, 4, 0.9, "a"), entity(2, 9, 0.1, "longer")]
+    assert [e["word"] for e in aggregate_overlapping(longer)] == ["longer"]
+    likelier = [entity(0, 4, 0.5, "a"), entity(1, 5, 0.6, "likelier")]
+    assert [e["word"] for e in aggregate_overlapping(likelier)] == ["likelier"]
+    tie = [entity(0, 4, 0.5, "first"), entity(1, 5, 0.5, "second")]
+    assert [e["word"] for e in aggregate_overlapping(tie)] == ["first"]
+    shorter = [entity(0, 6, 0.1, "kept"), entity(2, 4, 0.9, "inside")]
+    assert [e["word"] for e in aggregate_overlapping(shorter)] == ["kept"]
+    touching = [entity(5, 9, 0.5, "b"), entity(0, 5, 0.5, "a")]  # sorted by start; an end is exclusive
+    assert [e["word"] for e in aggregate_overlapping(touching)] == ["a", "b"]
+
+
+def test_refusals() -> None:
+    text = "Ann met"
+    window, vocabulary = hand_window(text, [(0, 3), (4, 7)], [("B-PER", 1.0), ("O", 1.0)])
+    with pytest.raises(ValueError, match="strategy"):
+        entities(text, [window], HAND_LABELS, "longest", vocabulary)
+    with pytest.raises(ValueError, match="none"):
+        entities(text, [window, window], HAND_LABELS, "none", vocabulary)
+    assert entities(text, [window], HAND_LABELS, "SIMPLE", vocabulary) == entities(
+        text, [window], HAND_LABELS, "simple", vocabulary
+    )
+
+
+def test_no_transformers_or_torch() -> None:
+    source = (Path(__file__).parents[2] / "clients" / "entities.py").read_text()
+    imports = [line for line in source.splitlines() if line.startswith(("import ", "from "))]
+    assert not [line for line in imports if "transformers" in line or "torch" in line]

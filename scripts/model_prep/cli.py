@@ -280,7 +280,8 @@ def prepare_onnx_file(spec, options: Options) -> dict:
 
 
 def run(options: Options) -> int:
-    from app.core.spec import load_spec
+    from app.core.spec import SPEC_FILE, SpecError, load_spec
+    from clients.registry import FAMILIES
     from scripts.model_prep import tensorrt_engine, transformers_export
     from scripts.model_prep.recipes import recipes
 
@@ -294,6 +295,10 @@ def run(options: Options) -> int:
     for name in options.models:
         transformers_export.fetch_hub(options.source / name)
         spec = load_spec(options.source / name)
+        if spec.family not in FAMILIES:
+            raise SpecError(
+                f"{spec.folder / SPEC_FILE}: family {spec.family!r} is not one of {', '.join(sorted(FAMILIES))}"
+            )
         if spec.text is not None:
             prepare(spec, transformers_export.recipe(spec), options, transformers_export.choose_weights(spec, options))
             continue

@@ -1,4 +1,5 @@
-"""``python -m scripts.bench``: the arguments, the interleaved run of every side, and the report."""
+"""``python -m scripts.bench``: the arguments and the three phases, plan (``scripts.bench.plan``), run
+(``scripts.bench.run``: every side interleaved) and report (results.json, tables, plots)."""
 
 from __future__ import annotations
 
@@ -9,45 +10,21 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from app.core.settings import MODEL_REPOSITORY, PROJECT_ROOT
 from scripts.bench import __doc__ as bench_doc
-from scripts.bench.constants import (
-    CONCURRENCY,
-    DEFAULT_IMAGE,
-    DEFAULT_OUT,
-    DEFAULT_TEXT,
-    IDENTITY,
-    IDENTITY_TEXT,
-    MODELS,
-    NOBATCH_SUFFIX,
-    PYSTEP_SIDE,
-    TRITON_SIDE,
-)
-from scripts.bench.fixed_cost import (
-    FIXED_COST_CONCURRENCIES,
-    FIXED_COST_CONCURRENCY,
-    FIXED_COST_ROWS,
-    fixed_cost_figures,
-    format_fixed_cost,
-    run_fixed_cost,
-)
-from scripts.bench.load import GrpcCaller, HttpCaller, Progress, bench_model, send_mixed
-from scripts.bench.payloads import grpc_request, peer_requests, preprocessed_tensors, product_requests
-from scripts.bench.peers import (
-    rss_mb,
-    start_own_stack,
-    start_peer,
-    write_bench_repositories,
-)
-from scripts.bench.perf import format_perf_checks, perf_analyzer_check
-from scripts.bench.placement import CpuMeter, placement_sides, wire_bytes
-from scripts.bench.report import Cell, format_figures, format_results, plot, target_figures
-from scripts.bench.sizing import format_sizing, run_sizing, sizing_steps
+from scripts.bench.constants import CONCURRENCY, DEFAULT_IMAGE, DEFAULT_OUT, DEFAULT_TEXT, MODELS
+from scripts.bench.fixed_cost import FIXED_COST_CONCURRENCY, fixed_cost_figures, format_fixed_cost
+from scripts.bench.load import Progress
+from scripts.bench.peers import write_bench_repositories
+from scripts.bench.perf import format_perf_checks
+from scripts.bench.plan import Plan, make_plan
+from scripts.bench.report import format_figures, format_results, plot, target_figures
+from scripts.bench.run import Findings, run_against_stack, run_own_stack
+from scripts.bench.sizing import format_sizing, run_sizing
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -117,52 +94,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def _host_port(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    return host or "127.0.0.1", int(port)
-
-
-def bench_placements(
-    stack,
-    specs: Mapping[str, Any],
-    placements: Mapping[str, Sequence[tuple[str, str]]],
-    concurrencies: Sequence[int],
-    image: bytes,
-    args,
-    cells: dict,
-    progress: Progress,
-    wire: dict,
-) -> None:
-    """Both placements of each image model's processing on the benchmark's own stack
-    (``scripts.bench.placement``), with the CPU of its processes and the bytes to and from Triton."""
-    from app.core.pipeline import ROUTER, TRITON
-    from app.core.spec import load_spec
-
-    meter = CpuMeter(stack)
-    grpc_url = f"127.0.0.1:{stack.triton_ports[1]}"
-    for model, sides in placements.items():
-        spec = specs[model]
-        callers = {
-            side: HttpCaller(
-                product_requests(name, spec.family, "127.0.0.1", stack.port, image, args.text)["A-raw"], args.timeout
-            )
-            for side, name in sides
-        }
-        bench_model(model, callers, concurrencies, args, cells, progress, meter)
-        item = args.text if spec.family == "fill_mask" else image
-        for side, name in sides:
-            if side == PYSTEP_SIDE:  # the same ensemble tensors as P-triton's, by construction
-                continue
-            # P-router calls its own copy (for a detector, the raw network), not the served model's network
-            served = spec if name == model else load_spec(stack.repository / name)
-            sent, received = wire_bytes(served, item, grpc_url, TRITON if side == TRITON_SIDE else ROUTER)
-            wire.setdefault(model, {})[side] = {
-                "to_triton": sent,
-                "from_triton": received,
-                "input": len(item if isinstance(item, bytes) else item.encode()),
-            }
-
-
 def _stack_ready(url: str, host: str, port: int) -> bool:
     """Is the stack up? A clear message beats a table of errors."""
     try:
@@ -179,202 +110,72 @@ def _stack_ready(url: str, host: str, port: int) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Plan (which sections, how many steps), run (against the running stack, then on the benchmark's
+    own stack, then the sizing), report (results.json, the tables, the plots)."""
     args = parse_args(argv)
-    from app.core.spec import load_spec
-
-    models = [m for m in args.models.split(",") if m]
-    concurrencies = [int(c) for c in args.concurrency.split(",") if c]
-    repository = args.repository.resolve()
-    out = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    runtime = out / "runtime"
-    runtime.mkdir(exist_ok=True)
-    if not args.image.is_file():
-        print(f"{args.image} not found: run `make samples`, or pass --image", file=sys.stderr)
+    plan = make_plan(args)
+    if plan is None or (plan.against and not _stack_ready(args.url, plan.host, plan.port)):
         return 2
-    image = args.image.read_bytes()
-    a_host, a_port = _host_port(args.url)
-    specs = {m: load_spec(repository / m) for m in models}
-
-    own_only = args.placements_only or args.fixed_cost_only  # only sections on the benchmark's own stack
-    only = own_only or args.sizing_only  # only the sections named
-    if not only and not _stack_ready(args.url, a_host, a_port):
-        return 2
-    against = [] if only else models  # the models whose A, B, C sides run
-    own_stack = own_only or not (only or args.no_identity)
-    sizing = args.sizing_only or not (only or args.no_sizing)
-    fixed_cost = own_stack and not args.placements_only and not args.no_fixed_cost
-
-    sides_per_model = 2 + 1 + (0 if args.no_peer else 2)
-    steps = len(against) * len(concurrencies) * args.rounds * sides_per_model
-    steps += 0 if args.no_peer or "resnet" not in against else len(concurrencies) * args.rounds
-    placements = placement_sides(specs)
-    steps += (
-        0
-        if not own_stack
-        else len(concurrencies)
-        * args.rounds
-        * ((0 if own_only else 3) + (0 if args.fixed_cost_only else sum(len(s) for s in placements.values())))
-    )
-    steps += args.rounds * (2 + len(FIXED_COST_ROWS)) if fixed_cost else 0  # the two floors and the rows
-    # The fixed-cost section alone still measures identity's A-raw against B (latency at c=1, throughput at c=8).
-    steps += args.rounds * 2 * len(FIXED_COST_CONCURRENCIES) if args.fixed_cost_only else 0
-    steps += sizing_steps(specs, args.rounds) if sizing else 0
-    progress = Progress(steps)
+    plan.runtime.mkdir(parents=True, exist_ok=True)
+    progress = Progress(plan.steps)
     print(
-        f"benchmark: {', '.join(models)} at concurrency {concurrencies}, {args.rounds} rounds of "
-        f"{args.step_seconds:g} s steps ({steps} steps); product at {args.url}, Triton gRPC at {args.triton_grpc}, "
-        f"repository {repository}",
+        f"benchmark: {', '.join(plan.models)} at concurrency {plan.concurrencies}, {args.rounds} rounds of "
+        f"{args.step_seconds:g} s steps ({plan.steps} steps); product at {args.url}, Triton gRPC at "
+        f"{args.triton_grpc}, repository {plan.repository}",
         flush=True,
     )
-
     # the sizing section alone needs neither
-    stack_repo, nobatch_repo = write_bench_repositories(out, repository, specs) if own_stack or against else (out, out)
-    cells: dict[str, dict[str, dict[str, Cell]]] = {}
-    notes: list[str] = []
-    extras: dict[str, float | None] = {}
-    wire: dict[str, dict[str, dict[str, int]]] = {}
-    perf: dict[str, Any] = {}
-    fixed: dict[str, dict[str, Any]] = {}
-    sized: dict[str, Any] = {}
-    log_path = out / "processes.log"
-    log_path.write_bytes(b"")
+    repositories = (
+        write_bench_repositories(plan.out, plan.repository, plan.specs)
+        if plan.own_stack or plan.against
+        else (plan.out, plan.out)
+    )
+    (plan.out / "processes.log").write_bytes(b"")
+    found = Findings()
+    run_against_stack(plan, args, repositories, found, progress)
+    if plan.own_stack:
+        run_own_stack(plan, args, repositories[0], found, progress)
+    if plan.sizing:
+        found.sized = run_sizing(plan.repository, plan.specs, args, plan.out, progress)
+    report(args, plan, found)
+    return 0
 
-    for model in against:
-        spec = specs[model]
-        tensors, outputs = preprocessed_tensors(spec, args.image, args.text)
-        callers: dict[str, Callable[[], None]] = {
-            side: HttpCaller(r, args.timeout)
-            for side, r in product_requests(model, spec.family, a_host, a_port, image, args.text).items()
-        }
-        closers = [GrpcCaller(args.triton_grpc, grpc_request(model, tensors, outputs), args.timeout)]
-        callers["B"] = closers[0]
-        peer = None
-        if not args.no_peer:
-            extra_models = [f"resnet{NOBATCH_SUFFIX}"] if model == "resnet" else []
-            print(f"starting the peer Triton (SageMaker front end) for {model} ...", flush=True)
-            began = time.monotonic()
-            peer = start_peer(
-                model, [repository, nobatch_repo] if extra_models else [repository], extra_models, runtime, log_path
-            )
-            print(f"  ready after {time.monotonic() - began:.1f} s, SageMaker port {peer.sagemaker_port}", flush=True)
-            for side, r in peer_requests("127.0.0.1", peer.sagemaker_port, tensors, outputs).items():
-                callers[side] = HttpCaller(r, args.timeout)
-            if extra_models:
-                nobatch = GrpcCaller(peer.grpc_url, grpc_request(extra_models[0], tensors, outputs), args.timeout)
-                closers.append(nobatch)
-                callers["B-nobatch"] = nobatch
-        try:
-            bench_model(model, callers, concurrencies, args, cells, progress)
-            if not args.no_perf_analyzer:
-                perf[model] = perf_analyzer_check(model, callers["B"], args, out)
-        finally:
-            for closer in closers:
-                closer.close()
-            if peer is not None:
-                peer.stop()
 
-    if own_stack:
-        print("starting the benchmark's own stack (identity model + the served models) ...", flush=True)
-        stack = start_own_stack(stack_repo, out)
-        extras["start_to_ping_s"] = stack.start_to_ping_s
-        print(f"  /ping 200 after {stack.start_to_ping_s:.1f} s on port {stack.port}", flush=True)
-        try:
-            spec = load_spec(stack_repo / IDENTITY)
-            tensors, _ = preprocessed_tensors(spec, args.image, IDENTITY_TEXT)
-            callers = {
-                side: HttpCaller(r, args.timeout)
-                for side, r in product_requests(
-                    IDENTITY, spec.family, "127.0.0.1", stack.port, b"", IDENTITY_TEXT
-                ).items()
-            }
-            b = GrpcCaller(
-                f"127.0.0.1:{stack.triton_ports[1]}",
-                grpc_request(IDENTITY, tensors, [t.name for t in spec.outputs]),
-                args.timeout,
-            )
-            callers["B"] = b
-            try:
-                if not own_only:
-                    bench_model(IDENTITY, callers, concurrencies, args, cells, progress)
-                elif args.fixed_cost_only:
-                    sides = {side: callers[side] for side in ("A-raw", "B")}
-                    bench_model(IDENTITY, sides, FIXED_COST_CONCURRENCIES, args, cells, progress)
-            finally:
-                b.close()
-            if args.rss_requests > 0 and not own_only:
-                mixed = [
-                    HttpCaller(r, args.timeout)
-                    for m in models
-                    for r in product_requests(m, specs[m].family, "127.0.0.1", stack.port, image, args.text).values()
-                ]
-                print(
-                    f"{args.rss_requests} mixed requests ({', '.join(models)}; JSON and raw body) for the "
-                    f"router's memory ...",
-                    flush=True,
-                )
-                errors = send_mixed(mixed, args.rss_requests, concurrency=4)
-                if errors:
-                    notes.append(f"{errors} of the {args.rss_requests} mixed requests failed")
-            if not own_only:  # before the router-pipeline copies' large tensors pass through
-                workers = stack.router_workers()
-                sizes = [s for s in (rss_mb(pid) for pid in workers) if s is not None]
-                extras["worker_rss_mb"] = max(sizes) if sizes else None
-                notes.append(
-                    f"router worker RSS on the benchmark's own stack after the identity steps and "
-                    f"{args.rss_requests} mixed requests: {', '.join(f'{s:.0f} MB' for s in sizes)} "
-                    f"(workers {workers}); the largest is the figure"
-                )
-            if fixed_cost:
-                print(
-                    "fixed cost: starting the floor (a bare Flask app on the router's gunicorn and NGINX) ...",
-                    flush=True,
-                )
-                fixed = run_fixed_cost(stack, tensors, image, args.text, out, models, args, progress.step)
-            if not args.fixed_cost_only:
-                bench_placements(stack, specs, placements, concurrencies, image, args, cells, progress, wire)
-        finally:
-            stack.stop()
-
-    if sizing:
-        sized = run_sizing(repository, specs, args, out, progress)
-
+def report(args: argparse.Namespace, plan: Plan, found: Findings) -> None:
+    """results.json, then the tables of each section that ran, the notes and the plots' paths."""
     results = {
         model: {side: {c: cell.summary() for c, cell in by_c.items()} for side, by_c in sides.items()}
-        for model, sides in cells.items()
+        for model, sides in found.cells.items()
     }
-    figures = target_figures(results, extras, wire) + fixed_cost_figures(fixed)
-    checks = perf
-    report = {
+    figures = target_figures(results, found.extras, found.wire) + fixed_cost_figures(found.fixed)
+    record = {
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "results": results,
-        "perf_analyzer_check": checks,
-        "extras": extras,
-        "bytes_per_request": wire,
-        "fixed_cost": fixed,
-        "sizing": sized,
+        "perf_analyzer_check": found.perf,
+        "extras": found.extras,
+        "bytes_per_request": found.wire,
+        "fixed_cost": found.fixed,
+        "sizing": found.sized,
         "figures": [{**asdict(f), "passed": f.passed, "mark": f.mark} for f in figures],
-        "notes": notes,
+        "notes": found.notes,
     }
-    (out / "results.json").write_text(json.dumps(report, indent=2, default=str))
-    plots = plot(results, out)
-
-    if results:
-        print("\n" + format_results(results))
-    if sized:
-        print("\n" + format_sizing(sized))
-    if fixed:
-        print("\n" + format_fixed_cost(fixed, FIXED_COST_CONCURRENCY))
-    if checks:
-        print("\n" + format_perf_checks(checks))
-    if any(f.passed is not None for f in figures):
-        print("\n" + format_figures(figures))
-    for note in notes:
+    (plan.out / "results.json").write_text(json.dumps(record, indent=2, default=str))
+    plots = plot(results, plan.out)
+    sections = [
+        (results, lambda: format_results(results)),
+        (found.sized, lambda: format_sizing(found.sized)),
+        (found.fixed, lambda: format_fixed_cost(found.fixed, FIXED_COST_CONCURRENCY)),
+        (found.perf, lambda: format_perf_checks(found.perf)),
+        (any(f.passed is not None for f in figures), lambda: format_figures(figures)),
+    ]
+    for ran, text in sections:
+        if ran:
+            print("\n" + text())
+    for note in found.notes:
         print(f"note: {note}")
-    print(f"\nwrote {out / 'results.json'}" + "".join(f", {p}" for p in plots))
-    return 0
+    print(f"\nwrote {plan.out / 'results.json'}" + "".join(f", {p}" for p in plots))
 
 
 if __name__ == "__main__":

@@ -1,15 +1,18 @@
 """``python -m scripts.image build``: the serving image (``--flavor cpu`` by default: the one a
 machine without a GPU can build and run), its build time, size and five largest layers.
-``python -m scripts.image run``: that image run as SageMaker runs it, in the foreground."""
+``python -m scripts.image run``: that image run as SageMaker runs it, in the foreground; SIGTERM,
+SIGHUP and Ctrl-C stop it as SageMaker does (SIGTERM, 30 s) and remove it, so its port is free again."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from scripts.image.engine import (
@@ -22,9 +25,12 @@ from scripts.image.engine import (
     run_args,
     settle_podman,
     show,
+    stop_container,
 )
 
 DEFAULT_TAG = "multi-model:cpu"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)  # a supervisor or `timeout`, a closed terminal, Ctrl-C
+STOP_GRACE_S = 30  # SageMaker's: SIGTERM, then SIGKILL 30 s later
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -67,12 +73,50 @@ def run(args: argparse.Namespace) -> int:
     if not publish:
         print(f"{engine.name} cannot publish ports here: the container uses the host's network", flush=True)
     show(engine.argv(*argv))
-    proc = subprocess.Popen(engine.argv(*argv), env={**os.environ, **engine.env})
+    # Its own session: a signal meant for us (Ctrl-C's, a closed terminal's, `timeout`'s to the whole
+    # group) never reaches the client, which would pass it on to `serve`; the container is stopped below.
+    client = subprocess.Popen(engine.argv(*argv), env={**os.environ, **engine.env}, start_new_session=True)
+    with stop_signals():
+        try:
+            return client.wait()
+        except Stopped as stopped:
+            with contextlib.suppress(OSError):  # a closed terminal (SIGHUP) cannot be written to: stop anyway
+                print(f"stopping container {name} ({stopped}), up to {STOP_GRACE_S} s", file=sys.stderr, flush=True)
+            stop_container(engine, name, client, grace_s=STOP_GRACE_S)
+            return 128 + stopped.signum
+
+
+class Stopped(Exception):
+    """A stop signal, raised where ``run`` waits for its container; ``str()`` is its name."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[None]:
+    """Within the block the first of STOP_SIGNALS raises ``Stopped`` and later ones are swallowed, so
+    that nothing cuts the container's stop short; the previous handlers come back on the way out.
+    A signal already ignored (``nohup``, SIGINT in a background job) stays ignored."""
+
+    def swallow(signum: int, frame: object) -> None:
+        pass
+
+    def first(signum: int, frame: object) -> None:
+        for number in caught:
+            signal.signal(number, swallow)
+        raise Stopped(signum)
+
+    previous = {number: signal.getsignal(number) for number in STOP_SIGNALS}
+    caught = [number for number, handler in previous.items() if handler is not signal.SIG_IGN]
+    for number in caught:
+        signal.signal(number, first)
     try:
-        return proc.wait()
-    except KeyboardInterrupt:  # what SageMaker does to stop it: SIGTERM, then 30 s
-        engine.run("stop", "-t", "30", name, check=False, quiet=True)
-        return proc.wait()
+        yield
+    finally:
+        for number in caught:
+            signal.signal(number, previous[number])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -13,6 +13,7 @@ it is made here: ``debootstrap --variant=minbase bookworm`` into ``build/image/r
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -32,6 +33,7 @@ WORK = PROJECT_ROOT / "build" / "image"
 # pass a TLS proxy only the host trusts. Mounted beside the image's own bundle, never over it.
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 BUILD_CA_BUNDLE = "/run/host-ca-certificates.crt"
+CLIENT_EXIT_S = 10  # a `run` client's exit once its container has stopped (podman removes it first: seconds)
 PODMAN_CONF = """# podman settings for machines where its defaults cannot start a container (scripts/image/engine.py)
 [containers]
 default_ulimits = []
@@ -60,14 +62,23 @@ class Engine:
     def argv(self, *args: str) -> list[str]:
         return [self.binary, *args]
 
-    def run(self, *args: str, check: bool = True, quiet: bool = False, timeout: float | None = None):
-        """One engine command; its output shown unless ``quiet`` (then captured and returned)."""
+    def run(
+        self,
+        *args: str,
+        check: bool = True,
+        quiet: bool = False,
+        timeout: float | None = None,
+        new_session: bool = False,
+    ):
+        """One engine command; its output shown unless ``quiet`` (then captured and returned);
+        ``new_session``: out of reach of the terminal's signals (a second Ctrl-C)."""
         completed = subprocess.run(
             self.argv(*args),
             env={**os.environ, **self.env},
             text=True,
             capture_output=quiet,
             timeout=timeout,
+            start_new_session=new_session,
         )
         if check and completed.returncode != 0:
             detail = (completed.stderr or completed.stdout or "").strip()[-2000:] if quiet else ""
@@ -208,6 +219,22 @@ def run_args(
     for key, value in (env or {}).items():
         args += ["-e", f"{key}={value}"]
     return [*args, *extra, tag, "serve"]
+
+
+def stop_container(engine: Engine, name: str, client: subprocess.Popen, grace_s: int = 30) -> None:
+    """Stop the container ``client`` (its ``run --rm``, attached) started, as SageMaker stops one:
+    SIGTERM, SIGKILL ``grace_s`` later. Then ``rm -f``, so that it is gone even where the client did
+    not remove it (a stop that came before the container existed, a client that died), and the client
+    ends. Both commands in their own session, as the client is: a second Ctrl-C cannot cut the grace short."""
+    engine.run("stop", "-t", str(grace_s), name, check=False, quiet=True, new_session=True)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        client.wait(timeout=CLIENT_EXIT_S)  # it removes the container (--rm), then exits
+    engine.run("rm", "-f", name, check=False, quiet=True, new_session=True)
+    try:
+        client.wait(timeout=CLIENT_EXIT_S)
+    except subprocess.TimeoutExpired:
+        client.kill()
+        client.wait()
 
 
 def can_publish(engine: Engine, image: str) -> bool:

@@ -5,6 +5,9 @@
 from __future__ import annotations
 
 import base64
+import os
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -224,3 +227,56 @@ def test_a_load_that_does_not_fit_the_containers_memory_is_507(containers, opt_m
     assert load.status_code == 507, load.text
     assert load.json()["error"]["code"] == "insufficient_memory" and "available" in load.json()["error"]["message"]
     assert _status(f"{container.url}/ping") == 200  # and it keeps serving
+
+
+def _port_free(port: int) -> bool:
+    """Can a server listen on ``port`` now (SO_REUSEADDR, as servers do: closed connections do not count)?"""
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            server.bind(("0.0.0.0", port))
+            server.listen()
+        except OSError:
+            return False
+        return True
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name)
+def test_image_run_stops_and_removes_its_container_on_a_signal(
+    engine: Engine, repository: Path, tmp_path: Path, signum: signal.Signals
+):
+    """`make image-run` (`python -m scripts.image run`) sent SIGTERM (a supervisor, `timeout`), SIGHUP (a
+    closed terminal) or SIGINT (Ctrl-C) stops its container as SageMaker does, within the 30 s, and
+    leaves neither the container nor its port behind."""
+    port = free_ports(1)[0]
+    name = f"multi-model-{port}"  # the script's name for it
+    url = f"http://127.0.0.1:{port}"
+    output = tmp_path / "run.log"
+    argv = [sys.executable, "-m", "scripts.image", "run", "--tag", TAG, "--repository", str(repository)]
+    with output.open("w") as log:
+        script = subprocess.Popen(
+            [*argv, "--port", str(port)],
+            cwd=PROJECT_ROOT,
+            env={**os.environ, **engine.env},  # podman as settled here (no second probe)
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        serving = wait_until(lambda: _status(f"{url}/ping") == 200, timeout=PING_WITHIN_S + 30)
+        assert serving is not None, f"/ping never answered 200:\n{output.read_text()[-3000:]}"
+        began = time.monotonic()
+        script.send_signal(signum)
+        status = script.wait(timeout=60)
+        took = time.monotonic() - began
+        left = engine.run("ps", "-a", "--filter", f"name=^{name}$", "--format", "{{.Names}}", quiet=True).stdout
+        print(f"{signum.name}: the script exited {status} {took:.1f} s later; containers left: {left.split()}")
+        assert status == 128 + signum, output.read_text()[-3000:]
+        assert f"stopping container {name} ({signum.name}), up to 30 s" in output.read_text()
+        assert took < 30 + 10  # the grace, and the engine's own time to remove it
+        assert left.strip() == ""
+        assert _port_free(port)
+    finally:
+        if script.poll() is None:
+            script.kill()
+            script.wait()
+        engine.run("rm", "-f", name, check=False, quiet=True)

@@ -26,7 +26,6 @@ means and argmaxes are the pipeline's own.
 from __future__ import annotations
 
 import copy
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -86,39 +85,31 @@ class Vocabulary:
         return self.decoder.decode(list(tokens))
 
 
-_RAW: dict[int, tuple[tokenizers.Tokenizer, tokenizers.Tokenizer]] = {}
-_RAW_LOCK = threading.Lock()
-
-
-def _raw(tokenizer: tokenizers.Tokenizer) -> tokenizers.Tokenizer:
-    """A copy of the tokenizer, made once per tokenizer, without post-processor, truncation or padding:
+def raw_copy(tokenizer: tokenizers.Tokenizer) -> tokenizers.Tokenizer:
+    """A copy of the tokenizer without post-processor, truncation or padding (a client makes it once):
     its ``encode`` gives the encoding the Rust tokenizer has before its post-processing step. (Encoding
     with the tokenizer itself and special tokens off is not that: RoBERTa's post-processor trims the
-    offsets even then, and would trim them a second time.) The cache holds the tokenizer itself, so
-    that its id is not reused while the copy is cached."""
-    found = _RAW.get(id(tokenizer))
-    if found is not None and found[0] is tokenizer:
-        return found[1]
-    with _RAW_LOCK:
-        found = _RAW.get(id(tokenizer))
-        if found is None or found[0] is not tokenizer:
-            raw = copy.deepcopy(tokenizer)
-            raw.no_truncation()
-            raw.no_padding()
-            raw.post_processor = None
-            found = (tokenizer, raw)
-            _RAW[id(tokenizer)] = found
-        return found[1]
+    offsets even then, and would trim them a second time.)"""
+    raw = copy.deepcopy(tokenizer)
+    raw.no_truncation()
+    raw.no_padding()
+    raw.post_processor = None
+    return raw
 
 
 def windows(
-    tokenizer: tokenizers.Tokenizer, text: str, max_length: int, stride: int | None
+    tokenizer: tokenizers.Tokenizer,
+    text: str,
+    max_length: int,
+    stride: int | None,
+    raw: tokenizers.Tokenizer | None = None,
 ) -> list[tokenizers.Encoding]:
     """The overlapping windows the pipeline makes with stride (tokenizer(..., truncation=True,
     max_length=..., return_overflowing_tokens=True, stride=stride)), first window first; with ``stride``
     None, the one window the pipeline makes without stride (the text cut to ``max_length`` tokens).
 
-    The shared tokenizer is not changed: the text is encoded by a copy of it made once (see ``_raw``),
+    The shared tokenizer is not changed: the text is encoded by ``raw``, its ``raw_copy`` (made here
+    when not given),
     then cut as the Rust tokenizer's truncation cuts (``max_length`` less the special tokens, each
     overflowing piece starting ``stride`` tokens before the end of the one before), then given its
     special tokens by the tokenizer's own post-processor, which does the same to each overflowing piece.
@@ -130,7 +121,7 @@ def windows(
             f"stride {stride or 0} must be less than max_length {max_length} less the "
             f"{max_length - budget} special tokens"
         )
-    encoding = _raw(tokenizer).encode(text, add_special_tokens=False)
+    encoding = (raw or raw_copy(tokenizer)).encode(text, add_special_tokens=False)
     if len(encoding.ids) > budget:
         encoding.truncate(budget, stride=stride or 0, direction="right")
     processor = tokenizer.post_processor

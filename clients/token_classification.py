@@ -22,7 +22,7 @@ from tokenizers import Encoding
 
 from app.core.errors import InvalidInput
 from clients.base import Option
-from clients.entities import STRATEGIES, Vocabulary, Window, entities, windows
+from clients.entities import STRATEGIES, Vocabulary, Window, entities, raw_copy, windows
 from clients.text import TextClient, special_token
 
 NONE = "none"
@@ -48,6 +48,7 @@ class TokenClassificationClient(TextClient[Tagged]):
         self.labels = self.text.labels
         self.logits_name = self.spec.outputs[0].name
         self.vocabulary = Vocabulary.of(self.tokenizer, special_token(self.text, "unk_token"))
+        self.raw_tokenizer = raw_copy(self.tokenizer)  # the windows' encoder (clients.entities.windows)
 
     def option_limits(self) -> Mapping[str, float]:
         # a window keeps at least one token of its own besides the overlap and the special tokens
@@ -65,7 +66,7 @@ class TokenClassificationClient(TextClient[Tagged]):
                     "are merged by word)"
                 )
             try:
-                encodings = windows(self.tokenizer, text, self.sequence_length, stride)
+                encodings = windows(self.tokenizer, text, self.sequence_length, stride, self.raw_tokenizer)
             except ValueError as error:  # a stride the windows cannot take (options bound it first)
                 raise InvalidInput(f"payload.stride {stride}: {error}") from None
         return self.arrays(encodings), Tagged(text, encodings)

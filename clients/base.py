@@ -190,6 +190,11 @@ class ModelClient(ABC, Generic[Context]):
             self.routes[TRITON] = self.pipeline_route()
 
     @classmethod
+    def of(cls, spec: ModelSpec) -> type[ModelClient]:
+        """The class that serves ``spec`` (a family whose models come more than one way picks here)."""
+        return cls
+
+    @classmethod
     def check_settings(cls, spec: ModelSpec) -> None:
         """Every ``[preprocess]`` / ``[postprocess]`` key is one the family reads (a typo stops the start)."""
         check_keys(spec, "preprocess", spec.preprocess, cls.PREPROCESS_KEYS)

@@ -1,38 +1,85 @@
-"""Fill-mask family (``bert_base``): WordPiece tokenisation in, Hugging Face's FillMaskPipeline out.
+"""Fill-mask family: a text with one or more mask tokens in, Hugging Face's FillMaskPipeline out.
 
-Spec ``[preprocess]``: ``vocab`` (the tokenizer's WordPiece file), ``lowercase``, ``sequence_length``;
-the inputs are token ids, attention mask and optionally token type ids (their dtype, INT64 or
-INT32, is the spec's). ``[postprocess]``: ``topk``
-(default), ``max_topk``. The model returns, at every position, the softmax probabilities of its
-best candidates (``scores``, best first) and their token ids (``token_ids``).
+A model comes one of two ways, and ``FillMaskClient.of(spec)`` is the client class of its way:
 
-Results are nested as the pipeline nests them: one ``[MASK]`` gives a list of candidates
-``{"score", "token", "token_str", "sequence"}``; several give one such list per mask, in order.
-As in the pipeline, ``sequence`` skips special tokens only when the text has one mask (with
-several, the other ``[MASK]`` tokens and ``[CLS]``/``[SEP]`` stay visible).
+- ``FolderFillMaskClient``: a Hugging Face masked-LM folder and the two-line model.toml of the text
+  families (``[export] transformers``, ``app.core.text_spec``). Any fast tokenizer (its
+  ``tokenizer.json``: WordPiece, byte-level BPE, Unigram ...) and its own mask token
+  (``tokenizer_config.json``'s ``mask_token``: ``[MASK]``, ``<mask>``), through ``clients.text``:
+  texts of any length up to the model's, padded per request to a length bucket; a longer text is
+  a 400 naming its tokens and the limit.
+- ``VocabFillMaskClient`` (``bert_base``): a WordPiece ``vocab.txt`` (``[preprocess]`` ``vocab``,
+  ``lowercase``, ``sequence_length``), inputs of that fixed length (token ids, attention mask and
+  optionally token type ids, INT64 or INT32 as the spec says). A text past the length is cut
+  after its last ``[MASK]`` (``[SEP]`` kept); a ``[MASK]`` past it is a 400.
+
+The model returns, at every position, the softmax probabilities of its best candidates
+(``scores``, best first) and their token ids (``token_ids``); ``[postprocess]`` ``topk`` (default
+5) and ``max_topk`` (the candidates the graph returns).
+
+Results are nested as the pipeline nests them: one mask gives a list of candidates ``{"score",
+"token", "token_str", "sequence"}``; several give one such list per mask, in order. As in the
+pipeline, ``sequence`` is the text's tokens with the candidate in the mask's place and the padding
+token left out, decoded skipping special tokens only when the text has one mask (with several, the
+other masks and the ``[CLS]``/``[SEP]`` or ``<s>``/``</s>`` stay visible); ``token_str`` is the
+candidate alone, special tokens kept. Decoding is the tokenizer's own decoder, then, where
+transformers does it, its clean-up of spaces before punctuation (``clean_up_tokenization_spaces``
+in ``tokenizer_config.json``; transformers ignores it for BPE tokenizers).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from tokenizers import BertWordPieceTokenizer
+from tokenizers import BertWordPieceTokenizer, Tokenizer
 
 from app.core.errors import InvalidInput
 from app.core.spec import ModelSpec, SpecError
+from app.core.text_spec import TextModel
 from clients.base import ModelClient, Option
+from clients.text import TextClient, special_token, tokenizer_setting
 
 MASK_TOKEN = "[MASK]"
 PAD_TOKEN = "[PAD]"
 SEP_TOKEN = "[SEP]"
+CLEAN_UP = "clean_up_tokenization_spaces"
+# transformers' flag that cleans up a BPE tokenizer's text anyway (its name says what it does to it).
+CLEAN_UP_BPE = "clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output"
+# transformers' PreTrainedTokenizerBase.clean_up_tokenization: (written, replaced by), in its order.
+SPACES_BEFORE = (
+    (" .", "."),
+    (" ?", "?"),
+    (" !", "!"),
+    (" ,", ","),
+    (" ' ", "'"),
+    (" n't", "n't"),
+    (" 'm", "'m"),
+    (" 's", "'s"),
+    (" 've", "'ve"),
+    (" 're", "'re"),
+)
+
+
+def clean_up_tokenization(text: str) -> str:
+    for written, replaced in SPACES_BEFORE:
+        text = text.replace(written, replaced)
+    return text
+
+
+def cleans_up_spaces(text: TextModel, tokenizer: Tokenizer) -> bool:
+    """Whether transformers' ``decode`` cleans up the decoder's text: as the folder's
+    ``clean_up_tokenization_spaces`` says (default no), never for a BPE model unless it insists."""
+    if not tokenizer_setting(text, CLEAN_UP):
+        return False
+    return type(tokenizer.model).__name__ != "BPE" or bool(tokenizer_setting(text, CLEAN_UP_BPE))
 
 
 @dataclass(frozen=True)
 class Encoded:
-    """One text's token ids (with [CLS] and [SEP], no padding) and its mask positions."""
+    """One text's token ids (special tokens included, no padding) and its mask positions."""
 
     ids: tuple[int, ...]
     masks: tuple[int, ...]
@@ -49,10 +96,100 @@ def load_tokenizer(spec: ModelSpec) -> BertWordPieceTokenizer:
 
 
 class FillMaskClient(ModelClient[Encoded]):
+    """The family: the candidates of each mask, answered as the pipeline answers. ``of(spec)`` is the
+    client class of the model's way (a Hugging Face folder, or a vocab.txt); the ways read their
+    tokenizer, its mask and padding tokens and whether it cleans up spaces in ``configure``."""
+
     family = "fill_mask"
     input_field = "text"
     content_types = frozenset({"text/plain"})
-    OPTIONS = (Option("topk", int, 1, 50, default=5),)
+    OPTIONS = (Option("topk", int, 1, 1000, default=5),)  # bounded by the model's candidates (max_topk)
+
+    tokenizer: Tokenizer | BertWordPieceTokenizer
+    mask_token: str
+    mask_id: int
+    pad_token_id: int | None  # left out of ``sequence`` as the pipeline leaves it out (None: no padding token)
+    clean_up: bool = False
+
+    @classmethod
+    def of(cls, spec: ModelSpec) -> type[ModelClient]:
+        """The client of the spec's way: a Hugging Face folder, or a vocab.txt."""
+        return FolderFillMaskClient if spec.text is not None else VocabFillMaskClient
+
+    def configure(self) -> None:
+        super().configure()
+        self.scores_name, self.token_ids_name = (t.name for t in self.spec.outputs[:2])
+        self.candidates = self.spec.outputs[0].dims[-1]
+
+    def option_limits(self) -> Mapping[str, float]:
+        return {"topk": self.candidates}  # the model returns this many candidates per position
+
+    def masks(self, ids: Sequence[int], where: str) -> tuple[int, ...]:
+        """The mask tokens' positions; a text without one is refused."""
+        masks = tuple(i for i, token in enumerate(ids) if token == self.mask_id)
+        if not masks:
+            raise InvalidInput(f"{where} has no {self.mask_token}")
+        return masks
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool) -> str:
+        text = self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        return clean_up_tokenization(text) if self.clean_up else text
+
+    def postprocess(self, outputs: Mapping[str, np.ndarray], context: Encoded, options: Mapping[str, Any]) -> list:
+        """``outputs``: ``[positions, candidates]`` scores and token ids of the text."""
+        topk = options["topk"]
+        scores, token_ids = outputs[self.scores_name], outputs[self.token_ids_name]
+        single = len(context.masks) == 1
+        rows = []
+        for position in context.masks:
+            row = []
+            for score, token in zip(scores[position, :topk].tolist(), token_ids[position, :topk].tolist()):
+                tokens = list(context.ids)
+                tokens[position] = token
+                tokens = [t for t in tokens if t != self.pad_token_id]
+                row.append(
+                    {
+                        "score": score,
+                        "token": token,
+                        "token_str": self.decode([token], skip_special_tokens=False),
+                        "sequence": self.decode(tokens, skip_special_tokens=single),
+                    }
+                )
+            rows.append(row)
+        return rows[0] if single else rows
+
+
+class FolderFillMaskClient(TextClient[Encoded], FillMaskClient):
+    """A Hugging Face masked-LM folder: ``clients.text``'s tokenizer, length check and length buckets."""
+
+    LONG_TEXT_HINT = "send only the words around its mask"
+
+    def configure(self) -> None:
+        super().configure()
+        mask = special_token(self.text, "mask_token")
+        mask_id = self.tokenizer.token_to_id(mask) if mask else None
+        if mask is None or mask_id is None:
+            named = f"names {mask!r}, which tokenizer.json does not know" if mask else "names none"
+            raise SpecError(
+                f"{self.text.folder}: a fill_mask model's tokenizer needs a mask token; tokenizer_config.json "
+                f"mask_token {named}"
+            )
+        self.mask_token, self.mask_id = mask, mask_id
+        self.clean_up = cleans_up_spaces(self.text, self.tokenizer)
+
+    def preprocess(self, item: Any, where: str, options: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], Encoded]:
+        encoding = self.encode(self.check_text(item, where), None, where, truncation=False, hint=self.LONG_TEXT_HINT)
+        ids = tuple(encoding.ids)
+        return self.arrays([encoding]), Encoded(ids, self.masks(ids, where))
+
+    def postprocess(self, outputs: Mapping[str, np.ndarray], context: Encoded, options: Mapping[str, Any]) -> list:
+        """The item's one row (``clients.text``: outputs keep a rows axis)."""
+        return super().postprocess({name: array[0] for name, array in outputs.items()}, context, options)
+
+
+class VocabFillMaskClient(FillMaskClient):
+    """A WordPiece vocab.txt and inputs of a fixed length (``bert_base``)."""
+
     PREPROCESS_KEYS = frozenset({"vocab", "lowercase", "sequence_length"})
 
     def configure(self) -> None:
@@ -64,7 +201,9 @@ class FillMaskClient(ModelClient[Encoded]):
         missing = [token for token, i in ids.items() if i is None]
         if missing:
             raise SpecError(f"{spec.folder}: the vocab has no {', '.join(missing)}")
-        self.mask_id, self.pad_id, self.sep_id = ids[MASK_TOKEN], ids[PAD_TOKEN], ids[SEP_TOKEN]
+        self.mask_token, self.mask_id = MASK_TOKEN, ids[MASK_TOKEN]
+        self.pad_token_id = self.pad_id = ids[PAD_TOKEN]
+        self.sep_id = ids[SEP_TOKEN]
         if not 2 <= len(spec.inputs) <= 3:
             raise SpecError(
                 f"{spec.folder}: the inputs must be token ids, attention mask and, optionally, "
@@ -72,20 +211,13 @@ class FillMaskClient(ModelClient[Encoded]):
             )
         self.input_ids_name, self.attention_mask_name = (t.name for t in spec.inputs[:2])
         self.token_type_ids_name = spec.inputs[2].name if len(spec.inputs) == 3 else None
-        self.scores_name, self.token_ids_name = (t.name for t in spec.outputs[:2])
-        self.candidates = spec.outputs[0].dims[-1]
-
-    def option_limits(self) -> Mapping[str, float]:
-        return {"topk": self.candidates}  # the model returns this many candidates per position
 
     def encode(self, text: Any, where: str) -> Encoded:
         """[CLS] text [SEP], cut to the sequence length only where no [MASK] is lost."""
         if not isinstance(text, str):
             raise InvalidInput(f"{where} must be a string (or a list of them)")
         ids = self.tokenizer.encode(text).ids
-        masks = [i for i, token in enumerate(ids) if token == self.mask_id]
-        if not masks:
-            raise InvalidInput(f"{where} has no {MASK_TOKEN}")
+        masks = self.masks(ids, where)
         limit = self.sequence_length
         if len(ids) > limit:
             if masks[-1] >= limit - 1:
@@ -94,7 +226,7 @@ class FillMaskClient(ModelClient[Encoded]):
                     f"(the text is {len(ids)} tokens with [CLS] and [SEP]); shorten the text before it"
                 )
             ids = ids[: limit - 1] + [self.sep_id]
-        return Encoded(tuple(ids), tuple(masks))
+        return Encoded(tuple(ids), masks)
 
     def preprocess(self, item: Any, where: str, options: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], Encoded]:
         encoded = self.encode(item, where)
@@ -106,25 +238,3 @@ class FillMaskClient(ModelClient[Encoded]):
         if self.token_type_ids_name:  # one segment: all zeros
             arrays[self.token_type_ids_name] = np.zeros(self.sequence_length, dtype=np.int64)
         return arrays, encoded
-
-    def postprocess(self, outputs: Mapping[str, np.ndarray], context: Encoded, options: Mapping[str, Any]) -> list:
-        topk = options["topk"]
-        scores, token_ids = outputs[self.scores_name], outputs[self.token_ids_name]
-        single = len(context.masks) == 1
-        rows = []
-        for position in context.masks:
-            row = []
-            for score, token in zip(scores[position, :topk].tolist(), token_ids[position, :topk].tolist()):
-                tokens = list(context.ids)
-                tokens[position] = token
-                tokens = [t for t in tokens if t != self.pad_id]
-                row.append(
-                    {
-                        "score": score,
-                        "token": token,
-                        "token_str": self.tokenizer.decode([token], skip_special_tokens=False),
-                        "sequence": self.tokenizer.decode(tokens, skip_special_tokens=single),
-                    }
-                )
-            rows.append(row)
-        return rows[0] if single else rows

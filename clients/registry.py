@@ -39,7 +39,7 @@ class _NoTriton:
 def offline_client(spec: ModelSpec, settings: Settings) -> ModelClient:
     """The model's family client, without Triton: for the pipeline's python steps (which run inside
     Triton) and the benchmark's tensors."""
-    return FAMILIES[spec.family](spec, _NoTriton(), settings)
+    return FAMILIES[spec.family].of(spec)(spec, _NoTriton(), settings)
 
 
 def make_client(spec: ModelSpec, triton: Triton, settings: Settings) -> ModelClient:
@@ -47,7 +47,7 @@ def make_client(spec: ModelSpec, triton: Triton, settings: Settings) -> ModelCli
     family = FAMILIES.get(spec.family)
     if family is None:
         raise SpecError(f"{spec.folder}: family {spec.family!r} is not one of {sorted(FAMILIES)}")
-    return family(spec, triton, settings)
+    return family.of(spec)(spec, triton, settings)
 
 
 def check_specs(repository: str | Path, settings: Settings) -> None:

@@ -47,18 +47,24 @@ def bucket(length: int, buckets: Sequence[int]) -> int:
     return next((size for size in buckets if size >= length), buckets[-1])
 
 
-def special_token(text: TextModel, name: str) -> str | None:
-    """A special token's text (``pad_token``, ``unk_token``, ...) from tokenizer_config.json, where
-    transformers reads it."""
+def tokenizer_setting(text: TextModel, name: str) -> Any:
+    """A setting of the folder's tokenizer (``mask_token``, ``clean_up_tokenization_spaces``, ...) from
+    tokenizer_config.json, where transformers reads it, else special_tokens_map.json; None where neither names it."""
     for file in ("tokenizer_config.json", "special_tokens_map.json"):
         path = text.folder / file
         if path.is_file():
             value = json.loads(path.read_text(encoding="utf-8")).get(name)
-            if isinstance(value, dict):  # an AddedToken's fields
-                value = value.get("content")
-            if isinstance(value, str):
+            if value is not None:
                 return value
     return None
+
+
+def special_token(text: TextModel, name: str) -> str | None:
+    """A special token's text (``pad_token``, ``unk_token``, ``mask_token``, ...)."""
+    value = tokenizer_setting(text, name)
+    if isinstance(value, dict):  # an AddedToken's fields
+        value = value.get("content")
+    return value if isinstance(value, str) else None
 
 
 def load_tokenizer(text: TextModel) -> Tokenizer:
@@ -96,8 +102,8 @@ class TextClient(ModelClient[Context]):
         self.truncating = copy.deepcopy(self.tokenizer)
         self.truncating.enable_truncation(self.sequence_length)
         pad = special_token(spec.text, "pad_token")
-        pad_id = self.tokenizer.token_to_id(pad) if pad else None
-        self.pad_id = pad_id if pad_id is not None else 0
+        self.pad_token_id = self.tokenizer.token_to_id(pad) if pad else None  # None: the tokenizer has none
+        self.pad_id = self.pad_token_id if self.pad_token_id is not None else 0  # what pads a request's rows
         self.buckets = length_buckets(self.sequence_length)
         names = [t.name for t in spec.inputs]
         if names[:2] != ["input_ids", "attention_mask"] or names[2:] not in ([], ["token_type_ids"]):

@@ -6,13 +6,15 @@ Each folder is what ``save_pretrained`` writes (``config.json``, ``model.safeten
 library: WordPiece (BERT: it takes ``token_type_ids``), byte-level BPE (RoBERTa) or
 SentencePiece/Unigram (XLM-RoBERTa). ``sentence_transformers_folder`` adds what
 sentence-transformers reads (``modules.json``, ``1_Pooling/config.json``, ``Normalize``).
-``model_folder`` writes the two-line ``model.toml`` beside it. Nothing here downloads anything.
+``model_folder`` writes the two-line ``model.toml`` beside it; ``prepare_text_repository`` runs model
+preparation on them and ``OnnxRuntimeTriton`` serves the result in process. Nothing here downloads anything.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 CORPUS = [
     "A man is eating food.",
@@ -223,6 +225,7 @@ TEST_MODELS = {
     "embed_roberta_cls": ("sentence_embedding", {"kind": "roberta", "pooling": "cls", "normalize": False}),
     "embed_xlmr_max": ("sentence_embedding", {"kind": "xlm-roberta", "pooling": "max"}),
     "embed_bert_last": ("sentence_embedding", {"kind": "bert", "pooling": "lasttoken", "normalize": False}),
+    "fill_roberta": ("fill_mask", {"kind": "roberta"}),
 }
 
 
@@ -232,6 +235,26 @@ def build_text_models(models: Path, names=None) -> Path:
         family, options = TEST_MODELS[name]
         model_folder(models, name, family, **dict(options))
     return models
+
+
+class OnnxRuntimeTriton:
+    """Triton's stand-in for the in-process tests: runs the repository's model.onnx for each call,
+    recording the shapes it was given."""
+
+    def __init__(self, repository: Path) -> None:
+        self.repository = repository
+        self.sessions: dict[str, Any] = {}  # onnxruntime.InferenceSession by model
+        self.calls: list[tuple[str, dict[str, tuple[int, ...]]]] = []
+
+    def infer(self, model, inputs, output_names, version=None):
+        if model not in self.sessions:
+            import onnxruntime as ort
+
+            path = self.repository / model / "1" / "model.onnx"
+            self.sessions[model] = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        self.calls.append((model, {name: array.shape for name, array in inputs.items()}))
+        outputs = self.sessions[model].run(list(output_names), dict(inputs))
+        return dict(zip(output_names, outputs)), "1"
 
 
 def prepare_text_repository(models: Path, repository: Path, *extra: str) -> Path:

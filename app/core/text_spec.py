@@ -1,7 +1,7 @@
 """The text families' model.toml: two lines, the rest read from a Hugging Face folder.
 
 ```toml
-family = "text_classification"   # or token_classification, sentence_embedding
+family = "text_classification"   # or token_classification, sentence_embedding, fill_mask
 [export]
 transformers = "hf"              # a save_pretrained folder inside models/<name>/, or a hub id
 ```
@@ -13,6 +13,11 @@ embeddings), the pooling and normalisation of a sentence-transformers folder (``
 ``1_Pooling/config.json``, a ``Normalize`` module), and the inputs (``token_type_ids`` only where the
 model has more than one token type). ``max_batch_size``, ``[batching]``, ``[[inputs]]``,
 ``[[outputs]]`` and ``[preprocess] sequence_length`` in model.toml override what is derived.
+
+A ``fill_mask`` model (a masked-LM head) returns the best ``K`` candidates of every position, with
+softmax and top-k inside its graph: ``scores`` and ``token_ids [batch, tokens, K]`` instead of the
+logits of the whole vocabulary at every position (megabytes a text). ``K`` is ``[postprocess]
+max_topk`` (default 50), at most the vocabulary.
 
 A hub id is fetched by model preparation into ``<model>/hub/``; the router reads that folder.
 """
@@ -30,7 +35,9 @@ HUB_FOLDER = "hub"  # where model preparation saves a hub id's files, inside the
 TEXT_CLASSIFICATION = "text_classification"
 TOKEN_CLASSIFICATION = "token_classification"
 SENTENCE_EMBEDDING = "sentence_embedding"
-TEXT_FAMILIES = (TEXT_CLASSIFICATION, TOKEN_CLASSIFICATION, SENTENCE_EMBEDDING)
+FILL_MASK = "fill_mask"
+TEXT_FAMILIES = (TEXT_CLASSIFICATION, TOKEN_CLASSIFICATION, SENTENCE_EMBEDDING, FILL_MASK)
+DEFAULT_CANDIDATES = 50  # fill_mask: the candidates per position when [postprocess] max_topk names none
 DEFAULT_MAX_BATCH_SIZE = 32
 DEFAULT_QUEUE_DELAY_US = 2000
 # A tokenizer that knows no limit says so with a huge model_max_length (int(1e30)).
@@ -167,6 +174,23 @@ def _pooling(folder: Path) -> tuple[str, bool, int | None, tuple[str, ...]]:
     return modes[0], any(kind == ST_NORMALIZE for kind, _ in kinds), dimension, paths
 
 
+def _candidates(config: Mapping[str, Any], postprocess: Mapping[str, Any], where: str) -> int:
+    """fill_mask: the candidates per position its graph returns (``[postprocess] max_topk``), at most
+    the vocabulary."""
+    vocabulary = config.get("vocab_size")
+    vocabulary = vocabulary if isinstance(vocabulary, int) and vocabulary > 0 else None
+    given = postprocess.get("max_topk")
+    if given is None:
+        return min(DEFAULT_CANDIDATES, vocabulary or DEFAULT_CANDIDATES)
+    if isinstance(given, bool) or not isinstance(given, int) or given < 1:
+        raise TextSpecError(f"{where}: [postprocess] max_topk must be a whole number of at least 1")
+    if vocabulary is not None and given > vocabulary:
+        raise TextSpecError(
+            f"{where}: [postprocess] max_topk {given} is more than the vocabulary's {vocabulary} tokens"
+        )
+    return given
+
+
 def _sequence_length(
     config: Mapping[str, Any], folder: Path, family: str, preprocess: Mapping[str, Any], where: str
 ) -> int:
@@ -232,7 +256,7 @@ def resolve(raw: Mapping[str, Any], model_folder: Path, where: str) -> tuple[dic
         folder=folder,
         source=source,
         model_type=str(config.get("model_type", "")),
-        labels=_labels(config, folder / "config.json") if family != SENTENCE_EMBEDDING else (),
+        labels=_labels(config, folder / "config.json") if family in (TEXT_CLASSIFICATION, TOKEN_CLASSIFICATION) else (),
         problem_type=str(config.get("problem_type") or ""),
         sequence_length=_sequence_length(config, folder, family, preprocess, where),
         token_type_ids=int(config.get("type_vocab_size") or 0) >= 2,
@@ -245,7 +269,8 @@ def resolve(raw: Mapping[str, Any], model_folder: Path, where: str) -> tuple[dic
     completed.setdefault("max_batch_size", DEFAULT_MAX_BATCH_SIZE)
     completed.setdefault("batching", {"max_queue_delay_microseconds": DEFAULT_QUEUE_DELAY_US})
     completed.setdefault("inputs", _inputs(text))
-    completed.setdefault("outputs", _outputs(family, text))
+    candidates = _candidates(config, raw.get("postprocess", {}), where) if family == FILL_MASK else 0
+    completed.setdefault("outputs", _outputs(family, text, candidates))
     return completed, text
 
 
@@ -254,7 +279,12 @@ def _inputs(text: TextModel) -> list[dict[str, Any]]:
     return [{"name": name, "dtype": "INT64", "dims": [-1]} for name in names]
 
 
-def _outputs(family: str, text: TextModel) -> list[dict[str, Any]]:
+def _outputs(family: str, text: TextModel, candidates: int) -> list[dict[str, Any]]:
+    if family == FILL_MASK:
+        return [
+            {"name": "scores", "dtype": "FP32", "dims": [-1, candidates]},
+            {"name": "token_ids", "dtype": "INT64", "dims": [-1, candidates]},
+        ]
     if family == TEXT_CLASSIFICATION:
         return [{"name": "logits", "dtype": "FP32", "dims": [len(text.labels)]}]
     if family == TOKEN_CLASSIFICATION:

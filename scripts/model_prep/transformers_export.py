@@ -8,7 +8,10 @@ against torch with the max difference printed):
 - ``text_classification``: ``AutoModelForSequenceClassification`` -> ``logits [batch, labels]``;
 - ``token_classification``: ``AutoModelForTokenClassification`` -> ``logits [batch, tokens, labels]``;
 - ``sentence_embedding``: ``AutoModel``, then sentence-transformers' pooling and, where the folder
-  has one, its ``Normalize`` module, inside the graph -> ``embeddings [batch, dim]``.
+  has one, its ``Normalize`` module, inside the graph -> ``embeddings [batch, dim]``;
+- ``fill_mask``: ``AutoModelForMaskedLM``, then softmax and top-k inside the graph (``SoftmaxTopK``)
+  -> ``scores`` and ``token_ids [batch, tokens, K]``, checked by their probabilities (``topk_compare``:
+  near-equal candidates may swap places between torch and ONNX Runtime).
 
 Weights: the folder's own when it has them (``--weights random``/``small``: seeded random weights of
 its ``config.json`` instead); a folder without weights gets random ones, said loudly. A hub id is
@@ -28,6 +31,7 @@ from torch import nn
 
 from app.core.spec import SPEC_FILE, ModelSpec
 from app.core.text_spec import (
+    FILL_MASK,
     HUB_FOLDER,
     ROUTER_FILES,
     SENTENCE_EMBEDDING,
@@ -36,7 +40,7 @@ from app.core.text_spec import (
     is_local,
 )
 from scripts.model_prep import weights
-from scripts.model_prep.recipes import Recipe, RecipeError, Tolerance, generic_compare
+from scripts.model_prep.recipes import Recipe, RecipeError, SoftmaxTopK, Tolerance, generic_compare, topk_compare
 
 HUB_URL = "https://huggingface.co"
 WEIGHT_FILES = (
@@ -146,7 +150,7 @@ def pool(tokens: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
 
 
 class Logits(nn.Module):
-    """A classification head's logits from the spec's inputs, in their order."""
+    """A head's logits (classification, masked LM) from the spec's inputs, in their order."""
 
     def __init__(self, model: nn.Module):
         super().__init__()
@@ -164,14 +168,19 @@ def _auto_class(spec: ModelSpec):
         return transformers.AutoModel
     if spec.family == TEXT_CLASSIFICATION:
         return transformers.AutoModelForSequenceClassification
+    if spec.family == FILL_MASK:
+        return transformers.AutoModelForMaskedLM
     return transformers.AutoModelForTokenClassification
 
 
 def _wrap(spec: ModelSpec, model: nn.Module) -> nn.Module:
     model.eval()
-    wrapper = (
-        Pooled(model, spec.text.pooling, spec.text.normalize) if spec.family == SENTENCE_EMBEDDING else Logits(model)
-    )
+    if spec.family == SENTENCE_EMBEDDING:
+        wrapper = Pooled(model, spec.text.pooling, spec.text.normalize)
+    elif spec.family == FILL_MASK:  # the candidates per position: the outputs' last dimension
+        wrapper = SoftmaxTopK(Logits(model), spec.outputs[0].dims[-1])
+    else:
+        wrapper = Logits(model)
     return wrapper.eval()  # a new module is in training mode: dropout would be on in the export
 
 
@@ -230,7 +239,7 @@ def recipe(spec: ModelSpec) -> Recipe:
         sample_inputs=sample_inputs,
         tolerance=TEXT_TOLERANCE,
         data_files=_no_files,
-        compare=generic_compare,
+        compare=topk_compare if spec.family == FILL_MASK else generic_compare,
     )
 
 

@@ -24,7 +24,7 @@ from tests.text_models import CORPUS, build_text_models, prepare_text_repository
 pytestmark = pytest.mark.integration
 
 ATOL = 1e-4
-MODELS = ("sentiment_bert", "reranker_xlmr", "ner_roberta", "ner_bert", "embed_bert_mean")
+MODELS = ("sentiment_bert", "reranker_xlmr", "ner_roberta", "ner_bert", "embed_bert_mean", "fill_roberta")
 LONG_TEXT = " ".join(CORPUS * 3)
 
 
@@ -127,6 +127,22 @@ def test_entities_equal_the_pipeline(text_stack, models, name):
             assert_entities(answer, pipe(text, aggregation_strategy=strategy))
     ours = result(text_stack, name, {"text": LONG_TEXT, "aggregation_strategy": "simple", "stride": 16})
     assert_entities(ours, pipe(LONG_TEXT, aggregation_strategy="simple", stride=16))
+
+
+def test_a_fill_mask_folder_equals_the_pipeline(text_stack, models):
+    """fill_mask on the text families' path: RoBERTa's byte-level BPE and its <mask>, one and two masks."""
+    pipe = reference("fill-mask", models, "fill_roberta")
+    texts = ["A man is eating <mask>.", "<mask> Smith lives in <mask>."]
+    answers = result(text_stack, "fill_roberta", {"text": texts, "topk": 3})
+    for text, answer in zip(texts, answers):
+        theirs = pipe(text, top_k=3)
+        masks = [answer] if isinstance(answer[0], dict) else answer
+        expected = [theirs] if isinstance(theirs[0], dict) else theirs
+        for ours, reference_row in zip(masks, expected, strict=True):
+            assert [(c["token"], c["token_str"], c["sequence"]) for c in ours] == [
+                (c["token"], c["token_str"], c["sequence"]) for c in reference_row
+            ]
+            np.testing.assert_allclose([c["score"] for c in ours], [c["score"] for c in reference_row], atol=ATOL)
 
 
 def test_callers_at_once_each_get_their_own_answer(text_stack, models):

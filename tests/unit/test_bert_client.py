@@ -14,7 +14,7 @@ from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast, FillMas
 from app.core.errors import InvalidInput
 from app.core.settings import PROJECT_ROOT, Settings
 from app.core.spec import load_spec
-from clients.fill_mask import FillMaskClient
+from clients.fill_mask import VocabFillMaskClient
 
 VOCAB_SOURCES = (
     PROJECT_ROOT / "models" / "bert_base" / "vocab.txt",
@@ -88,8 +88,8 @@ class TorchTriton:
 
 
 @pytest.fixture(scope="module")
-def client(model_folder, masked_lm) -> FillMaskClient:
-    return FillMaskClient(load_spec(model_folder), TorchTriton(masked_lm, 50), Settings())
+def client(model_folder, masked_lm) -> VocabFillMaskClient:
+    return VocabFillMaskClient(load_spec(model_folder), TorchTriton(masked_lm, 50), Settings())
 
 
 @pytest.mark.parametrize("text", SENTENCES)

@@ -15,7 +15,7 @@ from transformers import BertTokenizerFast, FillMaskPipeline
 
 from app.core.settings import Settings
 from app.core.spec import load_spec
-from clients.fill_mask import FillMaskClient
+from clients.fill_mask import VocabFillMaskClient
 from scripts.devtools import built_test_repository
 from scripts.model_prep.recipes import recipes
 from tests.references import OnnxTriton
@@ -43,8 +43,8 @@ def repository():
 
 
 @pytest.fixture(scope="module")
-def client(repository) -> FillMaskClient:
-    return FillMaskClient(load_spec(repository / "bert_base"), OnnxTriton(repository), Settings())
+def client(repository) -> VocabFillMaskClient:
+    return VocabFillMaskClient(load_spec(repository / "bert_base"), OnnxTriton(repository), Settings())
 
 
 @pytest.fixture(scope="module")

@@ -102,7 +102,7 @@ def tiny_classifier(classes: int = 10, side: int = 160, dtype=TensorProto.FLOAT)
 
 def client_for(folder: Path):
     spec = load_spec(folder)
-    return FAMILIES[spec.family](spec, triton=None, settings=Settings())
+    return FAMILIES[spec.family].of(spec)(spec, triton=None, settings=Settings())
 
 
 def photo(width: int = 300, height: int = 200) -> bytes:

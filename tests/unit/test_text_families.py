@@ -12,34 +12,16 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 
 from app.core.errors import InvalidInput
 from app.core.settings import Settings
 from app.core.spec import find_specs
 from clients.registry import make_client
-from tests.text_models import CORPUS, TEST_MODELS, build_text_models, prepare_text_repository
+from tests.text_models import CORPUS, TEST_MODELS, OnnxRuntimeTriton, build_text_models, prepare_text_repository
 
 ATOL = 1e-4
 LONG_TEXT = " ".join(CORPUS * 3)  # about 200 tokens: past the small models' 64
-
-
-class OnnxRuntimeTriton:
-    """Runs the repository's model.onnx for each call, recording the shapes it was given."""
-
-    def __init__(self, repository: Path) -> None:
-        self.repository = repository
-        self.sessions: dict[str, ort.InferenceSession] = {}
-        self.calls: list[tuple[str, dict[str, tuple[int, ...]]]] = []
-
-    def infer(self, model, inputs, output_names, version=None):
-        if model not in self.sessions:
-            path = self.repository / model / "1" / "model.onnx"
-            self.sessions[model] = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        self.calls.append((model, {name: array.shape for name, array in inputs.items()}))
-        outputs = self.sessions[model].run(list(output_names), dict(inputs))
-        return dict(zip(output_names, outputs)), "1"
 
 
 @pytest.fixture(scope="module")

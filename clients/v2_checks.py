@@ -27,23 +27,13 @@ from typing import Any
 
 from app.core.errors import InvalidInput
 from app.core.settings import BODY_LIMIT
+from app.core.spec import TRITON_TO_NUMPY
 
 BINARY_JSON_TYPE = "application/vnd.sagemaker-triton.binary+json"
-# Bytes per element of each v2 datatype; BYTES elements are a 4-byte little-endian length and the bytes.
-ITEM_BYTES: Mapping[str, int] = {
-    "BOOL": 1,
-    "UINT8": 1,
-    "UINT16": 2,
-    "UINT32": 4,
-    "UINT64": 8,
-    "INT8": 1,
-    "INT16": 2,
-    "INT32": 4,
-    "INT64": 8,
-    "FP16": 2,
+# Bytes per element of each v2 datatype: the numpy twins' (app.core.spec's table), and the two
+# without one: bfloat16, and BYTES, whose elements are a 4-byte little-endian length and the bytes.
+ITEM_BYTES: Mapping[str, int] = {name: dtype.itemsize for name, dtype in TRITON_TO_NUMPY.items()} | {
     "BF16": 2,
-    "FP32": 4,
-    "FP64": 8,
     "BYTES": 4,
 }
 _CONFIG_TYPES = {f"TYPE_{name}": name for name in ITEM_BYTES} | {"TYPE_STRING": "BYTES"}

@@ -1,6 +1,6 @@
 """Development tools the scripts and the tests share: the real stack (`serve`: Triton, gunicorn,
 NGINX) or Triton alone started on free ports, the free-port search, process helpers that read /proc
-(state, children, command line, memory), and the one percentile definition."""
+(state, children, command line, memory), and the percentile every report uses (numpy's)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+import numpy as np
 import requests
 
-from app.core.procfs import children_of, descendants
+from app.core.procfs import children_of, descendants, process_stat
 from app.core.settings import (
     BIND_TO_PORT,
     MODEL_REPOSITORY,
@@ -79,26 +80,15 @@ def free_ports(count: int, start: int = 20000, stop: int | None = None) -> list[
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0-100) with linear interpolation between closest ranks (numpy's
-    default); NaN for no values."""
-    if not values:
-        return math.nan
-    if not 0 <= q <= 100:
-        raise ValueError(f"percentile {q} is not within 0-100")
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100.0
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+    """The q-th percentile (0-100) by ``numpy.percentile``'s default (linear interpolation between
+    the closest ranks); NaN for no values, where numpy raises. A q outside 0-100 is a ValueError."""
+    return float(np.percentile(values, q)) if len(values) else math.nan
 
 
 def process_state(pid: int) -> str | None:
     """The state letter of a process (R, S, Z, T, ...), or None when it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    return stat[stat.rindex(")") + 2]
+    stat = process_stat(pid)
+    return None if stat is None else stat.state
 
 
 def alive(pid: int) -> bool:

@@ -110,6 +110,15 @@ def assert_conforms(r: requests.Response, path: str, method: str) -> None:
 # ---- waiting --------------------------------------------------------------------------------------
 
 
+def lay_out(root: Path, files: dict[str, str]) -> Path:
+    """Write ``files`` ({"proc/self/cgroup": text, ...}) under ``root``: a fake /proc and /sys."""
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
 def wait_until(predicate, timeout: float, step: float = 0.05) -> float | None:
     """Seconds until predicate() held, or None if it did not within timeout."""
     start = time.monotonic()

@@ -3,7 +3,8 @@ each has a hardware JPEG decoder) and its memory; and the same figures for SageM
 types, so that a plan can be printed for one without being on it (``app.core.sizing``).
 
 vCPUs are the fewer of the process's CPU affinity (what ``taskset`` and a container's cpuset allow)
-and its cgroup's CPU quota (``docker run --cpus``), never ``os.cpu_count()``, which sees the host.
+and its cgroups' CPU quota (``docker run --cpus``, ``app.core.cgroup``), never ``os.cpu_count()``,
+which sees the host; memory is MemTotal, or the cgroups' limit where that is less.
 GPUs come from NVML (the ``nvidia-ml-py`` package) where it answers, else from the driver's
 ``/proc/driver/nvidia/gpus``; ``CUDA_VISIBLE_DEVICES`` narrows them as it narrows Triton's.
 Standard library only (NVML is imported where it is asked).
@@ -17,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.core.cgroup import cpu_limit, memory_limit
+from app.core.procfs import meminfo
 from app.core.settings import SIZING_VCPUS as VCPUS_VARIABLE
 
 GIB = 1024**3
@@ -109,66 +112,9 @@ def affinity_vcpus() -> int:
         return os.cpu_count() or 1
 
 
-def _own_cgroup(root: Path, controller: str) -> list[Path]:
-    """The process's cgroup folders for ``controller``, innermost first up to the mount's top
-    (a quota set on any of them applies)."""
-    mounts = [root / "sys/fs/cgroup" / controller, root / "sys/fs/cgroup"]
-    relative = ""
-    try:
-        for line in (root / "proc/self/cgroup").read_text().splitlines():
-            _, controllers, path = line.split(":", 2)
-            if (controller in controllers.split(",")) or (controllers == "" and not relative):
-                relative = path.lstrip("/")
-    except (OSError, ValueError):
-        pass
-    found = []
-    for mount in mounts:
-        folder = mount / relative if relative else mount
-        while True:
-            if folder.is_dir():
-                found.append(folder)
-            if folder == mount:
-                break
-            folder = folder.parent
-    return found
-
-
-def cgroup_cpu_limit(root: Path = Path("/")) -> float | None:
-    """The cgroup's CPU quota in CPUs (cgroup v2 ``cpu.max``, v1 ``cpu.cfs_quota_us`` over
-    ``cpu.cfs_period_us``), the smallest along the hierarchy; None without a quota."""
-    limits = []
-    for folder in _own_cgroup(root, "cpu"):
-        try:
-            if (folder / "cpu.max").is_file():
-                quota, period = (folder / "cpu.max").read_text().split()[:2]
-                if quota != "max":
-                    limits.append(int(quota) / int(period))
-            elif (folder / "cpu.cfs_quota_us").is_file():
-                quota = int((folder / "cpu.cfs_quota_us").read_text())
-                if quota > 0:
-                    limits.append(quota / int((folder / "cpu.cfs_period_us").read_text()))
-        except (OSError, ValueError):
-            continue
-    return min(limits) if limits else None
-
-
 def memory_bytes(root: Path = Path("/")) -> int:
-    """MemTotal, or the memory cgroup's limit where that is less (0 where neither can be read)."""
-    figures = []
-    try:
-        for line in (root / "proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                figures.append(int(line.split()[1]) * 1024)
-    except (OSError, ValueError):
-        pass
-    for name in ("sys/fs/cgroup/memory.max", "sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            raw = (root / name).read_text().strip()
-        except OSError:
-            continue
-        if raw.isdigit() and int(raw) < 1 << 60:
-            figures.append(int(raw))
-    return min(figures) if figures else 0
+    """MemTotal, or the process's memory cgroup limit where that is less (0 where neither can be read)."""
+    return min((f for f in (meminfo(root).get("MemTotal"), memory_limit(root)) if f is not None), default=0)
 
 
 def _nvml_gpu_names() -> list[str] | None:
@@ -235,7 +181,7 @@ def detect(env: Mapping[str, str] | None = None, root: Path = Path("/")) -> Mach
         if not math.isfinite(vcpus) or vcpus <= 0:
             raise ValueError(f"{VCPUS_VARIABLE}={given!r} must be a positive number")
         return Machine(vcpus, gpus, memory_bytes(root), f"{VCPUS_VARIABLE}={given}")
-    affinity, quota = affinity_vcpus(), cgroup_cpu_limit(root)
+    affinity, quota = affinity_vcpus(), cpu_limit(root)
     vcpus = float(affinity) if quota is None else min(float(affinity), quota)
     source = f"CPU affinity {affinity}" + (f", cgroup quota {quota:g}" if quota is not None else "")
     return Machine(vcpus, gpus, memory_bytes(root), source)

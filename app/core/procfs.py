@@ -1,95 +1,77 @@
 """The process tree and memory figures, read straight from /proc (standard library only): what the
-instance has available, a process's children and descendants, and the memory a process tree takes.
+instance has available, its OOM kills, /proc/<pid>/stat, a process's children and descendants, and
+the memory a process tree takes; the cgroups' limits are ``app.core.cgroup``'s to read.
 Multi-model mode's memory accounting (``app.core.memory``) and the development tools' process checks
 (``scripts.devtools``) walk the same tree."""
 
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from pathlib import Path
 
+from app.core import cgroup
+from app.core.cgroup import ROOT, counters
 
-def available_memory(root: Path = Path("/")) -> int | None:
+
+def available_memory(root: Path = ROOT) -> int | None:
     """The bytes the instance has available: /proc/meminfo's MemAvailable, or less when the
-    process's memory cgroup (a container started with a memory limit) leaves less; None where
+    process's memory cgroups (a container started with a memory limit) leave less; None where
     neither can be read. ``root``: where /proc and /sys are (tests point it at a folder)."""
-    figures = [figure for figure in (_meminfo_available(root), _cgroup_available(root)) if figure is not None]
-    return min(figures) if figures else None
+    figures = (meminfo(root).get("MemAvailable"), cgroup.memory_available(root))
+    return min((figure for figure in figures if figure is not None), default=None)
 
 
-def _meminfo_available(root: Path) -> int | None:
+def meminfo(root: Path = ROOT) -> dict[str, int]:
+    """/proc/meminfo's figures in bytes ({"MemTotal": ..., "MemAvailable": ...}); empty where it
+    cannot be read."""
     try:
-        for line in (root / "proc" / "meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
+        lines = (root / "proc/meminfo").read_text().splitlines()
+    except OSError:
+        return {}
+    found = {}
+    for line in lines:
+        name, _, value = line.partition(":")
+        number, _, unit = value.strip().partition(" ")
+        if number.isdigit():
+            found[name] = int(number) * (1024 if unit.strip() == "kB" else 1)
+    return found
+
+
+def oom_kills(root: Path = ROOT) -> int | None:
+    """How many processes the kernel's OOM killer has ended in this process's memory cgroup, else
+    on the machine (/proc/vmstat, Linux 4.13 and later); None where no count can be read."""
+    count = cgroup.oom_kills(root)
+    return count if count is not None else counters(root / "proc/vmstat").get("oom_kill")
+
+
+@dataclass(frozen=True)
+class ProcessStat:
+    """What is read of /proc/<pid>/stat."""
+
+    state: str  # R, S, D, Z, T, X, ...
+    ppid: int
+    cpu_ticks: int  # user + system time of all its threads, in clock ticks (os.sysconf("SC_CLK_TCK"))
+
+
+def process_stat(pid: int, root: Path = ROOT) -> ProcessStat | None:
+    """/proc/<pid>/stat, parsed; None when the process is gone. Its second field, the command's name,
+    is in parentheses and may itself hold spaces and parentheses, so the fields after it are split
+    after the last ")": state, ppid, ..., utime and stime (the 3rd, 4th, 14th and 15th of proc(5))."""
+    try:
+        text = (root / "proc" / str(pid) / "stat").read_text()
+        fields = text[text.rindex(")") + 1 :].split()
+        return ProcessStat(fields[0], int(fields[1]), int(fields[11]) + int(fields[12]))
+    except (OSError, ValueError, IndexError):
         return None
-    return None
-
-
-# Where a cgroup's limit, usage and reclaimable page cache are read: cgroup v2, then v1's memory
-# controller. v1 reports "no limit" as a number near 2**63.
-_CGROUP_FILES = (
-    ("sys/fs/cgroup/memory.max", "sys/fs/cgroup/memory.current", "sys/fs/cgroup/memory.stat", "inactive_file"),
-    (
-        "sys/fs/cgroup/memory/memory.limit_in_bytes",
-        "sys/fs/cgroup/memory/memory.usage_in_bytes",
-        "sys/fs/cgroup/memory/memory.stat",
-        "total_inactive_file",
-    ),
-)
-_NO_LIMIT = 1 << 60
-
-
-def _cgroup_available(root: Path) -> int | None:
-    """The cgroup's limit less what it uses (its inactive page cache counted as free, as
-    MemAvailable counts it); None without a limit."""
-    for limit_file, usage_file, stat_file, inactive_key in _CGROUP_FILES:
-        try:
-            raw = (root / limit_file).read_text().strip()
-            usage = int((root / usage_file).read_text().strip())
-        except (OSError, ValueError):
-            continue
-        if raw == "max" or not raw.isdigit() or int(raw) >= _NO_LIMIT:
-            return None
-        inactive = 0
-        with contextlib.suppress(OSError, ValueError):
-            for line in (root / stat_file).read_text().splitlines():
-                key, _, value = line.partition(" ")
-                if key == inactive_key:
-                    inactive = int(value)
-        return max(0, int(raw) - usage + inactive)
-    return None
-
-
-# Where the kernel counts the processes its OOM killer ended: the memory cgroup's events (v2, then
-# v1), else the whole machine's (/proc/vmstat, Linux 4.13 and later).
-_OOM_KILL_FILES = ("sys/fs/cgroup/memory.events", "sys/fs/cgroup/memory/memory.oom_control", "proc/vmstat")
-
-
-def oom_kills(root: Path = Path("/")) -> int | None:
-    """How many processes the kernel's OOM killer has ended in this memory cgroup (or on the
-    machine); None where no count can be read. ``root``: where /proc and /sys are."""
-    for name in _OOM_KILL_FILES:
-        try:
-            lines = (root / name).read_text().splitlines()
-        except OSError:
-            continue
-        for line in lines:
-            key, _, value = line.partition(" ")
-            if key == "oom_kill" and value.strip().isdigit():
-                return int(value)
-    return None
 
 
 def _children() -> dict[int, list[int]]:
     """Every process's children, from one pass over /proc."""
     found: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                stat = (entry / "stat").read_text()
-                found.setdefault(int(stat[stat.rindex(")") + 2 :].split()[1]), []).append(int(entry.name))
+    for entry in (ROOT / "proc").iterdir():
+        if entry.name.isdigit() and (stat := process_stat(int(entry.name))) is not None:
+            found.setdefault(stat.ppid, []).append(int(entry.name))
     return found
 
 

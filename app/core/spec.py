@@ -20,11 +20,16 @@ from app.core.text_spec import TextModel, TextSpecError, is_text_spec, resolve
 
 SPEC_FILE = "model.toml"
 
-# Triton's data type names (config.pbtxt spells them TYPE_<name>) and their numpy twins.
+# Triton's data type names (config.pbtxt spells them TYPE_<name>) and their numpy twins: the one
+# table (clients.v2_checks adds BF16 and BYTES, which numpy has no twin for).
 TRITON_TO_NUMPY: Mapping[str, np.dtype] = {
     "BOOL": np.dtype(np.bool_),
     "UINT8": np.dtype(np.uint8),
+    "UINT16": np.dtype(np.uint16),
+    "UINT32": np.dtype(np.uint32),
+    "UINT64": np.dtype(np.uint64),
     "INT8": np.dtype(np.int8),
+    "INT16": np.dtype(np.int16),
     "INT32": np.dtype(np.int32),
     "INT64": np.dtype(np.int64),
     "FP16": np.dtype(np.float16),

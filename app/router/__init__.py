@@ -22,6 +22,7 @@ from flask import Flask, Response, request
 from app.core.errors import InvalidInput
 from app.core.health import health_policy, ping_answer
 from app.core.settings import Settings
+from app.router.accept import answer_type
 from app.router.batches import run_invocations
 from app.router.handlers import json_response, register_error_handlers
 from app.router.multimodel import register as register_multi_model
@@ -35,7 +36,6 @@ from app.router.requests import (
     TARGET_MODEL,
     Request,
     Served,
-    answer_type,
     check_media_type,
     is_jsonlines,
     is_v2,

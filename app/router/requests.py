@@ -4,7 +4,7 @@ its media type and the custom-attributes header, which tests call directly.
 Our forms (docs/reference/api.md): the JSON envelope ``{"modelname", "version"?, "payload"}``; a raw body
 (an image, or UTF-8 text) with the model, version and options in
 ``X-Amzn-SageMaker-Custom-Attributes``; and JSON Lines (Batch Transform), one envelope per line.
-The ``Accept`` header picks the answer's form (``answer_type``). Besides them, a KServe v2 body (v2
+The ``Accept`` header picks the answer's form (``app.router.accept``). Besides them, a KServe v2 body (v2
 JSON without ``modelname``, or SageMaker's binary+json) is passed to Triton as it is (``pass_through``).
 """
 
@@ -21,7 +21,6 @@ from app.core.errors import (
     InvalidInput,
     InvalidJson,
     LineError,
-    NotAcceptable,
     UnsupportedMediaType,
 )
 from clients.base import ModelClient
@@ -178,38 +177,6 @@ def parse_invocation(
     version = parse_version(attributes.get("version"), f"{CUSTOM_ATTRIBUTES} version")
     options = client.options_from_attributes(attributes, CUSTOM_ATTRIBUTES)
     return Invocation(client, {client.input_field: raw_item(request), **options}, version, "the body")
-
-
-def _media_ranges(header: str) -> list[str]:
-    """An Accept header's media ranges, best q value first (ties in their order; q=0 ones dropped)."""
-    ranges = []
-    for order, part in enumerate(header.split(",")):
-        kind, *params = (p.strip() for p in part.split(";"))
-        quality = 1.0
-        for param in params:
-            key, _, value = param.partition("=")
-            if key.strip().lower() == "q":
-                try:
-                    quality = float(value)
-                except ValueError:
-                    quality = 0.0
-        if kind and quality > 0:
-            ranges.append((-quality, order, kind.lower()))
-    return [kind for _, _, kind in sorted(ranges)]
-
-
-def answer_type(request: Request) -> str:
-    """The media type to answer in: what ``Accept`` asks for among ``ANSWER_TYPES``; for no Accept,
-    ``*/*`` or ``application/*``, the body's own form (JSON Lines for JSON Lines, else JSON)."""
-    default = request.mimetype if request.mimetype in JSONLINES_TYPES else JSON_TYPE
-    if not request.accept.strip():
-        return default
-    for kind in _media_ranges(request.accept):
-        if kind in ("*/*", "application/*"):
-            return default
-        if kind in ANSWER_TYPES:
-            return kind
-    raise NotAcceptable(f"Accept: {request.accept} cannot be answered; answers are {', '.join(ANSWER_TYPES)}")
 
 
 def is_jsonlines(request: Request) -> bool:

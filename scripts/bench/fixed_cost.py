@@ -46,6 +46,7 @@ from scripts.bench.payloads import HttpRequest
 from scripts.bench.placement import CpuMeter, cpu_seconds
 from scripts.bench.report import Figure
 from scripts.devtools import children_of, descendants, free_ports, percentile, stop_group
+from scripts.terminal import text_table
 
 FLOOR = "floor"
 FLOOR_WAIT = f"floor, {IDENTITY_WAIT_MS} ms wait"
@@ -307,10 +308,7 @@ def format_fixed_cost(rows: Mapping[str, Mapping[str, Any]], concurrency: int) -
                 f"<= {TARGETS[name]}" if name in TARGETS else "",
             )
         )
-    widths = [max(len(r[i]) for r in lines) for i in range(len(header))]
-    text = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in lines]
-    text.insert(1, "  ".join("-" * w for w in widths))
     return (
         f"CPU per request at c={concurrency} (from /proc; the floor: a bare Flask app, same gunicorn and NGINX)\n"
-        + "\n".join(text)
+        + text_table(lines)
     )

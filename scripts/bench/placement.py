@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from app.core.pipeline import PIPELINE_KEY, ROUTER, TRITON, ensemble_model, postprocess_model, preprocess_model
+from app.core.procfs import process_stat
 from app.core.settings import Settings
 from app.core.spec import ModelSpec, load_spec
 from scripts.bench.constants import PYSTEP_SIDE, ROUTER_SIDE, TRITON_SIDE
@@ -126,12 +127,8 @@ def _raw_config(folder: Path, spec: ModelSpec):
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process (all its threads), 0 when it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0.0
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime: fields 14 and 15 of stat
+    stat = process_stat(pid)
+    return 0.0 if stat is None else stat.cpu_ticks / _TICKS
 
 
 class CpuMeter:

@@ -10,6 +10,7 @@ from typing import Any
 
 from scripts.bench.constants import IDENTITY, MODELS, PYSTEP_SIDE, ROUTER_SIDE, TRITON_SIDE
 from scripts.devtools import percentile
+from scripts.terminal import text_table
 
 
 @dataclass
@@ -252,10 +253,7 @@ def format_figures(figures: Iterable[Figure]) -> str:
     for f in figures:
         value = "-" if f.passed is None else (f"{f.value:.2f}{f.unit}" if f.unit else f"{f.value:.3f}")
         rows.append((f.name, value, f.target, f.mark))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return text_table(rows)
 
 
 def format_results(results: Mapping) -> str:
@@ -276,10 +274,7 @@ def format_results(results: Mapping) -> str:
                         str(s["errors"]),
                     )
                 )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows
-    )
+    return text_table(rows, right=range(2, len(rows[0])))
 
 
 def plot(results: Mapping, out: Path) -> list[Path]:

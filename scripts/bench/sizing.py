@@ -33,6 +33,7 @@ from scripts.bench.load import GrpcCaller, Progress, bench_model
 from scripts.bench.payloads import grpc_request, preprocessed_tensors
 from scripts.devtools import Triton, free_ports, start_triton
 from scripts.model_prep import triton_config
+from scripts.terminal import text_table
 
 SIZED_SIDE, COUNT_ONE_SIDE = "sized", "count 1"
 SIDES = (SIZED_SIDE, COUNT_ONE_SIDE)
@@ -207,13 +208,13 @@ def format_sizing(results: Mapping[str, Any]) -> str:
         f"instance count 1 with threads as model preparation wrote them ({COUNT_ONE_SIDE}), side by side"
     )
     legend = "what each side ran (instances x threads per Triton model; default: the backend's own, a thread per core):"
-    lines = [title, *_table(rows), "", legend]
+    lines = [title, _table(rows), "", legend]
     config_rows = [("Triton model", SIZED_SIDE, COUNT_ONE_SIDE)]
     for found in results["models"].values():
         by_side = found["configurations"]
         for name in by_side.get(SIZED_SIDE, {}):
             config_rows.append((name, by_side[SIZED_SIDE][name], by_side.get(COUNT_ONE_SIDE, {}).get(name, "?")))
-    lines += _table(config_rows)
+    lines.append(_table(config_rows))
     for found in results["models"].values():
         for side in SIDES:
             error = found.get(side, {}).get("first_error")
@@ -222,12 +223,9 @@ def format_sizing(results: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _table(rows: Sequence[Sequence[str]]) -> list[str]:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return [
-        "  " + "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
-        for row in rows
-    ]
+def _table(rows: Sequence[Sequence[str]]) -> str:
+    """A name, then figures: indented under the title."""
+    return text_table(rows, right=range(1, len(rows[0])), indent="  ")
 
 
 def sizing_steps(specs: Mapping[str, ModelSpec], rounds: int) -> int:

@@ -33,6 +33,8 @@ from typing import IO
 
 import requests
 
+from scripts.terminal import positive
+
 JSONLINES = "application/jsonlines"
 MIB = 1024 * 1024
 PROG = "batch_local"
@@ -200,15 +202,6 @@ def write_atomically(path: Path, parts: Iterable[bytes]) -> None:
     except BaseException:
         os.unlink(temporary)
         raise
-
-
-def positive(kind):
-    def parse(text: str):
-        if (value := kind(text)) <= 0:
-            raise argparse.ArgumentTypeError(f"{text} is not positive")
-        return value
-
-    return parse
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

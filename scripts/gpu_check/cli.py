@@ -35,14 +35,18 @@ from app.serve.plan import format_plan
 from clients.sizing import parts_from_specs, plan_models
 from scripts.gpu_check import serialized
 from scripts.model_prep import dali_pipeline
+from scripts.terminal import positive, text_table
 
 SAMPLES = PROJECT_ROOT / "build" / "samples"
 PROG = "python -m scripts.gpu_check"
 
 
 def _numbers(text: str) -> list[int]:
-    values = [int(v) for v in text.split(",") if v.strip()]
-    if not values or min(values) < 1:
+    try:
+        values = [positive(int)(v) for v in text.split(",") if v.strip()]
+    except argparse.ArgumentTypeError as error:
+        raise argparse.ArgumentTypeError(f"positive integers, comma-separated, expected: {text!r} ({error})") from None
+    if not values:
         raise argparse.ArgumentTypeError(f"positive integers, comma-separated, expected: {text!r}")
     return values
 
@@ -66,22 +70,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--models", default="resnet,yolov5", help="comma-separated image models")
     p.add_argument("--images", type=Path, nargs="+", help="the photos (default: build/samples/*.jpg, `make samples`)")
-    p.add_argument("--batch", type=int, default=128, help="images a batch (the config's max_batch_size)")
+    p.add_argument("--batch", type=positive(int), default=128, help="images a batch (the config's max_batch_size)")
     p.add_argument(
         "--threads",
-        type=int,
+        type=positive(int, zero=True),
         default=0,
         help="CPU threads of each copy (default: the sizing's num_threads for this machine)",
     )
     p.add_argument("--copies", type=_numbers, default="1,2,3", help="copies side by side, comma-separated")
     p.add_argument("--decoders", type=_decoders, default="exact,fast", help="[preprocess] decoder values")
-    p.add_argument("--rounds", type=int, default=2, help="interleaved rounds")
-    p.add_argument("--seconds", type=float, default=3.0, help="seconds per setting per round")
+    p.add_argument("--rounds", type=positive(int), default=2, help="interleaved rounds")
+    p.add_argument("--seconds", type=positive(float), default=3.0, help="seconds per setting per round")
     p.add_argument("--warmup", type=int, default=3, help="unmeasured batches through each pipeline first")
-    args = p.parse_args(argv)
-    if args.batch < 1 or args.threads < 0 or args.rounds < 1 or args.seconds <= 0:
-        p.error("--batch, --rounds and --seconds must be positive, --threads not negative")
-    return args
+    return p.parse_args(argv)
 
 
 @dataclasses.dataclass
@@ -173,12 +174,7 @@ def format_table(results: Sequence[tuple[str, int, Sequence[Setting]]]) -> str:
             table.append(
                 (model, s.decoder, str(s.copies), str(threads), f"{s.rate:,.0f}", f"{s.rate / s.copies:,.0f}", ratio)
             )
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    lines = [
-        "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))) for row in table
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(line.rstrip() for line in lines)
+    return text_table(table, right=range(2, len(table[0])))
 
 
 def sized_threads(specs: Sequence[ModelSpec]) -> dict[str, int]:

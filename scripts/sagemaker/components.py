@@ -38,6 +38,7 @@ from scripts.sagemaker.resources import (
     wait_gone,
 )
 from scripts.sagemaker.scaling import VARIANT, component_target, configure_component_scaling, remove_target_scaling
+from scripts.terminal import positive
 
 DEFAULT_CPUS = 2.0
 DEFAULT_MEMORY_MB = 4096
@@ -103,12 +104,9 @@ def component_name(endpoint: str, model: str) -> str:
 def _positive(key: str, text: str, kind: type) -> Any:
     """A --component value as ``kind``, above 0 (gpus may be 0: a copy without accelerators)."""
     try:
-        value = kind(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{key}={text!r}: not a number") from None
-    if value < 0 or (value == 0 and key != "gpus"):
-        raise argparse.ArgumentTypeError(f"{key}={text}: must be above 0")
-    return value
+        return positive(kind, zero=key == "gpus")(text)
+    except argparse.ArgumentTypeError as error:
+        raise argparse.ArgumentTypeError(f"{key}={error}") from None
 
 
 def parse_component(text: str) -> Component:
@@ -328,7 +326,7 @@ def components_of(sm, endpoint: str) -> list[str]:
         return []
     if all("ModelName" in v for v in variants):
         return []
-    found = list_all(sm.list_inference_components, "InferenceComponents", EndpointNameEquals=endpoint)
+    found = list_all(sm, "list_inference_components", "InferenceComponents", EndpointNameEquals=endpoint)
     return [c["InferenceComponentName"] for c in found]
 
 

@@ -214,7 +214,7 @@ def delete(
 
     prefix_configs = [
         c["EndpointConfigName"]
-        for c in list_all(sm.list_endpoint_configs, "EndpointConfigs", NameContains=name)
+        for c in list_all(sm, "list_endpoint_configs", "EndpointConfigs", NameContains=name)
         if c["EndpointConfigName"].startswith(f"{name}-config-")
     ]
     model_names: list[str] = []

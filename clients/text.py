@@ -8,7 +8,8 @@ asks for ``"truncation": true`` (then it is cut as Hugging Face's tokenizer cuts
 for a pair). A request's texts are padded together to the shortest bucket (16, 32, 64, 128, 256,
 ... up to the sequence length) that holds its longest text: a ten-token text does not cost what a
 512-token one does, and requests of many callers in the same bucket have the same shape, which is
-what Triton's dynamic batcher needs to run them together.
+what Triton's dynamic batcher needs to run them together. Texts that fill a batch (``max_batch_size``
+rows) on their own are padded only to their longest: no other request could join them.
 
 An item's arrays carry a leading rows axis (one row per text, several for a long text cut into
 windows); a chunk's rows go to Triton in calls of at most ``max_batch_size`` rows.
@@ -150,9 +151,11 @@ class TextClient(ModelClient[Context]):
         return arrays
 
     def _stack(self, arrays: Sequence[Mapping[str, np.ndarray]], tensors=None) -> dict[str, np.ndarray]:
-        """A chunk's rows, padded to the bucket of its longest text."""
-        length = bucket(max(a["input_ids"].shape[1] for a in arrays), self.buckets)
+        """A chunk's rows, padded to the bucket of its longest text; a chunk that fills a batch on its
+        own (no other caller's request could join it in Triton) only to its longest text."""
         rows = sum(len(a["input_ids"]) for a in arrays)
+        longest = max(a["input_ids"].shape[1] for a in arrays)
+        length = longest if rows >= self.spec.max_batch_size else bucket(longest, self.buckets)
         stacked = {}
         for name in arrays[0]:
             batch = np.full((rows, length), self.pad_id if name == "input_ids" else 0, dtype=np.int64)

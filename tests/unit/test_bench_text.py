@@ -27,7 +27,7 @@ def test_defaults_and_quick(tmp_path):
     assert args.repository == (tmp_path / "repository").resolve()
     assert (args.small, args.no_prepare, args.env, args.argv) == (False, False, [], ["--out", str(tmp_path)])
     quick = plan.parse_args(["--quick", "--seconds", "30", "--rounds", "5"])
-    assert (quick.rounds, quick.seconds) == (1, 1.0)  # a smoke run whatever else is asked
+    assert (quick.rounds, quick.seconds) == (1, 0.5)  # a smoke run whatever else is asked
     assert plan.parse_args([]).out == plan.DEFAULT_OUT
 
 
@@ -207,3 +207,10 @@ def test_the_table_is_markdown_with_one_line_a_row():
     assert "20 (2 errors)" in next(line for line in table if line.startswith("| text_classification, short |"))
     assert results["command"] == "python -m scripts.bench.text --lengths short --out build/x"
     assert len(results["verdicts"]) == 3 + 2 and Path(results["settings"]["repository"]).is_absolute()
+
+
+@pytest.mark.parametrize("argv", [["--rounds", "0"], ["--seconds", "-1"], ["--concurrency", "x"]])
+def test_counts_and_seconds_must_be_positive(argv, capsys):
+    with pytest.raises(SystemExit) as exited:
+        plan.parse_args(argv)
+    assert exited.value.code == 2 and argv[0] in capsys.readouterr().err

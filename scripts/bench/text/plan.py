@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.core.settings import PROJECT_ROOT
+from scripts.terminal import positive
 
 DEFAULT_OUT = PROJECT_ROOT / "build" / "bench-text"
 FILL_MASK, TEXT_CLASSIFICATION, TOKEN_CLASSIFICATION, SENTENCE_EMBEDDING = (
@@ -140,13 +141,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="tiny models (tests/text_models.py, build/test-models' bert_base) instead of the realistic ones: "
         "a smoke run of the benchmark itself",
     )
-    p.add_argument("--seconds", type=float, default=5.0, help="seconds of load per row per round")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
-    p.add_argument("--warmup-seconds", type=float, default=2.0, help="unmeasured load per row before the rounds")
-    p.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, help="client threads of each row")
+    p.add_argument("--seconds", type=positive(float), default=5.0, help="seconds of load per row per round")
+    p.add_argument("--rounds", type=positive(int), default=3, help="interleaved rounds")
+    p.add_argument(
+        "--warmup-seconds",
+        type=positive(float, zero=True),
+        default=2.0,
+        help="unmeasured load per row before the rounds",
+    )
+    p.add_argument("--concurrency", type=positive(int), default=DEFAULT_CONCURRENCY, help="client threads of each row")
     p.add_argument(
         "--single-concurrency",
-        type=int,
+        type=positive(int),
         default=SINGLE_CONCURRENCY,
         help="client threads of the embeddings' single-text side of the comparison",
     )
@@ -159,17 +165,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="an environment variable for serve, e.g. TRITON_THREADS=bench_minilm=2 (another sizing); repeatable",
     )
     p.add_argument("--timeout", type=float, default=120.0, help="seconds one request may take")
-    p.add_argument("--quick", action="store_true", help="smoke run: one round of 1 s rows, short warm-up")
+    p.add_argument("--quick", action="store_true", help="smoke run: one round of 0.5 s rows, short warm-up")
     args = p.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # the command, as results.json records it
     if args.quick:
-        args.rounds, args.seconds, args.warmup_seconds = 1, 1.0, 0.3
+        args.rounds, args.seconds, args.warmup_seconds = 1, 0.5, 0.1
     args.lengths = [length for length in args.lengths.split(",") if length]
     unknown = sorted(set(args.lengths) - set(LENGTHS))
     if unknown or not args.lengths:
         p.error(f"--lengths: {', '.join(unknown) or 'none given'}; choose from {', '.join(LENGTHS)}")
-    if args.rounds < 1 or args.seconds <= 0 or args.concurrency < 1 or args.single_concurrency < 1:
-        p.error("--rounds, --seconds, --concurrency and --single-concurrency must be positive")
     args.env = [tuple(entry.split("=", 1)) for entry in args.env]
     if any(len(entry) != 2 or not entry[0] for entry in args.env):
         p.error("--env: expected NAME=VALUE")

@@ -190,3 +190,59 @@ class TextClient(ModelClient[Context]):
             )
             parts.append(outputs)
         return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}, answered
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """The pipeline's softmax over labels (in the logits' dtype; half precision is read as float32)."""
+    logits = np.asarray(logits)
+    if logits.dtype == np.float16:
+        logits = logits.astype(np.float32)
+    maxes = np.max(logits, axis=-1, keepdims=True)
+    shifted_exp = np.exp(logits - maxes)
+    return shifted_exp / shifted_exp.sum(axis=-1, keepdims=True)
+
+
+def raw_copy(tokenizer: Tokenizer) -> Tokenizer:
+    """A copy of the tokenizer without post-processor, truncation or padding (a client makes it once):
+    its ``encode`` gives the encoding the Rust tokenizer has before its post-processing step. (Encoding
+    with the tokenizer itself and special tokens off is not that: RoBERTa's post-processor trims the
+    offsets even then, and would trim them a second time.)"""
+    raw = copy.deepcopy(tokenizer)
+    raw.no_truncation()
+    raw.no_padding()
+    raw.post_processor = None
+    return raw
+
+
+def windows(
+    tokenizer: Tokenizer,
+    text: str,
+    max_length: int,
+    stride: int | None,
+    raw: Tokenizer | None = None,
+) -> list[Encoding]:
+    """The overlapping windows the pipeline makes with stride (tokenizer(..., truncation=True,
+    max_length=..., return_overflowing_tokens=True, stride=stride)), first window first; with ``stride``
+    None, the one window the pipeline makes without stride (the text cut to ``max_length`` tokens).
+
+    The shared tokenizer is not changed: the text is encoded by ``raw``, its ``raw_copy`` (made here
+    when not given),
+    then cut as the Rust tokenizer's truncation cuts (``max_length`` less the special tokens, each
+    overflowing piece starting ``stride`` tokens before the end of the one before), then given its
+    special tokens by the tokenizer's own post-processor, which does the same to each overflowing piece.
+    """
+    budget = max_length - tokenizer.num_special_tokens_to_add(False)
+    # a stride that leaves a window no new token makes the Rust truncation panic: refuse it as an error
+    if (stride or 0) >= budget:
+        raise ValueError(
+            f"stride {stride or 0} must be less than max_length {max_length} less the "
+            f"{max_length - budget} special tokens"
+        )
+    encoding = (raw or raw_copy(tokenizer)).encode(text, add_special_tokens=False)
+    if len(encoding.ids) > budget:
+        encoding.truncate(budget, stride=stride or 0, direction="right")
+    processor = tokenizer.post_processor
+    processed = processor.process(encoding, None, True) if processor is not None else encoding
+    if stride is None:
+        return [processed]
+    return [processed, *processed.overflowing]

@@ -20,8 +20,7 @@ import numpy as np
 
 from app.core.errors import InvalidInput
 from clients.base import Option
-from clients.entities import softmax  # the pipelines' softmax (numpy, in the logits' dtype)
-from clients.text import TRUNCATION, TextClient
+from clients.text import TRUNCATION, TextClient, softmax
 
 SOFTMAX, SIGMOID, NONE = "softmax", "sigmoid", "none"
 FUNCTIONS = (SOFTMAX, SIGMOID, NONE)

@@ -22,8 +22,8 @@ from tokenizers import Encoding
 
 from app.core.errors import InvalidInput
 from clients.base import Option
-from clients.entities import STRATEGIES, Vocabulary, Window, entities, raw_copy, windows
-from clients.text import TextClient, special_token
+from clients.entities import STRATEGIES, Vocabulary, Window, entities
+from clients.text import TextClient, raw_copy, special_token, windows
 
 NONE = "none"
 

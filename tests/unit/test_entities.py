@@ -14,13 +14,15 @@ import pytest
 import tokenizers
 
 from clients.entities import (
+    PAIRWISE,
     STRATEGIES,
     Vocabulary,
     Window,
     aggregate_overlapping,
     entities,
-    windows,
+    nanmeans,
 )
+from clients.text import windows
 from tests.text_models import CORPUS, KINDS, MAX_POSITIONS, NER_LABELS, hf_folder
 
 SCORE_TOLERANCE = 1e-5  # our logits come from unpadded windows, the pipeline's from padded ones
@@ -136,6 +138,108 @@ def test_stride_entities_are_the_pipelines(setup: Setup, strategy: str, stride: 
         expected = setup.pipeline(text, aggregation_strategy=strategy, stride=stride)
         assert_same(ours(setup, text, strategy, stride), expected, f"{setup.kind} {strategy} {stride} {text!r}")
         assert expected
+
+
+# Any logits, the pipeline's own postprocess on them (no model run): long windows, many groups, none, groups and
+# words longer than numpy's pairwise threshold, NaN rows; scores bit for bit.
+RUN_ON = "".join(CORPUS[9].split())  # no spaces: one word of many subwords
+LOGIT_TEXTS = [" ".join([*CORPUS * 4, RUN_ON, *EDGE_TEXTS[:2]]), CORPUS[4], EDGE_TEXTS[0], ""]
+
+
+def random_logits(rows: int, kind: str, rng: np.random.Generator) -> np.ndarray:
+    """[rows, labels] float32: "entities", about 1 token in 5 an entity; "all O"; "many groups", any label;
+    "runs", runs of 1 to 40 tokens of one I- label, a B- now and then; "nan", entities with NaN and inf rows."""
+    logits = rng.normal(size=(rows, len(NER_LABELS))).astype(np.float32)
+    if kind in ("entities", "nan"):
+        logits[:, 0] += 2.25
+    elif kind == "all O":
+        logits[:, 0] += 50
+    elif kind == "runs":
+        at = 0
+        while at < rows:
+            length = int(rng.integers(1, 41))
+            logits[at : at + length, rng.choice([2, 4, 6])] += 6
+            logits[at, rng.choice([1, 3, 5])] += 12 * (rng.random() < 0.3)
+            at += length
+    if kind == "nan":
+        logits[rng.random(rows) < 0.1] = np.nan
+        logits[rng.random(rows) < 0.05, 1] = np.inf
+        logits[rng.random(rows) < 0.05, 2] = -np.inf
+    return logits
+
+
+def pipelines_postprocess(setup: Setup, text: str, found: list[Window], strategy: str) -> list[dict]:
+    import torch
+    from transformers.pipelines.token_classification import AggregationStrategy
+
+    outputs = [
+        {
+            "logits": torch.from_numpy(np.array(window.logits))[None],
+            "sentence": text,
+            "input_ids": torch.tensor([list(window.ids)]),
+            "offset_mapping": torch.tensor([list(window.offsets)]),
+            "special_tokens_mask": torch.tensor([list(window.special_tokens_mask)]),
+        }
+        for window in found
+    ]
+    return setup.pipeline.postprocess(outputs, aggregation_strategy=AggregationStrategy(strategy))
+
+
+def assert_exact(found: list[dict], expected: list[dict], where: str) -> None:
+    """assert_same with the scores bit for bit (NaN as NaN)."""
+    assert [list(e) for e in found] == [list(e) for e in expected], where
+    for mine, theirs in zip(found, expected, strict=True):
+        assert type(mine["score"]) is float, where
+        score = float(theirs["score"])
+        assert mine["score"] == score or np.isnan(mine["score"]) and np.isnan(score), f"{where}: {mine} != {theirs}"
+        assert {**mine, "score": 0} == {**theirs, "score": 0}, f"{where}: {mine} != {theirs}"
+
+
+@pytest.mark.filterwarnings("ignore:Tokenizer does not support real words")
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NaN and inf logits: numpy's own warnings
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_any_logits_are_the_pipelines(setup: Setup, strategy: str) -> None:
+    rng = np.random.default_rng(7)
+    assert len(setup.tokenizer.encode(LOGIT_TEXTS[0]).ids) > 500
+    seen = long = 0
+    for text in LOGIT_TEXTS:
+        for stride in [None] if strategy == "none" else [None, 20]:
+            length = 1024 if stride is None else MAX_POSITIONS
+            for kind in ("entities", "all O", "many groups", "runs", "nan"):
+                found = [
+                    Window.of(encoding, random_logits(len(encoding.ids), kind, rng))
+                    for encoding in windows(setup.tokenizer, text, length, stride)
+                ]
+                expected = pipelines_postprocess(setup, text, found, strategy)
+                where = f"{setup.kind} {strategy} {stride} {kind} {text[:20]!r}"
+                assert_exact(entities(text, found, setup.labels, strategy, setup.vocabulary), expected, where)
+                seen += len(expected)
+                long += sum(e["end"] - e["start"] > 40 for e in expected)
+    assert seen > 1000
+    assert long > 0 or strategy == "none"  # groups (and words) longer than numpy's pairwise threshold were met
+
+
+def test_nanmeans_are_numpys() -> None:
+    rng = np.random.default_rng(5)
+    for shape in [(700,), (700, 9)]:
+        values = rng.random(shape).astype(np.float32) ** 3
+        values[rng.random(700) < 0.1] = np.nan
+        values[100:105] = np.nan  # all NaN: NaN, np.nanmean's mean of no number (without its warning)
+        lengths = rng.choice([1, 2, 3, PAIRWISE - 1, PAIRWISE, PAIRWISE + 1, 20, 130, 200], size=300)
+        bounds = np.cumsum([0, *lengths])
+        bounds = bounds[bounds <= 700]
+        starts, ends = bounds[:-1], bounds[1:]
+        starts, ends = np.append(starts, 100), np.append(ends, 105)
+        found = nanmeans(values, starts, ends)
+        with pytest.warns(RuntimeWarning, match="Mean of empty slice"):
+            expected = np.stack([np.nanmean(values[a:b], axis=0) for a, b in zip(starts, ends, strict=True)])
+        assert found.dtype == expected.dtype == np.float32
+        assert np.array_equal(found, expected, equal_nan=True)
+        assert np.isnan(found[-1]).all()
+    # group_sub_entities' mean: np.nanmean of a list of float32 scores
+    scores = rng.random(12).astype(np.float32)
+    pipeline_means = [np.nanmean([np.float32(x) for x in scores[a:b]]) for a, b in [(0, 3), (3, 5), (5, 12)]]
+    assert nanmeans(scores, np.array([0, 3, 5]), np.array([3, 5, 12])).tolist() == pipeline_means
 
 
 @pytest.mark.parametrize("stride", [None, 0, *STRIDES])

@@ -32,7 +32,7 @@ import numpy as np
 
 from app.core.spec import SpecError
 from clients import images
-from clients.base import Option
+from clients.options import Option
 from clients.vision import (
     IMAGE_CONTENT_TYPES,
     Displayed,

@@ -25,7 +25,8 @@ import numpy as np
 from app.core.pipeline import DETECTION_OPTIONS, DETECTIONS, IMAGE_SIZE, LETTERBOX, NUM_DETECTIONS, ROUTER
 from app.core.spec import ModelSpec, SpecError, TensorSpec
 from clients import images
-from clients.base import Option, Route
+from clients.base import Route
+from clients.options import Option
 from clients.vision import Displayed, ImageClient, pad_color, read_labels, setting_int
 
 # The request's options as the ensemble's one-element tensors, and what it answers (app.core.pipeline).

@@ -39,7 +39,8 @@ from tokenizers import BertWordPieceTokenizer, Tokenizer
 from app.core.errors import InvalidInput
 from app.core.spec import ModelSpec, SpecError
 from app.core.text_spec import TextModel
-from clients.base import ModelClient, Option
+from clients.base import ModelClient
+from clients.options import Option
 from clients.text import TextClient, special_token, tokenizer_setting
 
 MASK_TOKEN = "[MASK]"

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from clients.base import Option
+from clients.options import Option
 from clients.text import TRUNCATION, TextClient
 
 EPSILON = 1e-12  # torch.nn.functional.normalize's floor on the norm

@@ -28,7 +28,8 @@ from tokenizers import Encoding, Tokenizer
 from app.core.errors import InvalidInput
 from app.core.spec import SpecError
 from app.core.text_spec import TextModel
-from clients.base import ModelClient, Option
+from clients.base import ModelClient
+from clients.options import Option
 
 Context = TypeVar("Context")
 SMALLEST_BUCKET = 16

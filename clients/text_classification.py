@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from app.core.errors import InvalidInput
-from clients.base import Option
+from clients.options import Option
 from clients.text import TRUNCATION, TextClient, softmax
 
 SOFTMAX, SIGMOID, NONE = "softmax", "sigmoid", "none"

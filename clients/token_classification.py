@@ -21,8 +21,8 @@ import numpy as np
 from tokenizers import Encoding
 
 from app.core.errors import InvalidInput
-from clients.base import Option
 from clients.entities import STRATEGIES, Vocabulary, Window, entities
+from clients.options import Option
 from clients.text import TextClient, raw_copy, special_token, windows
 
 NONE = "none"

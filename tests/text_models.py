@@ -264,3 +264,15 @@ def prepare_text_repository(models: Path, repository: Path, *extra: str) -> Path
     argv = ["--source", str(models), "--repository", str(repository), "--cache-dir", str(repository.parent / "cache")]
     assert cli.main([*argv, *extra]) == 0
     return repository
+
+
+def in_process_clients(repository: Path, triton: OnnxRuntimeTriton | None = None) -> dict[str, Any]:
+    """Every model of a prepared repository as its family's client, ONNX Runtime standing in for
+    Triton (``triton``: the stand-in to share, whose calls a test reads)."""
+    from app.core.settings import Settings
+    from app.core.spec import find_specs
+    from clients.registry import make_client
+
+    triton = triton or OnnxRuntimeTriton(repository)
+    settings = Settings(model_repository=repository, max_image_pixels=1_000_000, max_batch_items=64)
+    return {name: make_client(spec, triton, settings) for name, spec in find_specs(repository).items()}

@@ -23,10 +23,10 @@ import pytest
 
 from app.core.errors import InvalidInput
 from app.core.settings import Settings
-from app.core.spec import SpecError, find_specs, load_spec
+from app.core.spec import SpecError, load_spec
 from clients.fill_mask import FolderFillMaskClient
 from clients.registry import make_client
-from tests.text_models import CORPUS, OnnxRuntimeTriton, model_folder, prepare_text_repository
+from tests.text_models import CORPUS, OnnxRuntimeTriton, in_process_clients, model_folder, prepare_text_repository
 
 ATOL = 1e-4
 # name: (tokenizer kind, tokenizer_config.json's clean_up_tokenization_spaces)
@@ -67,8 +67,7 @@ def triton(built) -> OnnxRuntimeTriton:
 
 @pytest.fixture(scope="module")
 def clients(built, triton):
-    settings = Settings(model_repository=built[1], max_image_pixels=1_000_000, max_batch_items=64)
-    return {name: make_client(spec, triton, settings) for name, spec in find_specs(built[1]).items()}
+    return in_process_clients(built[1], triton)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from app.router.requests import (
     parse_json_object,
     parse_version,
 )
-from clients.base import Option
+from clients.options import Option
 from clients.repository import Registry
 
 

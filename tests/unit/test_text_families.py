@@ -15,10 +15,14 @@ import numpy as np
 import pytest
 
 from app.core.errors import InvalidInput
-from app.core.settings import Settings
-from app.core.spec import find_specs
-from clients.registry import make_client
-from tests.text_models import CORPUS, TEST_MODELS, OnnxRuntimeTriton, build_text_models, prepare_text_repository
+from tests.text_models import (
+    CORPUS,
+    TEST_MODELS,
+    OnnxRuntimeTriton,
+    build_text_models,
+    in_process_clients,
+    prepare_text_repository,
+)
 
 ATOL = 1e-4
 LONG_TEXT = " ".join(CORPUS * 3)  # about 200 tokens: past the small models' 64
@@ -38,9 +42,7 @@ def triton(built) -> OnnxRuntimeTriton:
 
 @pytest.fixture(scope="module")
 def clients(built, triton):
-    repository = built[1]
-    settings = Settings(model_repository=repository, max_image_pixels=1_000_000, max_batch_items=64)
-    return {name: make_client(spec, triton, settings) for name, spec in find_specs(repository).items()}
+    return in_process_clients(built[1], triton)
 
 
 def folder(built, name: str) -> str:
@@ -211,8 +213,7 @@ def test_the_real_all_minilm_l6_v2_gives_real_similarities(tmp_path):
     shutil.copytree(minilm_folder(), models / "minilm" / "hf")
     write_model_toml(models / "minilm", "sentence_embedding")
     repository = prepare_text_repository(models, tmp_path / "repository")
-    settings = Settings(model_repository=repository, max_image_pixels=1_000_000, max_batch_items=64)
-    client = make_client(find_specs(repository)["minilm"], OnnxRuntimeTriton(repository), settings)
+    client = in_process_clients(repository)["minilm"]
     assert client.sequence_length == 256 and client.text.pooling == "mean" and client.text.normalize
     vectors = np.asarray(client.inference({"text": list(MINILM_SENTENCES)})[0])
     model = SentenceTransformer(str(models / "minilm" / "hf"), device="cpu")

@@ -182,13 +182,17 @@ def _candidates(config: Mapping[str, Any], postprocess: Mapping[str, Any], where
     given = postprocess.get("max_topk")
     if given is None:
         return min(DEFAULT_CANDIDATES, vocabulary or DEFAULT_CANDIDATES)
-    if isinstance(given, bool) or not isinstance(given, int) or given < 1:
-        raise TextSpecError(f"{where}: [postprocess] max_topk must be a whole number of at least 1")
-    if vocabulary is not None and given > vocabulary:
-        raise TextSpecError(
-            f"{where}: [postprocess] max_topk {given} is more than the vocabulary's {vocabulary} tokens"
-        )
-    return given
+    return _whole(given, f"{where}: [postprocess] max_topk", 1, vocabulary, "the vocabulary's {} tokens")
+
+
+def _whole(value: Any, where: str, minimum: int, maximum: int | None, bound: str) -> int:
+    """A model.toml setting that must be a whole number from ``minimum`` up to ``maximum`` (None: no
+    upper bound; ``bound`` names it, with ``{}`` for the number)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise TextSpecError(f"{where} must be a whole number of at least {minimum}")
+    if maximum is not None and value > maximum:
+        raise TextSpecError(f"{where} {value} is more than {bound.format(maximum)}")
+    return value
 
 
 def _sequence_length(
@@ -197,13 +201,7 @@ def _sequence_length(
     limit = position_limit(config)
     given = preprocess.get("sequence_length")
     if given is not None:
-        if isinstance(given, bool) or not isinstance(given, int) or given < 2:
-            raise TextSpecError(f"{where}: [preprocess] sequence_length must be a whole number of at least 2")
-        if limit is not None and given > limit:
-            raise TextSpecError(
-                f"{where}: [preprocess] sequence_length {given} is more than the model's {limit} positions"
-            )
-        return given
+        return _whole(given, f"{where}: [preprocess] sequence_length", 2, limit, "the model's {} positions")
     candidates = [limit] if limit is not None else []
     tokenizer_limit = _read_json(folder / "tokenizer_config.json", required=False).get("model_max_length")
     if isinstance(tokenizer_limit, (int, float)) and 0 < tokenizer_limit < NO_LIMIT:

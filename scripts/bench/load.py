@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import itertools
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -15,20 +16,23 @@ from scripts.bench.report import Cell, schedule
 
 
 class HttpCaller:
-    """One keep-alive connection per thread; a non-2xx answer is an error."""
+    """One keep-alive connection per thread; each call sends the next of its requests (all to one host
+    and port; one request: always that one). A non-2xx answer is an error."""
 
-    def __init__(self, request: HttpRequest, timeout_s: float) -> None:
-        self.request = request
+    def __init__(self, requests: HttpRequest | Sequence[HttpRequest], timeout_s: float) -> None:
+        self.requests = [requests] if isinstance(requests, HttpRequest) else list(requests)
         self.timeout_s = timeout_s
+        self.turn = itertools.count()  # next() of a count is atomic under the GIL
         self.local = threading.local()
 
     def __call__(self) -> None:
+        self.send(self.requests[next(self.turn) % len(self.requests)])
+
+    def send(self, r: HttpRequest) -> bytes:
+        """One request on this thread's connection; the answer's body."""
         conn = getattr(self.local, "conn", None)
         if conn is None:
-            conn = self.local.conn = http.client.HTTPConnection(
-                self.request.host, self.request.port, timeout=self.timeout_s
-            )
-        r = self.request
+            conn = self.local.conn = http.client.HTTPConnection(r.host, r.port, timeout=self.timeout_s)
         try:
             conn.request("POST", r.path, body=r.body, headers=r.headers)
             response = conn.getresponse()
@@ -39,6 +43,7 @@ class HttpCaller:
             raise
         if not 200 <= response.status < 300:
             raise RuntimeError(f"HTTP {response.status}: {body[:200].decode(errors='replace')}")
+        return body
 
 
 class GrpcCaller:

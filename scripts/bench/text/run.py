@@ -4,19 +4,18 @@ interleaved round by round, then report (``scripts.bench.text.report``)."""
 from __future__ import annotations
 
 import http.client
-import itertools
 import json
 import os
 import resource
 import sys
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from scripts.bench.constants import START_TIMEOUT_S
-from scripts.bench.load import run_load
+from scripts.bench.load import HttpCaller, run_load
+from scripts.bench.payloads import HttpRequest
 from scripts.bench.placement import CpuMeter
 from scripts.bench.report import Cell
 from scripts.bench.text import plan, prepare, report
@@ -27,30 +26,16 @@ JSON_HEADERS = {"Content-Type": "application/json"}
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
-class TextCaller:
-    """Requests of a row's texts through the public port, one keep-alive connection per thread; each
-    call takes the next text (or the next ``per_request`` of them). A non-2xx answer is an error."""
-
-    def __init__(self, port: int, model: str, texts: Sequence[str], per_request: int, timeout_s: float) -> None:
-        self.port, self.timeout_s = port, timeout_s
-        self.bodies = [body(model, texts, i, per_request) for i in range(len(texts))]
-        self.turn = itertools.count()  # next() of a count is atomic under the GIL
-        self.local = threading.local()
-
-    def __call__(self) -> None:
-        conn = getattr(self.local, "conn", None)
-        if conn is None:
-            conn = self.local.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout_s)
-        try:
-            conn.request("POST", "/invocations", self.bodies[next(self.turn) % len(self.bodies)], JSON_HEADERS)
-            response = conn.getresponse()
-            answer = response.read()
-        except (OSError, http.client.HTTPException):
-            conn.close()
-            self.local.conn = None
-            raise
-        if not 200 <= response.status < 300:
-            raise RuntimeError(f"HTTP {response.status}: {answer[:200].decode(errors='replace')}")
+def text_caller(port: int, model: str, texts: Sequence[str], per_request: int, timeout_s: float) -> HttpCaller:
+    """Requests of a row's texts through the public port: each call sends the next text (or the next
+    ``per_request`` of them)."""
+    return HttpCaller(
+        [
+            HttpRequest("127.0.0.1", port, "/invocations", body(model, texts, i, per_request), JSON_HEADERS)
+            for i in range(len(texts))
+        ],
+        timeout_s,
+    )
 
 
 def body(model: str, texts: Sequence[str], start: int, per_request: int) -> bytes:
@@ -59,17 +44,12 @@ def body(model: str, texts: Sequence[str], start: int, per_request: int) -> byte
     return json.dumps({"modelname": model, "payload": {"text": chosen if per_request > 1 else chosen[0]}}).encode()
 
 
-def check_row(caller: TextCaller, row: plan.Row) -> None:
+def check_row(caller: HttpCaller, row: plan.Row) -> None:
     """One request of the row, its answer read: every text answered, or a stop naming the row."""
-    conn = http.client.HTTPConnection("127.0.0.1", caller.port, timeout=caller.timeout_s)
     try:
-        conn.request("POST", "/invocations", caller.bodies[0], JSON_HEADERS)
-        response = conn.getresponse()
-        answer = response.read()
-    finally:
-        conn.close()
-    if response.status != 200:
-        raise SystemExit(f"{row.key}: HTTP {response.status}: {answer[:300].decode(errors='replace')}")
+        answer = caller.send(caller.requests[0])
+    except (OSError, http.client.HTTPException, RuntimeError) as error:
+        raise SystemExit(f"{row.key}: {error}") from None
     result = json.loads(answer)["result"]
     if row.texts > 1 and len(result) != row.texts:
         raise SystemExit(f"{row.key}: {len(result)} answers to {row.texts} texts")
@@ -118,7 +98,7 @@ def callers_of(stack: Stack, rows, texts, encoder: Encoder, timeout_s: float) ->
         if row.kind == plan.ENCODE:
             callers[row.key] = encoder
             continue
-        caller = TextCaller(stack.port, plan.MODELS[row.family], texts[row.family, row.length], row.texts, timeout_s)
+        caller = text_caller(stack.port, plan.MODELS[row.family], texts[row.family, row.length], row.texts, timeout_s)
         check_row(caller, row)
         callers[row.key] = caller
     return callers

@@ -38,44 +38,13 @@ from tokenizers import BertWordPieceTokenizer, Tokenizer
 
 from app.core.errors import InvalidInput
 from app.core.spec import ModelSpec, SpecError
-from app.core.text_spec import TextModel
 from clients.base import ModelClient
 from clients.options import Option
-from clients.text import TextClient, special_token, tokenizer_setting
+from clients.text import TextClient, clean_up_tokenization, cleans_up_spaces, special_token
 
 MASK_TOKEN = "[MASK]"
 PAD_TOKEN = "[PAD]"
 SEP_TOKEN = "[SEP]"
-CLEAN_UP = "clean_up_tokenization_spaces"
-# transformers' flag that cleans up a BPE tokenizer's text anyway (its name says what it does to it).
-CLEAN_UP_BPE = "clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output"
-# transformers' PreTrainedTokenizerBase.clean_up_tokenization: (written, replaced by), in its order.
-SPACES_BEFORE = (
-    (" .", "."),
-    (" ?", "?"),
-    (" !", "!"),
-    (" ,", ","),
-    (" ' ", "'"),
-    (" n't", "n't"),
-    (" 'm", "'m"),
-    (" 's", "'s"),
-    (" 've", "'ve"),
-    (" 're", "'re"),
-)
-
-
-def clean_up_tokenization(text: str) -> str:
-    for written, replaced in SPACES_BEFORE:
-        text = text.replace(written, replaced)
-    return text
-
-
-def cleans_up_spaces(text: TextModel, tokenizer: Tokenizer) -> bool:
-    """Whether transformers' ``decode`` cleans up the decoder's text: as the folder's
-    ``clean_up_tokenization_spaces`` says (default no), never for a BPE model unless it insists."""
-    if not tokenizer_setting(text, CLEAN_UP):
-        return False
-    return type(tokenizer.model).__name__ != "BPE" or bool(tokenizer_setting(text, CLEAN_UP_BPE))
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from clients.classification import ImageClassificationClient
 from clients.detection import DetectionClient
 from clients.fill_mask import FillMaskClient
 from clients.sentence_embedding import SentenceEmbeddingClient
+from clients.text2text import Text2TextClient
 from clients.text_classification import TextClassificationClient
 from clients.token_classification import TokenClassificationClient
 
@@ -25,6 +26,7 @@ FAMILIES: Mapping[str, type[ModelClient]] = {
         TextClassificationClient,
         TokenClassificationClient,
         SentenceEmbeddingClient,
+        Text2TextClient,
     )
 }
 

@@ -81,12 +81,45 @@ def load_tokenizer(text: TextModel) -> Tokenizer:
     return tokenizer
 
 
+CLEAN_UP = "clean_up_tokenization_spaces"
+# transformers' flag that cleans up a BPE tokenizer's text anyway (its name says what it does to it).
+CLEAN_UP_BPE = "clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output"
+# transformers' PreTrainedTokenizerBase.clean_up_tokenization: (written, replaced by), in its order.
+SPACES_BEFORE = (
+    (" .", "."),
+    (" ?", "?"),
+    (" !", "!"),
+    (" ,", ","),
+    (" ' ", "'"),
+    (" n't", "n't"),
+    (" 'm", "'m"),
+    (" 's", "'s"),
+    (" 've", "'ve"),
+    (" 're", "'re"),
+)
+
+
+def clean_up_tokenization(text: str) -> str:
+    for written, replaced in SPACES_BEFORE:
+        text = text.replace(written, replaced)
+    return text
+
+
+def cleans_up_spaces(text: TextModel, tokenizer: Tokenizer) -> bool:
+    """Whether transformers' ``decode`` cleans up the decoder's text: as the folder's
+    ``clean_up_tokenization_spaces`` says (default no), never for a BPE model unless it insists."""
+    if not tokenizer_setting(text, CLEAN_UP):
+        return False
+    return type(tokenizer.model).__name__ != "BPE" or bool(tokenizer_setting(text, CLEAN_UP_BPE))
+
+
 class TextClient(ModelClient[Context]):
     """A text family's tokenizer, limits and padding; the families add their options and their ends."""
 
     input_field = "text"
     content_types = frozenset({"text/plain"})
     PREPROCESS_KEYS = frozenset({"sequence_length"})
+    SETTING_INPUTS: frozenset[str] = frozenset()  # a family's inputs besides the text's (text2text's settings)
 
     def configure(self) -> None:
         super().configure()
@@ -107,7 +140,7 @@ class TextClient(ModelClient[Context]):
         self.pad_token_id = self.tokenizer.token_to_id(pad) if pad else None  # None: the tokenizer has none
         self.pad_id = self.pad_token_id if self.pad_token_id is not None else 0  # what pads a request's rows
         self.buckets = length_buckets(self.sequence_length)
-        names = [t.name for t in spec.inputs]
+        names = [t.name for t in spec.inputs if t.name not in self.SETTING_INPUTS]
         if names[:2] != ["input_ids", "attention_mask"] or names[2:] not in ([], ["token_type_ids"]):
             raise SpecError(
                 f"{spec.folder}/model.toml: a text model's inputs are input_ids, attention_mask and, where the "

@@ -30,7 +30,8 @@ from tritonclient.utils import (
 )
 
 from app.core.errors import ApiError, InferenceTimeout, InvalidInput, InvalidItem, ModelNotReady, TritonUnavailable
-from app.core.settings import Settings
+from app.core.generation import DEADLINE_MARKER
+from app.core.settings import SERVER_TIMEOUT, TRITON_TIMEOUT, Settings
 from app.core.states import READY, UNAVAILABLE
 
 # tritonclient's own defaults are replaced wholesale when channel_args is given, so the
@@ -81,6 +82,8 @@ def translate_error(
     refused = InvalidItem.decode(message)
     if refused is not None:  # a pipeline step refused one item of the batch
         return refused
+    if DEADLINE_MARKER in message:  # a text2text model ended a generation at the deadline it was given
+        return InferenceTimeout(f"{subject}: {message} (the router's {TRITON_TIMEOUT} or {SERVER_TIMEOUT})")
     if status == "DEADLINE_EXCEEDED":
         within = f" within {timeout_s:g} s" if timeout_s else " before the deadline"
         return InferenceTimeout(f"{subject} did not answer{within}")

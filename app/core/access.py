@@ -21,6 +21,9 @@ ERROR = "error"  # an error's code
 TARGET_MODEL = "target_model"  # a multi-model endpoint's TargetModel (its archive's name)
 ENDPOINT = "endpoint"  # the endpoint's name, when the container was told it (ENDPOINT_NAME)
 STAGES = ("preprocess", "triton", "postprocess")
+# A text2text request's tokens generated (a count, carried beside the stages' seconds): the line's
+# field, and the router's counter router_generated_tokens{model} (its rate is tokens per second).
+GENERATED_TOKENS = "generated_tokens"
 
 
 def stage_field(stage: str) -> str:

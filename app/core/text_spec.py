@@ -1,7 +1,7 @@
 """The text families' model.toml: two lines, the rest read from a Hugging Face folder.
 
 ```toml
-family = "text_classification"   # or token_classification, sentence_embedding, fill_mask
+family = "text_classification"   # or token_classification, sentence_embedding, fill_mask, text2text_generation
 [export]
 transformers = "hf"              # a save_pretrained folder inside models/<name>/, or a hub id
 ```
@@ -19,6 +19,9 @@ softmax and top-k inside its graph: ``scores`` and ``token_ids [batch, tokens, K
 logits of the whole vocabulary at every position (megabytes a text). ``K`` is ``[postprocess]
 max_topk`` (default 50), at most the vocabulary.
 
+A ``text2text_generation`` model (an encoder-decoder LM head: T5, BART, Marian) takes its text and
+one tensor per generation setting, and returns the generated token ids (``app.core.generation``).
+
 A hub id is fetched by model preparation into ``<model>/hub/``; the router reads that folder.
 """
 
@@ -30,15 +33,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.core import generation
+
 SOURCE_KEY = "transformers"  # [export] transformers = "<folder or hub id>"
 HUB_FOLDER = "hub"  # where model preparation saves a hub id's files, inside the model's folder
 TEXT_CLASSIFICATION = "text_classification"
 TOKEN_CLASSIFICATION = "token_classification"
 SENTENCE_EMBEDDING = "sentence_embedding"
 FILL_MASK = "fill_mask"
-TEXT_FAMILIES = (TEXT_CLASSIFICATION, TOKEN_CLASSIFICATION, SENTENCE_EMBEDDING, FILL_MASK)
+TEXT2TEXT = generation.FAMILY
+TEXT_FAMILIES = (TEXT_CLASSIFICATION, TOKEN_CLASSIFICATION, SENTENCE_EMBEDDING, FILL_MASK, TEXT2TEXT)
 DEFAULT_CANDIDATES = 50  # fill_mask: the candidates per position when [postprocess] max_topk names none
 DEFAULT_MAX_BATCH_SIZE = 32
+GENERATION_MAX_BATCH_SIZE = 16  # text2text: rows of one generate() (each beam is a row of the decoder's)
 DEFAULT_QUEUE_DELAY_US = 2000
 # A tokenizer that knows no limit says so with a huge model_max_length (int(1e30)).
 NO_LIMIT = 1_000_000
@@ -79,6 +86,7 @@ class TextModel:
     """What a text family reads from its Hugging Face folder, resolved once."""
 
     folder: Path  # holds config.json and tokenizer.json
+    family: str
     source: str  # model.toml's [export] transformers
     model_type: str
     labels: tuple[str, ...]  # config.json id2label, by index (classification heads)
@@ -252,6 +260,7 @@ def resolve(raw: Mapping[str, Any], model_folder: Path, where: str) -> tuple[dic
     hidden = int(config.get("hidden_size") or config.get("d_model") or config.get("dim") or 0)
     text = TextModel(
         folder=folder,
+        family=family,
         source=source,
         model_type=str(config.get("model_type", "")),
         labels=_labels(config, folder / "config.json") if family in (TEXT_CLASSIFICATION, TOKEN_CLASSIFICATION) else (),
@@ -264,7 +273,7 @@ def resolve(raw: Mapping[str, Any], model_folder: Path, where: str) -> tuple[dic
         modules=modules,
     )
     completed = dict(raw)
-    completed.setdefault("max_batch_size", DEFAULT_MAX_BATCH_SIZE)
+    completed.setdefault("max_batch_size", GENERATION_MAX_BATCH_SIZE if family == TEXT2TEXT else DEFAULT_MAX_BATCH_SIZE)
     completed.setdefault("batching", {"max_queue_delay_microseconds": DEFAULT_QUEUE_DELAY_US})
     completed.setdefault("inputs", _inputs(text))
     candidates = _candidates(config, raw.get("postprocess", {}), where) if family == FILL_MASK else 0
@@ -273,11 +282,15 @@ def resolve(raw: Mapping[str, Any], model_folder: Path, where: str) -> tuple[dic
 
 
 def _inputs(text: TextModel) -> list[dict[str, Any]]:
+    if text.family == TEXT2TEXT:
+        return generation.inputs()
     names = ["input_ids", "attention_mask"] + (["token_type_ids"] if text.token_type_ids else [])
     return [{"name": name, "dtype": "INT64", "dims": [-1]} for name in names]
 
 
 def _outputs(family: str, text: TextModel, candidates: int) -> list[dict[str, Any]]:
+    if family == TEXT2TEXT:
+        return generation.outputs()
     if family == FILL_MASK:
         return [
             {"name": "scores", "dtype": "FP32", "dims": [-1, candidates]},

@@ -256,6 +256,27 @@ def prepare(spec, recipe, options: Options, choice=None) -> dict:
     return {"model": spec.name, "weights": choice.source, "max_abs_diff": export.max_abs_diff}
 
 
+def prepare_generation(spec, options: Options) -> dict:
+    """A text2text model: its three checked graphs (``generation_export``) and the python-backend
+    model that runs ``generate`` over them, for any target (the target picks ONNX Runtime's providers)."""
+    from scripts.model_prep import generation_export, onnx_export, transformers_export
+
+    choice = transformers_export.choose_weights(spec, options)
+    cache = options.cache_dir / "onnx" / spec.name / choice.cache_key
+    report = generation_export.ensure_export(spec, choice, cache, options.reexport, step)
+    diffs = ", ".join(
+        f"{n} {report['max_abs_diff'][n]:.2e} (limit {report['tolerance'][n]:.1e})" for n in report["max_abs_diff"]
+    )
+    print(f"[{spec.name}] max abs diff ONNX Runtime vs torch: {diffs}; generate() equal, greedy and beam", flush=True)
+    tuning = tuning_for(spec, options)
+    version = options.repository / spec.name / VERSION
+    generation_export.write_version(version, cache, link_or_copy, graphs=not options.config_only)
+    export = onnx_export.ExportResult(cache, report["onnx_sha256"], report["max_abs_diff"], report["tolerance"], True)
+    write_model_files(spec, options, export, choice, tuning)
+    print(f"[{spec.name}] wrote {options.repository / spec.name} ({options.target}, {choice.describe()})", flush=True)
+    return {"model": spec.name, "weights": choice.source, "max_abs_diff": report["max_abs_diff"]}
+
+
 def prepare_onnx_file(spec, options: Options) -> dict:
     """A model whose ONNX file the user placed in its folder (``[export] onnx = "model.onnx"``):
     checked (onnx.checker, its tensors against model.toml, ONNX Runtime at batch 2), then written
@@ -280,6 +301,7 @@ def prepare_onnx_file(spec, options: Options) -> dict:
 
 
 def run(options: Options) -> int:
+    from app.core.generation import FAMILY as GENERATION_FAMILY
     from app.core.spec import SPEC_FILE, SpecError, load_spec
     from clients.registry import FAMILIES
     from scripts.model_prep import tensorrt_engine, transformers_export
@@ -299,6 +321,9 @@ def run(options: Options) -> int:
             raise SpecError(
                 f"{spec.folder / SPEC_FILE}: family {spec.family!r} is not one of {', '.join(sorted(FAMILIES))}"
             )
+        if spec.family == GENERATION_FAMILY:
+            prepare_generation(spec, options)
+            continue
         if spec.text is not None:
             prepare(spec, transformers_export.recipe(spec), options, transformers_export.choose_weights(spec, options))
             continue

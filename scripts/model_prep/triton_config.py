@@ -8,6 +8,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from app.core.generation import FAMILY as GENERATION_FAMILY
 from app.core.sizing import SIZING_PARAMETER, auto_marker
 from app.core.spec import ModelSpec
 
@@ -29,6 +30,14 @@ INSTANCE_KIND = {
 WEIGHTS_SOURCE_PARAMETER = "weights_source"
 ORT_THREADS_PARAMETER = "ort_intra_op_threads"  # app/triton/onnx_model.py reads it
 ORT_BACKEND_THREADS_PARAMETER = "intra_op_thread_count"  # Triton's onnxruntime backend reads it
+# A text2text model is Hugging Face's generate() in the python backend for every target
+# (app/triton/text2text_model.py); the target picks ONNX Runtime's providers, by preference.
+ORT_PROVIDERS_PARAMETER = "ort_providers"
+GENERATION_PROVIDERS = {
+    PYTHON: "CPUExecutionProvider",
+    ONNXRUNTIME: "CUDAExecutionProvider,CPUExecutionProvider",
+    TENSORRT: "TensorrtExecutionProvider,CUDAExecutionProvider,CPUExecutionProvider",
+}
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,8 @@ class Tuning:
 
 
 def model_config(spec: ModelSpec, target: str, tuning: Tuning, weights_source: str) -> mc.ModelConfig:
+    if spec.family == GENERATION_FAMILY:
+        return generation_config(spec, target, tuning, weights_source)
     config = mc.ModelConfig(name=spec.name, max_batch_size=tuning.max_batch_size)
     if target == PYTHON:
         config.backend = "python"
@@ -75,6 +86,23 @@ def model_config(spec: ModelSpec, target: str, tuning: Tuning, weights_source: s
         config.parameters[ORT_BACKEND_THREADS_PARAMETER].string_value = str(tuning.ort_threads)
     threads = None if target == TENSORRT else tuning.ort_threads
     config.parameters[SIZING_PARAMETER].string_value = auto_marker(tuning.instance_count, threads)
+    return config
+
+
+def generation_config(spec: ModelSpec, target: str, tuning: Tuning, weights_source: str) -> mc.ModelConfig:
+    """A text2text model: the python backend on every target, its tensors from the spec, no
+    warm-up request (its model.py warms up with a short generation of its own)."""
+    config = mc.ModelConfig(name=spec.name, max_batch_size=tuning.max_batch_size, backend="python")
+    for tensor in spec.inputs:
+        config.input.add(name=tensor.name, data_type=data_type(tensor.dtype), dims=tensor.dims)
+    for tensor in spec.outputs:
+        config.output.add(name=tensor.name, data_type=data_type(tensor.dtype), dims=tensor.dims)
+    config.dynamic_batching.max_queue_delay_microseconds = tuning.max_queue_delay_microseconds
+    config.instance_group.add(count=tuning.instance_count or 1, kind=mc.ModelInstanceGroup.KIND_CPU)
+    config.parameters[WEIGHTS_SOURCE_PARAMETER].string_value = weights_source
+    config.parameters[ORT_THREADS_PARAMETER].string_value = str(tuning.ort_threads)
+    config.parameters[ORT_PROVIDERS_PARAMETER].string_value = GENERATION_PROVIDERS[target]
+    config.parameters[SIZING_PARAMETER].string_value = auto_marker(tuning.instance_count, tuning.ort_threads)
     return config
 
 

@@ -1,0 +1,141 @@
+"""Text2text generation family: translation, summarisation and instruction-tuned encoder-decoder
+models (T5, flan-t5, BART, Marian), answered as Hugging Face's ``model.generate`` answers.
+
+Payload: ``{"text": str | [str], "max_new_tokens", "min_new_tokens", "num_beams", "length_penalty",
+"early_stopping", "no_repeat_ngram_size", "repetition_penalty", "truncation"}``; each setting's
+default is the folder's ``generation_config.json``, then Hugging Face's (``app.core.generation``).
+One text answers ``{"generated_text": str}``, equal to ``tokenizer.decode(model.generate(text,
+...)[0], skip_special_tokens=True)`` for that text alone; a list answers a list, in order.
+Sampling (``"do_sample": true``) is refused: its answers would differ from call to call.
+
+The router tokenizes, checks and decodes; the search runs inside Triton
+(``app/triton/text2text_model.py``), where the texts of many callers are generated together. Each
+text carries its settings and how long it may run (``timeout_ms``: what is left of the router's
+deadline, at most ``TRITON_TIMEOUT_S``); a generation stopped there is answered 504, naming it.
+The tokens generated are counted for the metrics (``router_generated_tokens``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from app.core import generation
+from app.core.access import GENERATED_TOKENS
+from app.core.errors import InvalidInput
+from app.core.spec import SpecError
+from clients.options import Option
+from clients.text import TRUNCATION, TextClient, clean_up_tokenization, cleans_up_spaces
+
+TEXT_INPUTS = ("input_ids", "attention_mask")
+# Left between the end of a text's generation and the router's own deadline: the answer's way back.
+DEADLINE_MARGIN_S = 0.25
+DO_SAMPLE = "do_sample"
+
+OPTIONS = (
+    Option("max_new_tokens", int, 1, generation.MAX_NEW_TOKENS),
+    Option("min_new_tokens", int, 0, generation.MAX_NEW_TOKENS),
+    Option("num_beams", int, 1, generation.MAX_BEAMS),
+    Option("length_penalty", float, -generation.MAX_PENALTY, generation.MAX_PENALTY),
+    Option("early_stopping", bool),
+    Option("no_repeat_ngram_size", int, 0, generation.MAX_NGRAM),
+    Option("repetition_penalty", float, 0.01, generation.MAX_PENALTY),
+)
+
+
+class Text2TextClient(TextClient[None]):
+    family = generation.FAMILY
+    OPTIONS = (*OPTIONS, Option(DO_SAMPLE, bool, default=False), TRUNCATION)
+    SETTING_INPUTS = frozenset({*generation.SETTING_NAMES, generation.TIMEOUT_MS})
+
+    def configure(self) -> None:
+        super().configure()
+        try:
+            self.generation = generation.read_generation_config(self.text.folder)
+        except generation.GenerationSpecError as error:
+            raise SpecError(str(error)) from None
+        self.config = json.loads((self.text.folder / "config.json").read_text(encoding="utf-8"))
+        self.clean_up = cleans_up_spaces(self.text, self.tokenizer)
+        self.setting_types = {t.name: t.numpy_dtype for t in self.spec.inputs}
+        missing = [
+            name for name in (*generation.SETTING_NAMES, generation.TIMEOUT_MS) if name not in self.setting_types
+        ]
+        if missing:
+            raise SpecError(f"{self.spec.folder}/model.toml: a text2text model's inputs include {missing[0]}")
+        self.calls = threading.local()  # per request (a thread): its deadline and the tokens generated
+
+    def option_limits(self) -> Mapping[str, float]:
+        limit = generation.new_tokens_limit(self.config)
+        return {"max_new_tokens": limit, "min_new_tokens": limit}
+
+    def option_defaults(self) -> Mapping[str, Any]:
+        found = generation.defaults(self.generation)
+        # a folder's default past the served bound is served at the bound
+        found["max_new_tokens"] = min(found["max_new_tokens"], generation.new_tokens_limit(self.config))
+        found["min_new_tokens"] = min(found["min_new_tokens"], found["max_new_tokens"])
+        return found
+
+    def parse_options(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+        options = super().parse_options(payload)
+        if options[DO_SAMPLE]:
+            raise InvalidInput(
+                f"payload.{DO_SAMPLE}: sampling is not served (its answers would differ from call to call); "
+                "use greedy search (num_beams 1) or beam search (num_beams > 1)"
+            )
+        if options["min_new_tokens"] > options["max_new_tokens"]:
+            raise InvalidInput(
+                f"payload.min_new_tokens ({options['min_new_tokens']}) must not be more than max_new_tokens "
+                f"({options['max_new_tokens']})"
+            )
+        return options
+
+    def preprocess(self, item: Any, where: str, options: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], None]:
+        arrays = self.arrays([self.encode(self.check_text(item, where), None, where, options["truncation"])])
+        for name in generation.SETTING_NAMES:
+            arrays[name] = np.array([[options[name]]], dtype=self.setting_types[name])
+        arrays[generation.TIMEOUT_MS] = np.zeros((1, 1), dtype=np.int64)  # set just before the call (_infer)
+        return arrays, None
+
+    def postprocess(self, outputs: Mapping[str, np.ndarray], context: None, options: Mapping[str, Any]) -> dict:
+        ids = outputs[generation.OUTPUT_IDS][0]
+        ids = ids[ids != generation.PAD]
+        text = self.tokenizer.decode(ids.tolist(), skip_special_tokens=True)
+        return {"generated_text": clean_up_tokenization(text) if self.clean_up else text}
+
+    def _stack(self, arrays: Sequence[Mapping[str, np.ndarray]], tensors=None) -> dict[str, np.ndarray]:
+        """The texts padded as every text family pads them; the settings one row a text."""
+        stacked = super()._stack([{name: a[name] for name in TEXT_INPUTS} for a in arrays])
+        for name in arrays[0]:
+            if name not in TEXT_INPUTS:
+                stacked[name] = np.concatenate([a[name] for a in arrays])
+        return stacked
+
+    def run(self, works, timings: dict[str, float] | None = None, deadline: float | None = None):
+        self.calls.deadline, self.calls.tokens = deadline, 0
+        try:
+            return super().run(works, timings, deadline)
+        finally:
+            if timings is not None:
+                timings[GENERATED_TOKENS] = timings.get(GENERATED_TOKENS, 0) + self.calls.tokens
+
+    def _infer(self, model, inputs, output_names, version):
+        """Each text may run what is left of the request's deadline, at most Triton's timeout."""
+        budget = self.settings.triton_timeout_s
+        deadline = getattr(self.calls, "deadline", None)
+        if deadline is not None:
+            budget = min(budget, deadline - time.monotonic())
+        inputs = dict(inputs)
+        milliseconds = max(1, int((budget - DEADLINE_MARGIN_S) * 1000))
+        inputs[generation.TIMEOUT_MS] = np.full((len(inputs["input_ids"]), 1), milliseconds, dtype=np.int64)
+        outputs, answered = super()._infer(model, inputs, output_names, version)
+        found = outputs.get(generation.OUTPUT_IDS)
+        if found is not None:  # the decoder's start token is not generated
+            self.calls.tokens = (
+                getattr(self.calls, "tokens", 0) + int(np.count_nonzero(found != generation.PAD)) - len(found)
+            )
+        return outputs, answered

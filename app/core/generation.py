@@ -56,7 +56,7 @@ class Setting:
 
 
 SETTINGS = (
-    Setting("max_new_tokens", "INT32", 20 - 1),  # generate's max_length 20, less the decoder's start token
+    Setting("max_new_tokens", "INT32", 20),  # generate's default: 20 new tokens (max_length 20 + the start token)
     Setting("min_new_tokens", "INT32", 0),
     Setting("num_beams", "INT32", 1),
     Setting("length_penalty", "FP64", 1.0),
@@ -88,7 +88,7 @@ def read_generation_config(folder: Path) -> dict[str, Any]:
 def defaults(generation: Mapping[str, Any]) -> dict[str, Any]:
     """Each setting's default: the generation config's, else Hugging Face's. ``max_length`` and
     ``min_length`` count the decoder's start token: ``max_new_tokens`` is ``max_length - 1`` where the
-    config gives only that."""
+    config gives only that; where it gives neither, ``generate`` makes 20 new tokens."""
     found = {s.name: s.default for s in SETTINGS}
     if isinstance(generation.get("max_length"), int):
         found["max_new_tokens"] = generation["max_length"] - 1

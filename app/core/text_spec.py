@@ -253,6 +253,11 @@ def resolve(raw: Mapping[str, Any], model_folder: Path, where: str) -> tuple[dic
             ".save_pretrained(folder) writes it)"
         )
     config = _read_json(folder / "config.json")
+    if family == TEXT2TEXT and config.get("is_encoder_decoder") is not True:
+        raise TextSpecError(
+            f"{folder / 'config.json'}: the {TEXT2TEXT} family serves encoder-decoder models (T5, BART, Marian: "
+            f"is_encoder_decoder true); this is a {config.get('model_type', 'model')!r} model"
+        )
     preprocess = raw.get("preprocess", {})
     pooling, normalize, dimension, modules = ("", False, None, ())
     if family == SENTENCE_EMBEDDING:

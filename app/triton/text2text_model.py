@@ -36,6 +36,7 @@ from app.core.generation import (
     new_tokens_limit,
     read_generation_config,
 )
+from app.triton.generation import Deadlines, padded, trimmed
 
 try:
     import triton_python_backend_utils as pb_utils
@@ -102,6 +103,38 @@ def groups(rows: Sequence[Row], max_rows: int) -> list[list[int]]:
     return [ids[start : start + max_rows] for ids in by_settings.values() for start in range(0, len(ids), max_rows)]
 
 
+class Late(RuntimeError):
+    """A request one of whose texts passed its deadline (its message carries ``DEADLINE_MARKER``)."""
+
+
+def answer(generator: Generator, requests: Sequence[Mapping[str, np.ndarray]], now: float) -> list:
+    """Each request's ``output_ids`` (an array), or why it has none: ``Refused`` (its values),
+    ``Late`` (a text passed its deadline) or the exception that failed the whole batch."""
+    rows: list[Row] = []
+    answers: list = [None] * len(requests)
+    for index, arrays in enumerate(requests):
+        try:
+            check_rows(arrays, generator.vocabulary, generator.max_new_tokens, "request")
+        except Refused as refused:
+            answers[index] = refused
+            continue
+        rows.extend(rows_of(index, arrays, now))
+    try:
+        found, late = generator.generate(rows)
+    except Exception as error:  # noqa: BLE001 - every request is answered; the model lives on
+        return [given or error for given in answers]
+    for index in range(len(requests)):
+        if answers[index] is not None:
+            continue
+        mine = [i for i, row in enumerate(rows) if row.request == index]
+        if any(i in late for i in mine):
+            waited = max(rows[i].deadline for i in mine) - now
+            answers[index] = Late(f"{DEADLINE_MARKER} of {waited * 1000:.0f} ms")
+        else:
+            answers[index] = padded([found[i] for i in mine])
+    return answers
+
+
 class Generator:
     """The model and what ``execute`` needs of its folder; built once per instance."""
 
@@ -120,8 +153,6 @@ class Generator:
         """Each row's ``generate`` answer, and the rows that passed their deadline."""
         import torch
 
-        from app.triton.generation import Deadlines, trimmed
-
         answers: list[np.ndarray] = [np.empty(0, dtype=np.int64)] * len(rows)
         late: set[int] = set()
         for group in groups(rows, self.max_rows):
@@ -137,7 +168,10 @@ class Generator:
                 found = self.model.generate(
                     input_ids=torch.from_numpy(ids),
                     attention_mask=torch.from_numpy(mask),
-                    do_sample=False,
+                    do_sample=False,  # and one sequence a text, as token ids: whatever the folder's config says
+                    num_return_sequences=1,
+                    return_dict_in_generate=False,
+                    max_time=None,
                     stopping_criteria=[deadlines],
                     **settings,
                 ).numpy()
@@ -175,36 +209,20 @@ class TritonPythonModel:
         self.generator.generate([Row(0, ids, tuple(settings[name] for name in SETTING_NAMES), time.monotonic() + 60)])
 
     def execute(self, requests: list) -> list:
-        now = time.monotonic()
-        rows: list[Row] = []
-        answers: list = [None] * len(requests)
-        for index, request in enumerate(requests):
-            arrays = {name: pb_utils.get_input_tensor_by_name(request, name).as_numpy() for name in self.input_names}
-            try:
-                check_rows(arrays, self.generator.vocabulary, self.generator.max_new_tokens, "request")
-            except Refused as refused:
-                answers[index] = _error(str(refused), pb_utils.TritonError.INVALID_ARG)
-                continue
-            rows.extend(rows_of(index, arrays, now))
-        try:
-            found, late = self.generator.generate(rows)
-        except Exception as error:  # noqa: BLE001 - every request is answered; the model lives on
-            message = f"generation failed: {error.__class__.__name__}: {error}"
-            return [answer or _error(message) for answer in answers]
-        for index in range(len(requests)):
-            if answers[index] is not None:
-                continue
-            mine = [i for i, row in enumerate(rows) if row.request == index]
-            if any(i in late for i in mine):
-                waited = max(rows[i].deadline for i in mine) - now
-                answers[index] = _error(
-                    f"{DEADLINE_MARKER} of {waited * 1000:.0f} ms", pb_utils.TritonError.UNAVAILABLE
-                )
-                continue
-            from app.triton.generation import padded
-
-            tensor = pb_utils.Tensor(OUTPUT_IDS, padded([found[i] for i in mine]))
-            answers[index] = pb_utils.InferenceResponse(output_tensors=[tensor])
+        given = [
+            {name: pb_utils.get_input_tensor_by_name(request, name).as_numpy() for name in self.input_names}
+            for request in requests
+        ]
+        answers = []
+        for found in answer(self.generator, given, time.monotonic()):
+            if isinstance(found, np.ndarray):
+                answers.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(OUTPUT_IDS, found)]))
+            elif isinstance(found, Refused):
+                answers.append(_error(str(found), pb_utils.TritonError.INVALID_ARG))
+            elif isinstance(found, Late):
+                answers.append(_error(str(found), pb_utils.TritonError.UNAVAILABLE))
+            else:
+                answers.append(_error(f"generation failed: {found.__class__.__name__}: {found}"))
         return answers
 
     def finalize(self) -> None:

@@ -90,7 +90,13 @@ def format_result(result: Any, indent: str = "  ") -> list[str]:
             box = ", ".join(f"{v:.0f}" for v in d.get("box", []))
             lines.append(f"{indent}  {d.get('label')} {_score(d.get('score'))} [{box}]")
         return lines
+    if isinstance(result, dict) and "generated_text" in result:  # text2text generation: the text, line by line
+        return [indent + line for line in str(result["generated_text"]).splitlines()] or [f"{indent}''"]
     if isinstance(result, list) and result and all(isinstance(r, dict) for r in result):
+        if "generated_text" in result[0]:  # text2text generation of a list of texts, numbered
+            return [
+                line for n, r in enumerate(result, 1) for line in (f"{indent}[{n}]", *format_result(r, indent + "  "))
+            ]
         if "token_str" in result[0]:  # one mask of fill-mask
             return [f"{indent}{r['token_str']!r} {_score(r['score'])}  {r.get('sequence', '')}" for r in result]
         if "label" in result[0]:  # a classification

@@ -1,0 +1,214 @@
+"""The text2text family through the whole stack (NGINX, gunicorn, the router, a real Triton whose
+python backend runs ``generate`` over ONNX Runtime) against Hugging Face's ``model.generate`` on the
+same folders: a small trained T5 (SentencePiece / Unigram) and BART (byte-level BPE), prepared by
+``python -m scripts.model_prep`` into a repository of their own.
+
+Equal means the decoded text of ``generate`` for that text alone (``skip_special_tokens=True``),
+exactly. Both request forms, JSON Lines, eight callers at once with different texts (each compared
+with its own reference; Triton's statistics show them batched), bad input (400s naming the field,
+the endpoint keeps serving), a generation past its deadline (504 naming it, then the next request
+is served), the tokens generated on /metrics, and a multi-model endpoint's load and unload."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tarfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import requests
+
+from scripts.devtools import Stack
+from tests.generation_models import generation_model_folder
+from tests.support import assert_conforms, assert_error, post
+from tests.text_models import CORPUS, prepare_text_repository
+
+pytestmark = pytest.mark.integration
+
+MODELS = {"t5_gen": "t5", "bart_gen": "bart"}
+# Triton's deadline for a call, and so the longest a text may generate (less the router's margin):
+# short enough that the deadline test is quick, long enough for every other request here.
+TRITON_TIMEOUT_S = 2.0
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("text2text-models") / "models"
+    for name, kind in MODELS.items():
+        generation_model_folder(root, name, kind=kind, trained=True)
+    return root
+
+
+@pytest.fixture(scope="module")
+def gen_stack(models: Path, tmp_path_factory, stopping: list[Stack]):
+    repository = prepare_text_repository(models, models.parent / "repository")
+    started = Stack(repository, env_extra={"TRITON_TIMEOUT_S": str(TRITON_TIMEOUT_S)})
+    started.start(tmp_path_factory.mktemp("text2text-stack-logs"))
+    stopping.append(started)
+    started.wait_healthy()
+    yield started
+    started.begin_stop()
+
+
+@pytest.fixture(scope="module")
+def references(models: Path):
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    return {
+        name: (
+            AutoModelForSeq2SeqLM.from_pretrained(models / name / "hf").eval(),
+            AutoTokenizer.from_pretrained(models / name / "hf"),
+        )
+        for name in MODELS
+    }
+
+
+def generated(references, name: str, text: str, **settings) -> str:
+    import torch
+
+    model, tokenizer = references[name]
+    with torch.no_grad():
+        ids = model.generate(**tokenizer(text, return_tensors="pt"), **settings)[0]
+    return tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def result(stack: Stack, model: str, payload: dict):
+    r = post(stack, {"modelname": model, "payload": payload})
+    assert_conforms(r, "/invocations", "POST")
+    assert r.status_code == 200, r.text[:500]
+    return r.json()["result"]
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize(
+    "settings",
+    [{}, {"num_beams": 4, "max_new_tokens": 12}, {"num_beams": 3, "no_repeat_ngram_size": 2, "length_penalty": 0.6}],
+    ids=["defaults", "beam", "penalties"],
+)
+def test_answers_equal_generate(gen_stack, references, name, settings):
+    texts = CORPUS[:5]
+    answers = result(gen_stack, name, {"text": texts, **settings})
+    assert answers == [{"generated_text": generated(references, name, t, **settings)} for t in texts]
+    assert result(gen_stack, name, {"text": texts[0], **settings}) == answers[0]
+
+
+def test_a_raw_text_body_takes_its_settings_from_the_custom_attributes(gen_stack, references):
+    r = post(
+        gen_stack, CORPUS[2], content_type="text/plain", attributes="modelname=t5_gen,num_beams=2,max_new_tokens=6"
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["result"] == {
+        "generated_text": generated(references, "t5_gen", CORPUS[2], num_beams=2, max_new_tokens=6)
+    }
+
+
+def test_json_lines_answer_each_line_with_its_own_settings(gen_stack, references):
+    lines = [
+        {"modelname": "bart_gen", "payload": {"text": CORPUS[0], "num_beams": 2}},
+        {"modelname": "bart_gen", "payload": {"text": [CORPUS[1], CORPUS[3]], "max_new_tokens": 3}},
+    ]
+    body = "".join(json.dumps(line) + "\n" for line in lines)
+    r = post(gen_stack, body, content_type="application/jsonlines")
+    assert r.status_code == 200, r.text
+    answers = [json.loads(line)["result"] for line in r.text.splitlines()]
+    assert answers == [
+        {"generated_text": generated(references, "bart_gen", CORPUS[0], num_beams=2)},
+        [{"generated_text": generated(references, "bart_gen", t, max_new_tokens=3)} for t in (CORPUS[1], CORPUS[3])],
+    ]
+
+
+def test_callers_at_once_each_get_their_own_answer_and_meet_in_one_batch(gen_stack, references):
+    """Eight callers, each a different text, at once: each answer equals that text's own generate,
+    whoever it was batched with; Triton ran them in fewer executions than inferences."""
+    stats = f"http://127.0.0.1:{gen_stack.triton_ports[0]}/v2/models/t5_gen/stats"
+
+    def counts() -> tuple[int, int]:
+        entry = requests.get(stats, timeout=10).json()["model_stats"][0]
+        return int(entry["inference_count"]), int(entry["execution_count"])
+
+    texts = [" ".join(line.split()[i % 3 :]) for i, line in enumerate(CORPUS[:8])]
+    before = counts()
+    for _ in range(3):  # three rounds: the batcher joins callers when they arrive together
+        with ThreadPoolExecutor(len(texts)) as pool:
+            answers = list(pool.map(lambda t: result(gen_stack, "t5_gen", {"text": t, "num_beams": 2}), texts))
+        assert answers == [{"generated_text": generated(references, "t5_gen", t, num_beams=2)} for t in texts]
+    inferences, executions = (after - then for after, then in zip(counts(), before))
+    print(f"{inferences} texts from {len(texts)} callers x 3 rounds: {executions} executions")
+    assert inferences == 3 * len(texts) and executions < inferences
+
+
+@pytest.mark.parametrize(
+    "payload, fragments",
+    [
+        ({"text": " ".join(CORPUS * 3)}, ["payload.text is", "over the model's limit of 64", '"truncation": true']),
+        ({"text": 5}, ["payload.text must be a string"]),
+        ({"text": "a", "do_sample": True}, ["payload.do_sample", "sampling is not served"]),
+        ({"text": "a", "num_beams": 9}, ["payload.num_beams must be between 1 and 8"]),
+        ({"text": "a", "max_new_tokens": 513}, ["payload.max_new_tokens must be between 1 and 512"]),
+        ({"text": "a", "max_new_tokens": 2, "min_new_tokens": 3}, ["payload.min_new_tokens (3)"]),
+        ({"text": "a", "top_k": 5}, ["payload.top_k is not an option"]),
+    ],
+)
+def test_bad_input_is_a_400_naming_the_field_and_the_endpoint_keeps_serving(gen_stack, payload, fragments):
+    r = post(gen_stack, {"modelname": "t5_gen", "payload": payload})
+    assert_conforms(r, "/invocations", "POST")
+    assert_error(r, 400, "invalid_input", *fragments)
+    assert requests.get(f"{gen_stack.url}/ping", timeout=10).status_code == 200
+    assert result(gen_stack, "t5_gen", {"text": CORPUS[0], "max_new_tokens": 4})
+
+
+def test_a_generation_past_its_deadline_is_a_504_naming_it_and_the_next_request_is_served(gen_stack, references):
+    long = {"text": CORPUS[4], "max_new_tokens": 512, "min_new_tokens": 512, "num_beams": 8, "no_repeat_ngram_size": 3}
+    r = post(gen_stack, {"modelname": "t5_gen", "payload": long})
+    assert_conforms(r, "/invocations", "POST")
+    assert_error(r, 504, "inference_timeout", "generation stopped at its deadline", "TRITON_TIMEOUT_S")
+    assert result(gen_stack, "t5_gen", {"text": CORPUS[1]}) == {
+        "generated_text": generated(references, "t5_gen", CORPUS[1])
+    }
+
+
+def test_the_tokens_generated_are_counted_per_model(gen_stack):
+    def counted() -> float:
+        for line in requests.get(f"{gen_stack.url}/metrics", timeout=30).text.splitlines():
+            if line.startswith('router_generated_tokens_total{model="bart_gen"}'):
+                return float(line.split()[-1])
+        return 0.0
+
+    before = counted()
+    result(gen_stack, "bart_gen", {"text": CORPUS[5], "max_new_tokens": 7, "min_new_tokens": 7})
+    assert counted() - before == 7
+
+
+def test_an_archive_loads_answers_and_unloads_on_a_multi_model_endpoint(models, references, tmp_path, new_stack):
+    from scripts.model_prep import cli
+    from scripts.sagemaker import package_models
+
+    source = tmp_path / "models"
+    shutil.copytree(models / "t5_gen", source / "t5_gen")
+    assert cli.main(["--source", str(source), "--cache-dir", str(tmp_path / "cache")]) == 0  # in place
+    files = package_models.validate(source)
+    [archive] = package_models.write_per_model(source, package_models.per_model(source, files), tmp_path, log=print)
+    with tarfile.open(archive) as tar:
+        names = set(tar.getnames())
+        assert {"t5_gen/1/encoder.onnx", "t5_gen/1/decoder_init.onnx", "t5_gen/1/decoder_step.onnx"} <= names
+        assert "t5_gen/1/model.py" in names and "t5_gen/hf/tokenizer.json" in names
+        assert not any(name.endswith(".safetensors") for name in names), sorted(names)
+        tar.extractall(tmp_path / "extracted" / "model", filter="data")
+    (tmp_path / "empty").mkdir()
+    stack = new_stack(tmp_path / "empty", SAGEMAKER_MULTI_MODEL="true", MULTI_MODEL_DIR=str(tmp_path / "state"))
+    stack.wait_healthy(timeout=180)
+    loaded = requests.post(
+        f"{stack.url}/models",
+        json={"model_name": "translator", "url": str(tmp_path / "extracted" / "model")},
+        timeout=180,
+    )
+    assert loaded.status_code == 200, loaded.text
+    r = requests.post(f"{stack.url}/models/translator/invoke", json={"payload": {"text": CORPUS[3]}}, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json()["result"] == {"generated_text": generated(references, "t5_gen", CORPUS[3])}
+    assert 'router_generated_tokens_total{model="translator"}' in requests.get(f"{stack.url}/metrics", timeout=30).text
+    assert requests.delete(f"{stack.url}/models/translator", timeout=60).status_code == 200
+    gone = requests.post(f"{stack.url}/models/translator/invoke", json={"payload": {"text": "a"}}, timeout=60)
+    assert gone.status_code == 404, gone.text

@@ -41,9 +41,49 @@ def models(tmp_path_factory) -> Path:
     return root
 
 
+# A Triton model as AWS's T5 example on a SageMaker multi-model endpoint writes it: the python
+# backend running the PyTorch model's generate, no model.toml; callers send v2 JSON token ids.
+SEED_CONFIG = """name: "t5_pytorch"
+backend: "python"
+max_batch_size: 8
+input: [ { name: "input_ids" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "attention_mask" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "output" data_type: TYPE_INT32 dims: [ -1 ] } ]
+instance_group { count: 1 kind: KIND_CPU }
+dynamic_batching { }
+"""
+SEED_MODEL = """
+from pathlib import Path
+
+import numpy as np
+import torch
+import triton_python_backend_utils as pb_utils
+from transformers import AutoModelForSeq2SeqLM
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.model = AutoModelForSeq2SeqLM.from_pretrained(Path(__file__).parent / "hf").eval()
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            ids = pb_utils.get_input_tensor_by_name(request, "input_ids").as_numpy()
+            mask = pb_utils.get_input_tensor_by_name(request, "attention_mask").as_numpy()
+            with torch.no_grad():
+                out = self.model.generate(input_ids=torch.from_numpy(ids).long(), attention_mask=torch.from_numpy(mask).long())
+            tensor = pb_utils.Tensor("output", out.numpy().astype(np.int32))
+            responses.append(pb_utils.InferenceResponse(output_tensors=[tensor]))
+        return responses
+"""
+
+
 @pytest.fixture(scope="module")
 def gen_stack(models: Path, tmp_path_factory, stopping: list[Stack]):
     repository = prepare_text_repository(models, models.parent / "repository")
+    seed = repository / "t5_pytorch"
+    shutil.copytree(models / "t5_gen" / "hf", seed / "1" / "hf")
+    (seed / "config.pbtxt").write_text(SEED_CONFIG)
+    (seed / "1" / "model.py").write_text(SEED_MODEL)
     started = Stack(repository, env_extra={"TRITON_TIMEOUT_S": str(TRITON_TIMEOUT_S)})
     started.start(tmp_path_factory.mktemp("text2text-stack-logs"))
     stopping.append(started)
@@ -179,6 +219,29 @@ def test_the_tokens_generated_are_counted_per_model(gen_stack):
     before = counted()
     result(gen_stack, "bart_gen", {"text": CORPUS[5], "max_new_tokens": 7, "min_new_tokens": 7})
     assert counted() - before == 7
+
+
+def test_a_python_backend_t5_folder_as_aws_example_writes_it_is_served_unchanged_through_kserve_v2(
+    gen_stack, references
+):
+    tokenizer = references["t5_gen"][1]
+    ids = tokenizer(CORPUS[6]).input_ids
+    body = {
+        "inputs": [
+            {"name": "input_ids", "shape": [1, len(ids)], "datatype": "INT32", "data": ids},
+            {"name": "attention_mask", "shape": [1, len(ids)], "datatype": "INT32", "data": [1] * len(ids)},
+        ]
+    }
+    r = requests.post(
+        f"{gen_stack.url}/invocations",
+        json=body,
+        headers={"X-Amzn-SageMaker-Custom-Attributes": "modelname=t5_pytorch"},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    output = r.json()["outputs"][0]
+    answer = tokenizer.decode(output["data"], skip_special_tokens=True)
+    assert answer == generated(references, "t5_gen", CORPUS[6]) == " ".join(CORPUS[6].split()[:3])
 
 
 def test_an_archive_loads_answers_and_unloads_on_a_multi_model_endpoint(models, references, tmp_path, new_stack):

@@ -64,10 +64,15 @@ WORKDIR /opt/program
 # Requirements first: a code change does not reinstall them. PIP_CERT: a CA bundle for pip, for
 # builds whose downloads pass a TLS proxy (make image mounts the host's bundle and names it).
 ARG PIP_CERT
-COPY requirements.txt requirements-triton.txt ./
+# GENERATION=true: torch and transformers too (requirements-generation.txt), for text2text models,
+# whose generate() runs inside Triton's python backend; a large layer, so off by default.
+ARG GENERATION=false
+COPY requirements.txt requirements-triton.txt requirements-generation.txt ./
 RUN /usr/bin/python3 -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-cache-dir --disable-pip-version-check -r requirements.txt \
-        ${REQUIREMENTS_TRITON:+-r "$REQUIREMENTS_TRITON"}
+        ${REQUIREMENTS_TRITON:+-r "$REQUIREMENTS_TRITON"} \
+    && if [ "$GENERATION" = "true" ]; then \
+        /opt/venv/bin/pip install --no-cache-dir --disable-pip-version-check -r requirements-generation.txt; fi
 
 # The image pipelines' python-backend steps (model.py in <model>_preprocess, ...) run the router's
 # own clients: Triton's python stub takes the first python3 on PATH, the venv's, and this .pth

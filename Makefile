@@ -24,6 +24,8 @@ SAMPLES := build/samples
 # The CPU serving image (Dockerfile, FLAVOR=cpu): `make image`, then `make image-run` serves IMAGE_REPOSITORY.
 IMAGE ?= multi-model:cpu
 IMAGE_REPOSITORY ?= models
+# IMAGE_GENERATION=true: the image with torch and transformers, for text2text models (requirements-generation.txt).
+IMAGE_GENERATION ?= false
 
 .PHONY: help run test models test-models deps nginx samples clean bench soak fuzz audit lint-imports lint podman image image-run docs docs-serve gpu-check bench-text
 
@@ -77,7 +79,7 @@ podman:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends podman runc debootstrap; }
 
 image: $(VENV)/.serving podman
-	$(PY) -m scripts.image build --tag $(IMAGE)
+	$(PY) -m scripts.image build --tag $(IMAGE) $(if $(filter true,$(IMAGE_GENERATION)),--generation)
 
 image-run: image
 	$(PY) -m scripts.image run --tag $(IMAGE) --repository $(IMAGE_REPOSITORY) --port $(PORT)

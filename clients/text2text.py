@@ -17,6 +17,7 @@ The tokens generated are counted for the metrics (``router_generated_tokens``).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import threading
 import time
@@ -36,6 +37,7 @@ TEXT_INPUTS = ("input_ids", "attention_mask")
 # Left between the end of a text's generation and the router's own deadline: the answer's way back.
 DEADLINE_MARGIN_S = 0.25
 DO_SAMPLE = "do_sample"
+GENERATION_PACKAGES = ("torch", "transformers")  # what the Triton model imports (requirements-generation.txt)
 
 OPTIONS = (
     Option("max_new_tokens", int, 1, generation.MAX_NEW_TOKENS),
@@ -55,6 +57,13 @@ class Text2TextClient(TextClient[None]):
 
     def configure(self) -> None:
         super().configure()
+        missing = [name for name in GENERATION_PACKAGES if importlib.util.find_spec(name) is None]
+        if missing:  # Triton's python backend runs in this environment: the model would fail to load there
+            raise SpecError(
+                f"{self.spec.folder}/model.toml: a text2text model runs Hugging Face's generate inside Triton, "
+                f"which needs {' and '.join(missing)} in this environment: pip install -r requirements-generation.txt "
+                "(the serving image: make image IMAGE_GENERATION=true)"
+            )
         try:
             self.generation = generation.read_generation_config(self.text.folder)
         except generation.GenerationSpecError as error:

@@ -72,8 +72,11 @@ class GenerationSpecError(ValueError):
 
 
 def read_generation_config(folder: Path) -> dict[str, Any]:
-    """The folder's generation_config.json ({} without one)."""
+    """The folder's generation settings: its generation_config.json, else (a folder saved before
+    generation configs existed) its config.json, as ``from_pretrained`` reads them."""
     path = folder / "generation_config.json"
+    if not path.is_file():
+        path = folder / "config.json"
     if not path.is_file():
         return {}
     try:

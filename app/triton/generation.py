@@ -26,7 +26,7 @@ from torch import nn
 from transformers import AutoConfig, GenerationConfig, GenerationMixin, PreTrainedModel, StoppingCriteria
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 
-from app.core.generation import DECODER_INIT_FILE, DECODER_STEP_FILE, ENCODER_FILE, PAD
+from app.core.generation import DECODER_INIT_FILE, DECODER_STEP_FILE, ENCODER_FILE, PAD, read_generation_config
 
 # The tensor names of the exported graphs (scripts/model_prep/generation_export.py writes them).
 ENCODER_INPUTS = ("input_ids", "attention_mask")
@@ -87,11 +87,7 @@ class OnnxSeq2SeqLM(PreTrainedModel, GenerationMixin):
         self.first_inputs = [i.name for i in self.first.get_inputs()]
         self.later_inputs = [i.name for i in self.later.get_inputs()]
         self.layers = (len(self.first.get_outputs()) - 1) // len(KINDS)
-        self.generation_config = (
-            GenerationConfig.from_pretrained(str(folder))
-            if (folder / "generation_config.json").is_file()
-            else GenerationConfig.from_model_config(self.config)
-        )
+        self.generation_config = generation_config(folder)
         # generate() reads the model's device and dtype from its parameters: one, never used
         self.anchor = nn.Parameter(torch.zeros(1), requires_grad=False)
         self.eval()
@@ -134,6 +130,15 @@ class OnnxSeq2SeqLM(PreTrainedModel, GenerationMixin):
                 key, value = (torch.from_numpy(a) for a in found[1 + 2 * layer : 3 + 2 * layer])
                 past_key_values.self_attention_cache.update(key, value, layer)
         return Seq2SeqLMOutput(logits=torch.from_numpy(found[0]), past_key_values=past_key_values)
+
+
+def generation_config(folder: Path) -> GenerationConfig:
+    """What ``from_pretrained`` gives a model of the folder: its generation_config.json, else the
+    generation settings of its config.json (a folder saved before generation configs existed)."""
+    if (folder / "generation_config.json").is_file():
+        return GenerationConfig.from_pretrained(str(folder))
+    known = GenerationConfig().to_dict()
+    return GenerationConfig.from_dict({k: v for k, v in read_generation_config(folder).items() if k in known})
 
 
 class Deadlines(StoppingCriteria):

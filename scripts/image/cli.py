@@ -40,6 +40,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     build.add_argument("--flavor", choices=("cpu", "gpu"), default="cpu", help="the Dockerfile's FLAVOR")
     build.add_argument("--tag", default=DEFAULT_TAG)
     build.add_argument("--base", help="the CPU image's base (default: Debian 12, pulled or made with debootstrap)")
+    build.add_argument(
+        "--generation", action="store_true", help="with torch and transformers, for text2text models (a larger image)"
+    )
     run = sub.add_parser("run", help="run the image as SageMaker does, in the foreground")
     run.add_argument("--tag", default=DEFAULT_TAG)
     run.add_argument("--repository", type=Path, default=Path("models"), help="mounted read-only at /opt/ml/model")
@@ -52,7 +55,7 @@ def build(args: argparse.Namespace) -> int:
     base = ensure_base(engine, args.base) if args.flavor == "cpu" else None
     if base:
         settle_podman(engine, base)
-    argv = ["build", *build_args(engine, args.flavor, base, args.tag)]
+    argv = ["build", *build_args(engine, args.flavor, base, args.tag, args.generation)]
     show(engine.argv(*argv))
     began = time.monotonic()
     engine.run(*argv)

@@ -164,9 +164,11 @@ def settle_podman(engine: Engine, probe_image: str) -> None:
     print(f"podman's defaults cannot start a container here: using {conf}", flush=True)
 
 
-def build_args(engine: Engine, flavor: str, base: str | None, tag: str) -> list[str]:
-    """The build command's arguments (after ``build``)."""
+def build_args(engine: Engine, flavor: str, base: str | None, tag: str, generation: bool = False) -> list[str]:
+    """The build command's arguments (after ``build``); ``generation``: torch and transformers too."""
     args = ["-t", tag, "--build-arg", f"FLAVOR={flavor}"]
+    if generation:
+        args += ["--build-arg", "GENERATION=true"]
     if base:
         args += ["--build-arg", f"CPU_BASE={base}"]
     if engine.name == "podman":

@@ -35,7 +35,7 @@ from torch import nn
 from app.core.generation import DECODER_INIT_FILE, DECODER_STEP_FILE, ENCODER_FILE, ONNX_FILES
 from app.core.spec import ModelSpec
 from app.triton import TEXT2TEXT_MODEL
-from app.triton.generation import DECODER_INPUTS, ENCODER_INPUTS, HIDDEN, KINDS, LOGITS, cache_names
+from app.triton.generation import DECODER_INPUTS, ENCODER_INPUTS, HIDDEN, KINDS, LOGITS, cache_names, generation_config
 from scripts.model_prep import weights
 from scripts.model_prep.onnx_export import OPSET, REPORT_FILE, ExportError, sha256_of
 from scripts.model_prep.recipes import Tolerance
@@ -114,7 +114,7 @@ class DecoderStep(nn.Module):
 
 def load_model(spec: ModelSpec, choice: weights.WeightsChoice) -> nn.Module:
     """The folder's model with its own weights, or seeded random ones of its config."""
-    from transformers import AutoConfig, AutoModelForSeq2SeqLM, GenerationConfig
+    from transformers import AutoConfig, AutoModelForSeq2SeqLM
 
     folder = str(spec.text.folder)
     try:
@@ -130,8 +130,7 @@ def load_model(spec: ModelSpec, choice: weights.WeightsChoice) -> nn.Module:
         ) from None
     if not getattr(model.config, "is_encoder_decoder", False) or layers_of(model) == 0:
         raise ExportError(f"[{spec.name}] {folder}: not an encoder-decoder model (T5, BART, Marian, ...)")
-    if (spec.text.folder / "generation_config.json").is_file():  # random weights: still the folder's settings
-        model.generation_config = GenerationConfig.from_pretrained(folder)
+    model.generation_config = generation_config(spec.text.folder)  # random weights: still the folder's settings
     return model.eval()
 
 

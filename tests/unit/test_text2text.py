@@ -20,7 +20,7 @@ import pytest
 from app.core.errors import InferenceTimeout, InvalidInput
 from app.core.generation import OUTPUT_IDS, PAD, SETTING_NAMES, TIMEOUT_MS
 from tests.generation_models import HEADLINE_WORDS, generation_model_folder
-from tests.text_models import CORPUS, prepare_text_repository
+from tests.text_models import CORPUS, in_process_clients, prepare_text_repository
 
 MODELS = {
     "t5_random": ("t5", False),
@@ -90,8 +90,6 @@ def triton(built) -> GeneratorTriton:
 
 @pytest.fixture(scope="module")
 def clients(built, triton):
-    from tests.text_models import in_process_clients
-
     return in_process_clients(built[1], triton)
 
 
@@ -160,6 +158,29 @@ def test_a_folders_generation_config_sets_the_defaults(clients, triton, referenc
     }
     client.inference({"text": TEXTS})
     assert served_ids(triton, len(TEXTS)) == [generate(references, "bart_trained", text) for text in TEXTS]
+
+
+def test_a_folder_saved_before_generation_configs_takes_its_settings_from_config_json(built, tmp_path):
+    """No generation_config.json: the settings of config.json, as from_pretrained reads them."""
+    import shutil
+
+    import torch
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    shutil.copytree(built[0] / "t5_random", tmp_path / "models" / "legacy")
+    folder = tmp_path / "models" / "legacy" / "hf"
+    (folder / "generation_config.json").unlink()
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **FOLDER_SETTINGS}))
+    repository = prepare_text_repository(tmp_path / "models", tmp_path / "repository")
+    client = in_process_clients(repository, GeneratorTriton(repository))["legacy"]
+    assert client.options["num_beams"].default == 3 and client.options["max_new_tokens"].default == 11
+    model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
+    with torch.no_grad():
+        wanted = model.generate(**tokenizer(TEXTS[1], return_tensors="pt"))[0]
+    assert client.inference({"text": TEXTS[1]})[0] == {
+        "generated_text": tokenizer.decode(wanted, skip_special_tokens=True)
+    }
 
 
 def test_texts_with_other_settings_in_one_call_each_equal_their_own_generate(clients, triton, references):

@@ -40,6 +40,10 @@ class Generate:
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
         self.tokens = 0
 
+    def count(self, text: str) -> int:
+        """A text's tokens, ``</s>`` included (as the router counts them)."""
+        return len(self.tokenizer(text).input_ids)
+
     def answers(self, texts: Sequence[str], settings: Mapping[str, int]) -> list[str]:
         import torch
 
@@ -177,8 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     folder = prepare.sources(args.out.resolve(), args.small) / plan.MODEL / "hf"
     print(f"loading AutoModelForSeq2SeqLM({folder}) for the in-process side ...", flush=True)
     generate = Generate(folder)
-    count = lambda text: len(generate.tokenizer(text).input_ids)  # noqa: E731 - the text's tokens, </s> included
-    texts = make_texts(count, args.text_tokens, args.texts, seed=1)
+    texts = make_texts(generate.count, args.text_tokens, args.texts, seed=1)
     rows = plan.plan_rows(args.concurrency, args.batch, args.beams)
     with serving(args.repository, args.out, args.env) as stack:
         cells, tokens, same = measure(stack, rows, texts, generate, args)
@@ -187,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     found.update(
         sizing=sizing,
         model=str(spec.folder),
-        tokens_per_text=sum(map(count, texts)) / len(texts),
+        tokens_per_text=sum(map(generate.count, texts)) / len(texts),
         same_as_generate=same,
     )
     write_results(args.out / "results.json", found)

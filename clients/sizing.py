@@ -19,6 +19,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from app.core import sizing
+from app.core.generation import FAMILY as GENERATION_FAMILY
 from app.core.machine import Machine
 from app.core.pipeline import SOURCE_PARAMETER, STEP_PARAMETER, TRITON, preprocess_model
 from app.core.settings import NGINX_WORKERS, TRITON_INSTANCES, TRITON_THREADS, WORKERS
@@ -178,8 +179,10 @@ def parts_from_specs(specs: Mapping[str, ModelSpec], target: str, machine: Machi
     )
     parts = []
     for name, spec in specs.items():
-        threads = 0 if network == sizing.GPU_NETWORK else spec.threads
-        parts.append(sizing.Part(name, name, network, spec.instance_count, threads))
+        # a text2text model is generate() in the python backend on every target: its loop takes CPU
+        kind = sizing.CPU_NETWORK if spec.family == GENERATION_FAMILY else network
+        threads = 0 if kind == sizing.GPU_NETWORK else spec.threads
+        parts.append(sizing.Part(name, name, kind, spec.instance_count, threads))
         if spec.pipeline == TRITON:
             kind = sizing.DALI if target == "tensorrt" else sizing.PYTHON_STEP
             threads = spec.preprocess_threads if kind == sizing.DALI else 0

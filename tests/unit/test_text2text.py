@@ -277,6 +277,21 @@ def test_the_deadline_error_is_the_routers_504_naming_it():
     assert "deadline of 250 ms" in error.message and "TRITON_TIMEOUT_S" in error.message
 
 
+def test_the_sizing_plan_counts_each_text2text_model_as_a_cpu_network(built):
+    """generate() runs in the python backend on every target: serve's plan gives each model
+    instances x threads of the CPU budget, on a GPU instance too."""
+    from app.core.machine import INSTANCE_TYPES
+    from app.serve.plan import plan_for
+
+    for instance_type, target in (("ml.g5.2xlarge", "tensorrt"), ("ml.c5.4xlarge", "python")):
+        plan = plan_for(INSTANCE_TYPES[instance_type], built[1], target)
+        assert {part.triton_name for part in plan.parts} == set(MODELS), instance_type
+        for name in MODELS:
+            part = plan.part(name)
+            assert part.count >= 1 and not part.on_gpu and part.cpu == part.count * part.threads, part
+        assert plan.cpu_threads == plan.router_workers + plan.nginx_workers + sum(p.cpu for p in plan.parts)
+
+
 @pytest.mark.parametrize("target", ["onnxruntime", "tensorrt"])
 def test_every_target_gets_the_python_backend_with_its_providers(built, tmp_path, target):
     from scripts.model_prep.triton_config import read_config

@@ -1,13 +1,15 @@
 """The benchmark's model and repository, prepared by ``scripts.model_prep`` in this process.
 
 Realistic (the default): ``bench_t5``, t5-small's architecture (``T5Config``: width 512, feed-forward
-2048, 6 encoder and 6 decoder layers, 8 heads of 64, 32 relative-position buckets, the output
-embedding tied to the input's) with seeded random weights, and a SentencePiece Unigram tokenizer
+2048, 6 encoder and 6 decoder layers, 8 heads of 64, 32 relative-position buckets) with seeded random weights, and a SentencePiece Unigram tokenizer
 trained here on sentences of the text benchmark's words, its vocabulary padded with dummy pieces
 (``▁zq<n>``, scored below every trained piece: no text is cut into them, and a generated one decodes
 to its own string) up to t5-small's 32,128 entries, so that the language-model head, a
-``512 x 32,128`` product each step of every text, costs what t5-small's does. Random weights make
-every generation run to ``max_new_tokens`` (the benchmark also sets ``min_new_tokens`` to it).
+``512 x 32,128`` product each step of every text, costs what t5-small's does. The output embedding is untied from the input's (as
+flan-t5's): random tied embeddings make each step's argmax the token before it, so greedy search
+would answer ``<pad>`` forever; untied, a random head cost the same and answers varied pieces.
+Random weights make every generation run to ``max_new_tokens`` (the benchmark also sets
+``min_new_tokens`` to it).
 
 The folder is built once (``models/bench_t5/hf``, kept while its ``BUILD`` stamp matches), and
 model preparation's ``--cache-dir`` keeps the ONNX export of those bytes: a second run exports nothing.
@@ -43,7 +45,7 @@ ARCHITECTURE = {
     "relative_attention_num_buckets": 32,
     "relative_attention_max_distance": 128,
     "feed_forward_proj": "relu",
-    "tie_word_embeddings": True,
+    "tie_word_embeddings": False,
     "dropout_rate": 0.0,
 }
 BUILD = json.dumps({"seed": SEED, "vocabulary": VOCABULARY, "corpus": CORPUS_SENTENCES, **ARCHITECTURE})

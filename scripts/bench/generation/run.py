@@ -16,6 +16,8 @@ from typing import Any
 
 import requests
 
+from app.core.generation import end_ids
+from app.triton.generation import trimmed
 from scripts.bench.constants import START_TIMEOUT_S
 from scripts.bench.generation import plan, prepare, report
 from scripts.bench.load import HttpCaller, run_load
@@ -38,6 +40,7 @@ class Generate:
 
         self.model = AutoModelForSeq2SeqLM.from_pretrained(str(folder)).eval()
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        self.ends = end_ids(self.model.generation_config.to_dict(), self.model.config.to_dict())
         self.tokens = 0
 
     def count(self, text: str) -> int:
@@ -51,7 +54,8 @@ class Generate:
             found = self.model.generate(
                 **self.tokenizer(list(texts), padding=True, return_tensors="pt"), do_sample=False, **settings
             )
-        self.tokens += int((found[:, 1:] != self.tokenizer.pad_token_id).sum())  # the start token is not generated
+        # as the endpoint counts them: up to the first </s> of each text, the decoder's start token left out
+        self.tokens += sum(len(trimmed(row, self.ends)) - 1 for row in found.numpy())
         return self.tokenizer.batch_decode(found, skip_special_tokens=True)
 
     def caller(self, texts: Sequence[str], batch: int, settings: Mapping[str, int]) -> Callable[[], None]:

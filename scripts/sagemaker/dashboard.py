@@ -115,6 +115,12 @@ def _model_graphs(config: MetricsConfig, endpoint: str, region: str) -> list[dic
             "p99",
             **ms,
         ),
+        _graph(
+            "Tokens generated per model (text2text; a minute's sum)",
+            _per_model(config, endpoint, "GeneratedTokens"),
+            region,
+            "Sum",
+        ),
     ]
 
 

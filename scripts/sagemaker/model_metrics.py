@@ -111,6 +111,13 @@ METRICS = (
         f"{_field(access.stage_field('triton'))} >= 0",
         "the Triton call alone (triton_ms; requests that reached Triton)",
     ),
+    MetricSpec(
+        "GeneratedTokens",
+        "Count",
+        _field(access.GENERATED_TOKENS),
+        f"{_field(access.GENERATED_TOKENS)} >= 0",
+        "tokens a text2text model generated (generated_tokens; its Sum a minute / 60: tokens per second)",
+    ),
 )
 METRIC_NAMES = tuple(m.name for m in METRICS)
 

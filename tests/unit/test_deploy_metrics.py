@@ -17,7 +17,7 @@ from tests.support import PROJECT_ROOT, deploy_argv, params
 TOPIC = "arn:aws:sns:us-east-1:123456789012:model-alarms"
 GROUP = "/aws/sagemaker/Endpoints/mm"
 SHIPPED = ("bert_base", "resnet", "yolov5")
-METRICS = ("Invocation4XXErrors", "Invocation5XXErrors", "Invocations", "Latency", "TritonLatency")
+METRICS = ("GeneratedTokens", "Invocation4XXErrors", "Invocation5XXErrors", "Invocations", "Latency", "TritonLatency")
 OPERATING = PROJECT_ROOT / "docs" / "operating.md"
 
 
@@ -90,7 +90,7 @@ def test_a_real_time_deploy_creates_filters_dashboard_and_alarms(sent, capsys):
     assert ("/aws/sagemaker/Endpoints", "GPUUtilization") in shown
     out = capsys.readouterr().out
     assert f"log group {GROUP}: created, retention 30 days" in out
-    assert "5 metric filters, dashboard mm-per-model, 6 alarms, notifying " + TOPIC in out
+    assert "6 metric filters, dashboard mm-per-model, 6 alarms, notifying " + TOPIC in out
 
 
 def test_a_multi_model_endpoint_takes_the_model_from_target_model(sent):
@@ -133,10 +133,13 @@ def test_delete_removes_filters_dashboard_and_alarms_and_keeps_the_logs(sent, ca
     names = [d["DashboardName"] for d in clients.cloudwatch.list_dashboards()["DashboardEntries"]]
     assert names == ["mm-2-per-model"]
     assert clients.logs.describe_log_groups(logGroupNamePrefix=GROUP + "")["logGroups"][0]["logGroupName"] == GROUP
-    assert len(filters_on(clients, "/aws/sagemaker/Endpoints/mm-2")) == 5 and len(alarms_of(clients, "mm-2")) == 6
+    assert (
+        len(filters_on(clients, "/aws/sagemaker/Endpoints/mm-2")) == len(METRICS)
+        and len(alarms_of(clients, "mm-2")) == 6
+    )
     out = capsys.readouterr().out
     assert "deleted 6 per-model alarms" in out and "deleted dashboard mm-per-model" in out
-    assert f"deleted 5 metric filters on {GROUP} (the log group and its logs are kept)" in out
+    assert f"deleted 6 metric filters on {GROUP} (the log group and its logs are kept)" in out
     assert run(clients, "--name", "mm", "--delete") == 0  # again: nothing left, no error
 
 
@@ -154,7 +157,7 @@ def test_turned_off_nothing_is_created(sent, capsys):
 def test_no_alarms_keeps_the_filters_and_the_dashboard(sent):
     clients, _ = sent
     assert run(clients, *deploy_argv("--no-alarms")) == 0
-    assert len(filters_on(clients, GROUP)) == 5 and alarms_of(clients) == {}
+    assert len(filters_on(clients, GROUP)) == len(METRICS) and alarms_of(clients) == {}
     assert dashboard_of(clients)["widgets"]
 
 

@@ -46,6 +46,7 @@ def test_every_field_a_filter_reads_is_one_the_router_writes():
         access.DURATION_MS,
         access.TARGET_MODEL,
         access.ENDPOINT,
+        access.GENERATED_TOKENS,
         *(access.stage_field(s) for s in access.STAGES),
     }
     for form in (REAL_TIME, MULTI_MODEL):

@@ -5,11 +5,13 @@ Realistic (the default): ``bench_t5``, t5-small's architecture (``T5Config``: wi
 trained here on sentences of the text benchmark's words, its vocabulary padded with dummy pieces
 (``▁zq<n>``, scored below every trained piece: no text is cut into them, and a generated one decodes
 to its own string) up to t5-small's 32,128 entries, so that the language-model head, a
-``512 x 32,128`` product each step of every text, costs what t5-small's does. The output embedding is untied from the input's (as
-flan-t5's): random tied embeddings make each step's argmax the token before it, so greedy search
-would answer ``<pad>`` forever; untied, a random head cost the same and answers varied pieces.
-Random weights make every generation run to ``max_new_tokens`` (the benchmark also sets
-``min_new_tokens`` to it).
+``512 x 32,128`` product each step of every text, costs what t5-small's does. The ``<pad>`` row of the (tied) embedding is zero, as an
+embedding with a padding index has it: with random tied embeddings each step's argmax is the token
+fed in, and ``<pad>`` starts the decoder, so greedy search would answer ``<pad>`` forever (an empty
+text); with the row zero the first step picks a piece by the text, which then repeats (each text its
+own, decoded as ``zq<n> zq<n> ...``: what a random model writes costs what any text does). Random
+weights never end a text early: every generation runs to ``max_new_tokens`` (the benchmark also
+sets ``min_new_tokens`` to it).
 
 The folder is built once (``models/bench_t5/hf``, kept while its ``BUILD`` stamp matches), and
 model preparation's ``--cache-dir`` keeps the ONNX export of those bytes: a second run exports nothing.
@@ -45,10 +47,10 @@ ARCHITECTURE = {
     "relative_attention_num_buckets": 32,
     "relative_attention_max_distance": 128,
     "feed_forward_proj": "relu",
-    "tie_word_embeddings": False,
+    "tie_word_embeddings": True,
     "dropout_rate": 0.0,
 }
-BUILD = json.dumps({"seed": SEED, "vocabulary": VOCABULARY, "corpus": CORPUS_SENTENCES, **ARCHITECTURE})
+BUILD = json.dumps({"seed": SEED, "vocabulary": VOCABULARY, "corpus": CORPUS_SENTENCES, "pad_row": 0, **ARCHITECTURE})
 
 
 def corpus(count: int = CORPUS_SENTENCES, seed: int = SEED) -> list[str]:
@@ -90,7 +92,7 @@ def t5_tokenizer(size: int = VOCABULARY):
 
 def t5_small_folder(folder: Path) -> Path:
     """A ``save_pretrained`` folder of a t5-small-sized ``T5ForConditionalGeneration`` with seeded random
-    weights, greedy search by default (as t5-small's generation config), and its tokenizer."""
+    weights (the ``<pad>`` row zero), greedy search by default (as t5-small's), and its tokenizer."""
     import torch
     from transformers import T5Config, T5ForConditionalGeneration
 
@@ -104,6 +106,8 @@ def t5_small_folder(folder: Path) -> Path:
     )
     torch.manual_seed(SEED)
     model = T5ForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        model.shared.weight[tokenizer.pad_token_id] = 0.0
     model.generation_config.num_beams, model.generation_config.do_sample = 1, False
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)

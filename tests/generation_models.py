@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.text_models import CORPUS, MAX_POSITIONS, _corpus, write_model_toml
+from tests.text_models import CORPUS, MAX_POSITIONS, _corpus, byte_level_bpe_tokenizer, write_model_toml
 
 FAMILY = "text2text_generation"
 GENERATION_KINDS = ("t5", "bart")
@@ -50,19 +50,11 @@ def t5_tokenizer():
 
 
 def bart_tokenizer():
-    """BartTokenizerFast with a byte-level BPE (vocabulary and merges) trained on the corpus: ``<s>`` 0,
+    """BartTokenizerFast with a byte-level BPE trained on the corpus (tests/text_models.py's): ``<s>`` 0,
     ``<pad>`` 1, ``</s>`` 2, ``<unk>`` 3, ``<mask>`` 4; it wraps each text in ``<s> ... </s>``."""
-    from tokenizers import ByteLevelBPETokenizer
     from transformers import BartTokenizerFast
 
-    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
-    trainer = ByteLevelBPETokenizer()
-    trainer.train_from_iterator(
-        _corpus(), vocab_size=400, min_frequency=1, special_tokens=specials, show_progress=False
-    )
-    model = json.loads(trainer.to_str())["model"]
-    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
-    return BartTokenizerFast(vocab=model["vocab"], merges=merges, model_max_length=MAX_POSITIONS)
+    return byte_level_bpe_tokenizer(BartTokenizerFast)
 
 
 def _t5_config(tokenizer):

@@ -51,11 +51,13 @@ def wordpiece_tokenizer(lowercase: bool = True):
     return BertTokenizerFast(vocab=vocab, do_lower_case=lowercase, model_max_length=MAX_POSITIONS)
 
 
-def byte_level_bpe_tokenizer():
-    """RobertaTokenizerFast with a byte-level BPE (vocabulary and merges) trained on the corpus."""
+def byte_level_bpe_tokenizer(tokenizer_class=None):
+    """RobertaTokenizerFast (or ``tokenizer_class``: BART's) with a byte-level BPE (vocabulary and
+    merges) trained on the corpus: ``<s>`` 0, ``<pad>`` 1, ``</s>`` 2, ``<unk>`` 3, ``<mask>`` 4."""
     from tokenizers import ByteLevelBPETokenizer
     from transformers import RobertaTokenizerFast
 
+    tokenizer_class = tokenizer_class or RobertaTokenizerFast
     specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
     trainer = ByteLevelBPETokenizer()
     trainer.train_from_iterator(
@@ -63,7 +65,7 @@ def byte_level_bpe_tokenizer():
     )
     model = json.loads(trainer.to_str())["model"]
     merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
-    return RobertaTokenizerFast(vocab=model["vocab"], merges=merges, model_max_length=MAX_POSITIONS)
+    return tokenizer_class(vocab=model["vocab"], merges=merges, model_max_length=MAX_POSITIONS)
 
 
 def unigram_tokenizer():
@@ -264,6 +266,25 @@ def prepare_text_repository(models: Path, repository: Path, *extra: str) -> Path
     argv = ["--source", str(models), "--repository", str(repository), "--cache-dir", str(repository.parent / "cache")]
     assert cli.main([*argv, *extra]) == 0
     return repository
+
+
+def multi_model_archive(models: Path, name: str, tmp_path: Path) -> tuple[set[str], Path]:
+    """``models/<name>`` prepared in place and packaged as a multi-model endpoint takes it
+    (``package-models``): the archive's member names, and the folder it is extracted to."""
+    import shutil
+    import tarfile
+
+    from scripts.model_prep import cli
+    from scripts.sagemaker import package_models
+
+    source = tmp_path / "models"
+    shutil.copytree(models / name, source / name)
+    assert cli.main(["--source", str(source), "--cache-dir", str(tmp_path / "cache")]) == 0  # in place
+    files = package_models.validate(source)
+    [archive] = package_models.write_per_model(source, package_models.per_model(source, files), tmp_path, log=print)
+    with tarfile.open(archive) as tar:
+        tar.extractall(tmp_path / "extracted" / "model", filter="data")
+        return set(tar.getnames()), tmp_path / "extracted" / "model"
 
 
 def in_process_clients(repository: Path, triton: OnnxRuntimeTriton | None = None) -> dict[str, Any]:

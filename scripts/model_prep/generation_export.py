@@ -61,6 +61,13 @@ class Encoder(nn.Module):
         return self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
 
+def decoded(model: nn.Module, ids, hidden, mask, cache):
+    """The decoder's logits for ``ids`` given the encoder's states and mask; ``cache`` is updated."""
+    return model(
+        decoder_input_ids=ids, encoder_outputs=(hidden,), attention_mask=mask, past_key_values=cache, use_cache=True
+    ).logits
+
+
 class DecoderInit(nn.Module):
     """The first step: the cache starts empty and leaves with every layer's keys and values."""
 
@@ -72,13 +79,7 @@ class DecoderInit(nn.Module):
         from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
         cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-        logits = self.model(
-            decoder_input_ids=decoder_input_ids,
-            encoder_outputs=(encoder_hidden_states,),
-            attention_mask=encoder_attention_mask,
-            past_key_values=cache,
-            use_cache=True,
-        ).logits
+        logits = decoded(self.model, decoder_input_ids, encoder_hidden_states, encoder_attention_mask, cache)
         own, cross = cache.self_attention_cache.layers, cache.cross_attention_cache.layers
         flat = []
         for layer in range(self.layers):
@@ -98,13 +99,7 @@ class DecoderStep(nn.Module):
 
         cache = EncoderDecoderCache(tuple(tuple(past[4 * i : 4 * i + 4]) for i in range(self.layers)))
         steps = decoder_input_ids.shape[1]
-        logits = self.model(
-            decoder_input_ids=decoder_input_ids,
-            encoder_outputs=(encoder_hidden_states,),
-            attention_mask=encoder_attention_mask,
-            past_key_values=cache,
-            use_cache=True,
-        ).logits
+        logits = decoded(self.model, decoder_input_ids, encoder_hidden_states, encoder_attention_mask, cache)
         own = cache.self_attention_cache.layers
         flat = []
         for layer in range(self.layers):

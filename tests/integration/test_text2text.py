@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tarfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import requests
 from scripts.devtools import Stack
 from tests.generation_models import generation_model_folder
 from tests.support import assert_conforms, assert_error, post
-from tests.text_models import CORPUS, prepare_text_repository
+from tests.text_models import CORPUS, multi_model_archive, prepare_text_repository
 
 pytestmark = pytest.mark.integration
 
@@ -245,26 +244,16 @@ def test_a_python_backend_t5_folder_as_aws_example_writes_it_is_served_unchanged
 
 
 def test_an_archive_loads_answers_and_unloads_on_a_multi_model_endpoint(models, references, tmp_path, new_stack):
-    from scripts.model_prep import cli
-    from scripts.sagemaker import package_models
-
-    source = tmp_path / "models"
-    shutil.copytree(models / "t5_gen", source / "t5_gen")
-    assert cli.main(["--source", str(source), "--cache-dir", str(tmp_path / "cache")]) == 0  # in place
-    files = package_models.validate(source)
-    [archive] = package_models.write_per_model(source, package_models.per_model(source, files), tmp_path, log=print)
-    with tarfile.open(archive) as tar:
-        names = set(tar.getnames())
-        assert {"t5_gen/1/encoder.onnx", "t5_gen/1/decoder_init.onnx", "t5_gen/1/decoder_step.onnx"} <= names
-        assert "t5_gen/1/model.py" in names and "t5_gen/hf/tokenizer.json" in names
-        assert not any(name.endswith(".safetensors") for name in names), sorted(names)
-        tar.extractall(tmp_path / "extracted" / "model", filter="data")
+    names, extracted = multi_model_archive(models, "t5_gen", tmp_path)
+    assert {"t5_gen/1/encoder.onnx", "t5_gen/1/decoder_init.onnx", "t5_gen/1/decoder_step.onnx"} <= names
+    assert "t5_gen/1/model.py" in names and "t5_gen/hf/tokenizer.json" in names
+    assert not any(name.endswith(".safetensors") for name in names), sorted(names)
     (tmp_path / "empty").mkdir()
     stack = new_stack(tmp_path / "empty", SAGEMAKER_MULTI_MODEL="true", MULTI_MODEL_DIR=str(tmp_path / "state"))
     stack.wait_healthy(timeout=180)
     loaded = requests.post(
         f"{stack.url}/models",
-        json={"model_name": "translator", "url": str(tmp_path / "extracted" / "model")},
+        json={"model_name": "translator", "url": str(extracted)},
         timeout=180,
     )
     assert loaded.status_code == 200, loaded.text

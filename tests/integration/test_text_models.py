@@ -19,7 +19,7 @@ import requests
 
 from scripts.devtools import Stack
 from tests.support import assert_conforms, assert_error, post
-from tests.text_models import CORPUS, build_text_models, prepare_text_repository
+from tests.text_models import CORPUS, build_text_models, multi_model_archive, prepare_text_repository
 
 pytestmark = pytest.mark.integration
 
@@ -234,28 +234,14 @@ def test_a_text_model_archive_loads_answers_and_unloads_on_a_multi_model_endpoin
     packaged as SageMaker takes it (the weights stay out: the archive holds the graph, the config and
     what the router reads), extracted, loaded, invoked (equal to the pipeline), counted in the
     per-model metrics, and unloaded."""
-    import shutil
-    import tarfile
 
-    from scripts.model_prep import cli
-    from scripts.sagemaker import package_models
-
-    source = tmp_path / "models"
-    shutil.copytree(models / "sentiment_bert", source / "sentiment_bert")
-    assert cli.main(["--source", str(source), "--cache-dir", str(tmp_path / "cache")]) == 0  # in place
-    files = package_models.validate(source)
-    [archive] = package_models.write_per_model(source, package_models.per_model(source, files), tmp_path, log=print)
-    with tarfile.open(archive) as tar:
-        names = set(tar.getnames())
-        assert "sentiment_bert/hf/tokenizer.json" in names and "sentiment_bert/1/model.onnx" in names
-        assert not any(name.endswith(".safetensors") for name in names), sorted(names)
-        tar.extractall(tmp_path / "extracted" / "model", filter="data")
+    names, extracted = multi_model_archive(models, "sentiment_bert", tmp_path)
+    assert "sentiment_bert/hf/tokenizer.json" in names and "sentiment_bert/1/model.onnx" in names
+    assert not any(name.endswith(".safetensors") for name in names), sorted(names)
     (tmp_path / "empty").mkdir()
     stack = new_stack(tmp_path / "empty", SAGEMAKER_MULTI_MODEL="true", MULTI_MODEL_DIR=str(tmp_path / "state"))
     stack.wait_healthy(timeout=180)
-    loaded = requests.post(
-        f"{stack.url}/models", json={"model_name": "hsent", "url": str(tmp_path / "extracted" / "model")}, timeout=180
-    )
+    loaded = requests.post(f"{stack.url}/models", json={"model_name": "hsent", "url": str(extracted)}, timeout=180)
     assert loaded.status_code == 200, loaded.text
     pipe = reference("text-classification", models, "sentiment_bert")
     r = requests.post(f"{stack.url}/models/hsent/invoke", json={"payload": {"text": CORPUS[3], "topk": 2}}, timeout=60)

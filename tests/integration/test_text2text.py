@@ -220,6 +220,28 @@ def test_the_tokens_generated_are_counted_per_model(gen_stack):
     assert counted() - before == 7
 
 
+def test_invoke_prints_the_generated_text(gen_stack, references, tmp_path):
+    """python -m scripts.caller invoke MODEL=FILE with a setting: a raw text body, the text printed."""
+    import subprocess
+    import sys
+
+    from app.core.settings import PROJECT_ROOT
+
+    text = tmp_path / "text.txt"
+    text.write_text(CORPUS[6])
+    done = subprocess.run(
+        [sys.executable, "-m", "scripts.caller", "invoke", "--endpoint-url", gen_stack.url]
+        + ["--option", "num_beams=2", f"t5_gen={text}"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "t5_gen (version 1):" in done.stdout
+    assert generated(references, "t5_gen", CORPUS[6], num_beams=2) in done.stdout
+
+
 def test_a_python_backend_t5_folder_as_aws_example_writes_it_is_served_unchanged_through_kserve_v2(
     gen_stack, references
 ):

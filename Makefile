@@ -27,7 +27,7 @@ IMAGE_REPOSITORY ?= models
 # IMAGE_GENERATION=true: the image with torch and transformers, for text2text models (requirements-generation.txt).
 IMAGE_GENERATION ?= false
 
-.PHONY: help run test models test-models deps nginx samples clean bench soak fuzz audit lint-imports lint podman image image-run docs docs-serve gpu-check bench-text
+.PHONY: help run test models test-models deps nginx samples clean bench soak fuzz audit lint-imports lint podman image image-run docs docs-serve gpu-check bench-text bench-generation
 
 help:
 	@echo "make run     install, prepare the models (TARGET=$(TARGET), WEIGHTS=$(WEIGHTS)), serve on :$(PORT)"
@@ -39,6 +39,7 @@ help:
 	@echo "make docs    build the documentation site into build/site/ (make docs-serve: on :8008)"
 	@echo "make bench   benchmark a running stack (make run) against Triton alone and its SageMaker front end"
 	@echo "make bench-text  the text families on a stack of their own: throughput, router CPU, embeddings vs encode()"
+	@echo "make bench-generation  text2text on a stack of its own (a t5-small-sized T5): tokens/s vs model.generate"
 	@echo "make gpu-check  on a GPU machine: the gpu tests and DALI's images/s (WHEELS=dir: offline, from wheels)"
 	@echo "make clean   remove the venv, build/ and the built model files"
 
@@ -141,6 +142,13 @@ bench: $(VENV)/.serving $(VENV)/.dev samples
 BENCH_TEXT_ARGS ?=
 bench-text: test-models nginx
 	$(PY) -m scripts.bench.text $(BENCH_TEXT_ARGS)
+
+# The text2text family (prepares build/bench-generation/: a t5-small-sized T5, random weights; starts
+# and stops its own stack on free ports): BENCH_GENERATION_ARGS="--quick" for a smoke run,
+# "--env TRITON_THREADS=bench_t5=2" for another sizing. Results: build/bench-generation/.
+BENCH_GENERATION_ARGS ?=
+bench-generation: $(VENV)/.serving $(VENV)/.models nginx
+	$(PY) -m scripts.bench.generation $(BENCH_GENERATION_ARGS)
 
 # Not part of `make test`. SOAK_ARGS="--duration 30" for a short try; FUZZ_EXAMPLES per operation
 # (schemathesis), V2_FUZZ_EXAMPLES per model (the KServe v2 bodies; make test runs 100).

@@ -17,14 +17,16 @@ measures both, side by side on one machine:
    in this process at batch 1 (texts one by one) and batch 8 (padded); beam search (``--beams``)
    at concurrency 8 against ``generate`` at batch 1;
 3. reports per row requests/s, texts/s, generated tokens/s (the router's own counter of the tokens
-   it returned, ``router_generated_tokens``, for the endpoint's rows), p50 latency, and the CPU by
-   role (the router's gunicorn workers, Triton with its python-backend stub, this process) from
-   ``/proc``, with the CPU the machine spent outside the benchmark;
+   it returned, ``router_generated_tokens``, for the endpoint's rows), p50 latency, the batch
+   Triton formed (its texts over its executions of the model), and the CPU by role (the router's
+   gunicorn workers, Triton with its python-backend stub, this process) from ``/proc``, with the
+   CPU the machine spent outside the benchmark;
 4. writes ``results.json``, prints a markdown table and one PASS / FAIL line for the goal (the
    endpoint at concurrency 8 at least 1.5 x ``generate``'s tokens/s at batch 1) and ratio lines
    without a goal (against batch 8, beam search). It reports; it asserts nothing.
 
-Modules by phase: ``plan`` (arguments, rows, texts), ``prepare`` (the model folder and the
-repository), ``run`` (the stack, the callers, the rounds; ``main``), ``report`` (figures, verdicts,
-table, JSON). The parts every text benchmark shares come from ``scripts.bench.text`` and ``scripts.bench``.
+Modules by phase: ``plan`` (arguments, rows, settings), ``prepare`` (the model folder and the
+repository), ``endpoint`` (the stack, its callers and counters), ``run`` (``generate``'s side, the
+rounds; ``main``), ``report`` (figures, verdicts, table, JSON). What every text benchmark shares
+comes from ``scripts.bench.text`` and ``scripts.bench``.
 """

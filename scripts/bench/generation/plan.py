@@ -21,6 +21,12 @@ TEXTS, TEXT_TOKENS = 32, 20  # the texts every row cycles through, and their tok
 MAX_NEW = 32  # tokens generated a text (min_new_tokens the same: no text ends early)
 CONCURRENCY, BATCH, BEAMS = 8, 8, 4
 GOAL = 1.5  # the endpoint at concurrency 8 against generate at batch 1, generated tokens/s
+PROG = "python -m scripts.bench.generation"
+DESCRIPTION = (
+    "The text2text family through the public port against model.generate in one process: requests/s, "
+    "generated tokens/s, latency and CPU, greedy and beam search, on a t5-small-sized T5."
+)
+ENV_HELP = f"an environment variable for serve, e.g. TRITON_THREADS={MODEL}=2 (another sizing); repeatable"
 
 
 @dataclass(frozen=True)
@@ -72,12 +78,17 @@ def payload_settings(max_new_tokens: int, beams: int) -> dict[str, int]:
     return {"max_new_tokens": max_new_tokens, "min_new_tokens": max_new_tokens, "num_beams": beams}
 
 
+def env_entry(entry: str) -> tuple[str, str]:
+    """``--env NAME=VALUE`` as (NAME, VALUE); only the first "=" splits."""
+    name, equals, value = entry.partition("=")
+    if not name or not equals:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {entry!r}")
+    return name, value
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m scripts.bench.generation",
-        description="The text2text family through the public port against model.generate in one process: "
-        "requests/s, generated tokens/s, latency and CPU, greedy and beam search, on a t5-small-sized T5.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        prog=PROG, description=DESCRIPTION, formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     add = p.add_argument
     add("--out", type=Path, default=DEFAULT_OUT, help="results.json, the model's sources, the cache and logs go here")
@@ -95,25 +106,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add("--texts", type=positive(int), default=TEXTS, help="different texts each row cycles through")
     add("--text-tokens", type=positive(int), default=TEXT_TOKENS, help="tokens a text, </s> included")
     add("--max-new-tokens", type=positive(int), default=MAX_NEW, help="tokens generated a text (min_new_tokens too)")
-    add(
-        "--env",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help=f"an environment variable for serve, e.g. TRITON_THREADS={MODEL}=2 (another sizing); repeatable",
-    )
+    add("--env", type=env_entry, action="append", default=[], metavar="NAME=VALUE", help=ENV_HELP)
     add("--timeout", type=float, default=120.0, help="seconds one request may take")
     add("--quick", action="store_true", help="smoke run: one round of 0.5 s rows, short warm-up")
     args = p.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command, as results.json records it
-    if args.quick:
-        args.rounds, args.seconds, args.warmup_seconds = 1, 0.5, 0.1
-    if not 0 <= args.beams <= MAX_BEAMS:
-        p.error(f"--beams: from 0 to {MAX_BEAMS}")
-    if args.max_new_tokens > MAX_NEW_TOKENS:
-        p.error(f"--max-new-tokens: at most {MAX_NEW_TOKENS}, the family's bound")
-    args.env = [tuple(entry.split("=", 1)) for entry in args.env]
-    if any(len(entry) != 2 or not entry[0] for entry in args.env):
-        p.error("--env: expected NAME=VALUE")
+    if not 0 <= args.beams <= MAX_BEAMS or args.max_new_tokens > MAX_NEW_TOKENS:
+        p.error(f"--beams: from 0 to {MAX_BEAMS}; --max-new-tokens: at most {MAX_NEW_TOKENS} (the family's bounds)")
+    args.rounds, args.seconds, args.warmup_seconds = (
+        (1, 0.5, 0.1) if args.quick else (args.rounds, args.seconds, args.warmup_seconds)
+    )
     args.repository = (args.repository or args.out / "repository").resolve()
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command, as results.json records it
     return args

@@ -1,11 +1,12 @@
 """The benchmark's model and repository, prepared by ``scripts.model_prep`` in this process.
 
-Realistic (the default): ``bench_t5``, t5-small's architecture (``T5Config``: width 512, feed-forward
-2048, 6 encoder and 6 decoder layers, 8 heads of 64, 32 relative-position buckets) with seeded random weights, and a SentencePiece Unigram tokenizer
-trained here on sentences of the text benchmark's words, its vocabulary padded with dummy pieces
-(``▁zq<n>``, scored below every trained piece: no text is cut into them, and a generated one decodes
-to its own string) up to t5-small's 32,128 entries, so that the language-model head, a
-``512 x 32,128`` product each step of every text, costs what t5-small's does. The ``<pad>`` row of the (tied) embedding is zero, as an
+Realistic (the default): ``bench_t5``, t5-small's architecture (``T5Config``: width 512,
+feed-forward 2048, 6 encoder and 6 decoder layers, 8 heads of 64, 32 relative-position buckets) with
+seeded random weights, and a SentencePiece Unigram tokenizer trained here on sentences of the text
+benchmark's words, its vocabulary padded with dummy pieces (``▁zq<n>``, scored below every trained
+piece: no text is cut into them, and a generated one decodes to its own string) up to t5-small's
+32,128 entries, so that the language-model head, a ``512 x 32,128`` product each step of every
+text, costs what t5-small's does. The ``<pad>`` row of the (tied) embedding is zero, as an
 embedding with a padding index has it: with random tied embeddings each step's argmax is the token
 fed in, and ``<pad>`` starts the decoder, so greedy search would answer ``<pad>`` forever (an empty
 text); with the row zero the first step picks a piece by the text, which then repeats (each text its
@@ -155,8 +156,13 @@ def prepare_repository(out: Path, repository: Path, small: bool) -> Path:
     return repository
 
 
-def load_model_spec(repository: Path) -> ModelSpec:
-    """The served model's spec; a clear stop when the repository lacks it."""
+def ready(out: Path, repository: Path, small: bool, build: bool) -> ModelSpec:
+    """The served model's spec, its repository prepared first (unless ``build`` is False: served as
+    it is); a clear stop when the repository lacks it."""
+    out.mkdir(parents=True, exist_ok=True)
+    if build:
+        print(f"preparing {repository} ({'small' if small else 'realistic'} model) ...", flush=True)
+        prepare_repository(out, repository, small)
     if not (repository / MODEL / "model.toml").is_file():
         raise SystemExit(f"{repository} lacks {MODEL}: run without --no-prepare")
     return load_spec(repository / MODEL)

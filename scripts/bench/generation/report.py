@@ -7,12 +7,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from scripts.bench.generation.plan import ENDPOINT, GOAL, MODEL, Row, goal_rows
+from scripts.bench.generation.plan import ENDPOINT, GOAL, PROG, Row, goal_rows
 from scripts.bench.report import Cell
 from scripts.bench.text.report import NOISY_CORES, machine, merged, outside_cores
 from scripts.bench.text.report import format_verdicts as format_goal_lines
 
 ROLES = ("router", "triton", "nginx", "own")  # the CPU read by role (own: this process)
+SETTINGS = ("seconds", "rounds", "warmup_seconds", "concurrency", "batch", "beams", "texts", "text_tokens")
+SETTINGS += ("max_new_tokens", "small")  # the arguments results.json records
 
 
 def _per(spent: float | None, count: float) -> float | None:
@@ -20,13 +22,16 @@ def _per(spent: float | None, count: float) -> float | None:
     return None if spent is None or not count else 1000.0 * spent / count
 
 
-def figures(row: Row, rounds: Sequence[Cell], tokens: Sequence[float]) -> dict[str, Any]:
-    """One row's figures from its rounds: calls, texts and generated tokens a second, latency, and
-    each role's CPU a request (the router's, as the text benchmark reports it) and a generated token."""
+def figures(row: Row, rounds: Sequence[Cell], counts: Sequence[Mapping[str, float]]) -> dict[str, Any]:
+    """One row's figures from its rounds and their counts (``tokens`` generated; for the endpoint,
+    Triton's ``texts`` and ``executions``): calls, texts and generated tokens a second, latency, the
+    batch Triton formed, and each role's CPU a request (the router's) and a generated token."""
     total = merged(rounds)
     summary = total.summary()
     seconds, calls = summary["seconds"], summary["requests"] + summary["errors"]
+    tokens = [count["tokens"] for count in counts]
     generated = float(sum(tokens))
+    executions = sum(count.get("executions", 0.0) for count in counts)
     endpoint = row.side == ENDPOINT
     cpu = {role: total.cpu_s.get(role) for role in ROLES}
     return {
@@ -42,8 +47,13 @@ def figures(row: Row, rounds: Sequence[Cell], tokens: Sequence[float]) -> dict[s
         "tokens_per_text": generated / (summary["requests"] * row.batch) if summary["requests"] else None,
         "p50_ms": summary["p50_ms"] if summary["requests"] else None,
         "p95_ms": summary["p95_ms"] if summary["requests"] else None,
+        "texts_per_execution": sum(c.get("texts", 0.0) for c in counts) / executions if executions else None,
         "router_cpu_ms": _per(cpu["router"], calls) if endpoint else None,
-        **{f"{role}_cpu_ms_per_token": _per(spent, generated) for role, spent in cpu.items()},
+        # the stack idles while generate runs: its CPU is not generate's
+        **{
+            f"{role}_cpu_ms_per_token": _per(spent, generated) if endpoint or role == "own" else None
+            for role, spent in cpu.items()
+        },
         "cores": {role: spent / seconds for role, spent in cpu.items() if spent is not None and seconds},
         "outside_cores": outside_cores(total),
         "by_round": [
@@ -82,21 +92,15 @@ def verdicts(by_key: Mapping[str, Mapping[str, Any]], concurrency: int, batch: i
     return found
 
 
-def results(rows: Sequence[Row], cells: Mapping[str, Sequence[Cell]], tokens, args, start_s: float) -> dict:
+def results(rows: Sequence[Row], cells: Mapping[str, Sequence[Cell]], counts, args, start_s: float) -> dict:
     """Everything results.json holds: the machine, the command, the settings, every row, the verdicts."""
-    measured = [figures(row, cells[row.key], tokens[row.key]) for row in rows]
-    settings = ("seconds", "rounds", "warmup_seconds", "concurrency", "batch", "beams", "texts", "text_tokens")
+    measured = [figures(row, cells[row.key], counts[row.key]) for row in rows]
+    settings = {name: getattr(args, name) for name in SETTINGS}
+    settings.update(min_new_tokens=args.max_new_tokens, repository=str(args.repository), env=dict(args.env))
     return {
         "machine": machine(),
-        "command": " ".join(["python -m scripts.bench.generation", *args.argv]),
-        "settings": {
-            **{name: getattr(args, name) for name in settings},
-            "max_new_tokens": args.max_new_tokens,
-            "min_new_tokens": args.max_new_tokens,
-            "small": args.small,
-            "repository": str(args.repository),
-            "env": dict(args.env),
-        },
+        "command": " ".join([PROG, *args.argv]),
+        "settings": settings,
         "start_to_ping_s": start_s,
         "rows": measured,
         "verdicts": verdicts({row["key"]: row for row in measured}, args.concurrency, args.batch, args.beams),
@@ -107,22 +111,31 @@ def _cell(value: float | None, digits: int = 1) -> str:
     return "—" if value is None else f"{value:,.{digits}f}"
 
 
+def _calls(row: Mapping[str, Any]) -> str:
+    return f"{row['requests']}" + (f" ({row['errors']} errors)" if row["errors"] else "")
+
+
+# The table's columns: (header, the cell of a row), the numbers right-aligned.
+COLUMNS = (
+    ("row", lambda row: row["label"]),
+    ("texts/call", lambda row: str(row["texts_per_request"])),
+    ("req/s", lambda row: _cell(row["requests_per_s"])),
+    ("texts/s", lambda row: _cell(row["texts_per_s"])),
+    ("tokens/s", lambda row: _cell(row["tokens_per_s"])),
+    ("p50 ms", lambda row: _cell(row["p50_ms"])),
+    ("Triton texts/execution", lambda row: _cell(row["texts_per_execution"])),
+    ("router CPU ms/request", lambda row: _cell(row["router_cpu_ms"], 2)),
+    ("Triton CPU ms/token", lambda row: _cell(row["triton_cpu_ms_per_token"], 2)),
+    ("this process CPU ms/token", lambda row: _cell(row["own_cpu_ms_per_token"], 2)),
+    ("calls", _calls),
+)
+
+
 def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
     """The rows as the markdown table of docs/performance.md's "Text2text generation"."""
-    columns = (
-        "row | texts/call | req/s | texts/s | tokens/s | p50 ms | router CPU ms/request "
-        "| Triton CPU ms/token | this process CPU ms/token | calls"
-    )
-    lines = [f"| {columns} |", "| --- |" + " ---: |" * 9]
-    for row in rows:
-        count = f"{row['requests']}" + (f" ({row['errors']} errors)" if row["errors"] else "")
-        lines.append(
-            f"| {row['label']} | {row['texts_per_request']} | {_cell(row['requests_per_s'])} "
-            f"| {_cell(row['texts_per_s'])} | {_cell(row['tokens_per_s'])} | {_cell(row['p50_ms'])} "
-            f"| {_cell(row['router_cpu_ms'], 2)} | {_cell(row['triton_cpu_ms_per_token'], 2)} "
-            f"| {_cell(row['own_cpu_ms_per_token'], 2)} | {count} |"
-        )
-    return "\n".join(lines)
+    header = "| " + " | ".join(name for name, _ in COLUMNS) + " |"
+    rule = "| --- |" + " ---: |" * (len(COLUMNS) - 1)
+    return "\n".join([header, rule, *("| " + " | ".join(cell(row) for _, cell in COLUMNS) + " |" for row in rows)])
 
 
 def format_verdicts(found: Sequence[Mapping[str, Any]]) -> str:
@@ -135,15 +148,17 @@ def format_verdicts(found: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def progress(row: Row, cell: Cell, tokens: float) -> str:
-    """One step's line: calls/s, generated tokens/s, p50, the router's CPU a request, the machine's noise."""
+def progress_label(r: int, rounds: int, row: Row, cell: Cell, tokens: float) -> str:
+    """What a step's progress line says besides calls/s and p50 (``scripts.bench.load.Progress``):
+    the round, the row, its generated tokens/s, the router's CPU a request, the machine's noise."""
     summary = cell.summary()
+    shown = [f"{tokens / cell.seconds if cell.seconds else 0.0:.0f} tokens/s"]
     router = _per(cell.cpu_s.get("router"), summary["requests"] + summary["errors"])
-    shown = f", router {router:.2f} ms/req" if router is not None and row.side == ENDPOINT else ""
+    if router is not None and row.side == ENDPOINT:
+        shown.append(f"router {router:.2f} ms/req")
     outside = outside_cores(cell)
-    noisy = f", outside CPU {outside:.2f} cores" if outside is not None and outside > NOISY_CORES else ""
-    errors = f", {summary['errors']} errors ({summary['first_error'][:120]})" if summary["errors"] else ""
-    return (
-        f"{row.key}: {summary['throughput']:.2f} calls/s, {tokens / cell.seconds if cell.seconds else 0:.0f} "
-        f"tokens/s ({MODEL}), p50 {summary['p50_ms']:.0f} ms{shown}{noisy}{errors}"
-    )
+    if outside is not None and outside > NOISY_CORES:
+        shown.append(f"outside CPU {outside:.2f} cores")
+    if summary["errors"]:
+        shown.append(f"first error: {summary['first_error'][:120]}")
+    return f"round {r + 1}/{rounds} {row.key} ({', '.join(shown)})"

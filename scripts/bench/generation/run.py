@@ -9,26 +9,20 @@ import itertools
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import requests
-
 from app.core.generation import end_ids
 from app.triton.generation import trimmed
-from scripts.bench.constants import START_TIMEOUT_S
-from scripts.bench.generation import plan, prepare, report
-from scripts.bench.load import HttpCaller, run_load
-from scripts.bench.payloads import HttpRequest
+from scripts.bench.generation import endpoint, plan, prepare, report
+from scripts.bench.load import Load, Progress, run_load
 from scripts.bench.placement import CpuMeter
 from scripts.bench.report import Cell
-from scripts.bench.text.plan import make_texts
-from scripts.bench.text.run import JSON_HEADERS, machine_cpu_s, own_cpu_s
+from scripts.bench.text.plan import make_texts, schedule
+from scripts.bench.text.report import noise_lines
+from scripts.bench.text.run import machine_cpu_s, own_cpu_s
 from scripts.devtools import Stack
-
-TOKENS_METRIC = f'router_generated_tokens_total{{model="{plan.MODEL}"}}'
 
 
 class Generate:
@@ -42,6 +36,13 @@ class Generate:
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
         self.ends = end_ids(self.model.generation_config.to_dict(), self.model.config.to_dict())
         self.tokens = 0
+
+    @property
+    def threads(self) -> int:
+        """PyTorch's intra-op threads in this process (all the CPUs it may use, unless told otherwise)."""
+        import torch
+
+        return torch.get_num_threads()
 
     def count(self, text: str) -> int:
         """A text's tokens, ``</s>`` included (as the router counts them)."""
@@ -69,31 +70,6 @@ class Generate:
         return call
 
 
-def endpoint_caller(port: int, texts: Sequence[str], settings: Mapping[str, int], timeout_s: float) -> HttpCaller:
-    """Single-text requests through the public port, each call the next text."""
-    return HttpCaller(
-        [
-            HttpRequest(
-                "127.0.0.1",
-                port,
-                "/invocations",
-                json.dumps({"modelname": plan.MODEL, "payload": {"text": text, **settings}}).encode(),
-                JSON_HEADERS,
-            )
-            for text in texts
-        ],
-        timeout_s,
-    )
-
-
-def generated_tokens(stack: Stack) -> float:
-    """The router's count of the tokens it returned for the model (every worker's, from /metrics)."""
-    for line in requests.get(f"{stack.url}/metrics", timeout=30).text.splitlines():
-        if line.startswith(TOKENS_METRIC):
-            return float(line.split()[-1])
-    return 0.0
-
-
 def callers_of(stack: Stack, rows, texts, generate: Generate, args) -> tuple[dict[str, Callable[[], None]], dict]:
     """Each row's caller, and whether the endpoint's answer to the first text is ``generate``'s
     (greedy and beam search; ONNX Runtime's float sums may tip a near tie: reported, not asserted)."""
@@ -103,7 +79,7 @@ def callers_of(stack: Stack, rows, texts, generate: Generate, args) -> tuple[dic
         if row.side == plan.GENERATE:
             callers[row.key] = generate.caller(texts, row.batch, settings)
             continue
-        caller = callers[row.key] = endpoint_caller(stack.port, texts, settings, args.timeout)
+        caller = callers[row.key] = endpoint.endpoint_caller(stack.port, texts, settings, args.timeout)
         try:
             answer = json.loads(caller.send(caller.requests[0]))["result"]["generated_text"]
         except (OSError, http.client.HTTPException, RuntimeError, KeyError, TypeError) as error:
@@ -113,88 +89,86 @@ def callers_of(stack: Stack, rows, texts, generate: Generate, args) -> tuple[dic
     return callers, same
 
 
+def own_and_machine() -> dict[str, float]:
+    return {"own": own_cpu_s(), **machine_cpu_s()}
+
+
+def in_main_thread(call: Callable[[], None], seconds: float) -> Load:
+    """``generate``'s closed loop, in this process's main thread, as a user calls it. From a worker
+    thread of ``run_load`` it ran at 55 tokens/s on 1.2 of the 2 CPUs while the stack was up
+    (idle), against 91 from the main thread and 90 from a worker thread with no stack: an artifact of
+    the harness, not generate's speed."""
+    latencies, deadline = [], time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        began = time.perf_counter()
+        call()
+        latencies.append(time.perf_counter() - began)
+    return Load(latencies, 0, seconds, float(len(latencies)))
+
+
+def load_of(row: plan.Row, call: Callable[[], None], seconds: float) -> Load:
+    """A row's closed loop for ``seconds``: client threads for the endpoint, the main thread for generate."""
+    return run_load(call, row.concurrency, seconds) if row.side == plan.ENDPOINT else in_main_thread(call, seconds)
+
+
+def step(row: plan.Row, call: Callable[[], None], seconds: float, cpu: Callable[[], dict[str, float]]) -> Cell:
+    """One step of a row: its closed loop for ``seconds``, the calls in flight at the end waited for
+    and counted whole (a call takes up to seconds: the CPU is read over the same interval)."""
+    before, started = cpu(), time.perf_counter()
+    load = load_of(row, call, seconds)
+    wall, after = time.perf_counter() - started, cpu()
+    found = Cell()
+    found.add(load.latencies_s, load.errors, wall, len(load.latencies_s), load.first_error)
+    found.cpu_s = {role: after[role] - before[role] for role in after}
+    return found
+
+
 def measure(stack: Stack, rows, texts, generate: Generate, args) -> tuple[dict[str, list[Cell]], dict, dict]:
     """Warm every row, then the interleaved rounds. Per row a Cell a round (calls, latencies, CPU
     seconds by role: ``router``, ``triton``, ``nginx``, ``own`` (this process), ``machine``, ``steal``)
-    and the tokens generated in the round (the router's counter, or generate's own count)."""
-    from scripts.bench.text.plan import schedule
-
+    and the round's counts: the tokens generated (the router's counter, or generate's own count),
+    Triton's texts and executions of the model."""
     callers, same = callers_of(stack, rows, texts, generate, args)
     meter = CpuMeter(stack)
     print(f"warming up {len(rows)} rows ({args.warmup_seconds:g} s each) ...", flush=True)
     for row in rows:
         if args.warmup_seconds > 0:
-            run_load(callers[row.key], row.concurrency, args.warmup_seconds)
+            load_of(row, callers[row.key], args.warmup_seconds)
     cells: dict[str, list[Cell]] = {row.key: [] for row in rows}
-    tokens: dict[str, list[float]] = {row.key: [] for row in rows}
+    counts: dict[str, list[dict[str, float]]] = {row.key: [] for row in rows}
     steps = schedule(rows, args.rounds)
-    began = time.monotonic()
-    for done, (r, row) in enumerate(steps, 1):
-        counted = generated_tokens if row.side == plan.ENDPOINT else lambda _: generate.tokens
-        first, cpu, started = counted(stack), {**meter(), "own": own_cpu_s(), **machine_cpu_s()}, time.perf_counter()
-        load = run_load(callers[row.key], row.concurrency, args.seconds)
-        wall = time.perf_counter() - started
-        spent = {role: value - cpu[role] for role, value in {**meter(), "own": own_cpu_s(), **machine_cpu_s()}.items()}
-        tokens[row.key].append(counted(stack) - first)
-        cell = Cell()
-        cell.add(load.latencies_s, load.errors, wall, len(load.latencies_s), load.first_error, spent)
+    progress = Progress(len(steps))
+
+    def counted(row: plan.Row) -> dict[str, float]:  # read outside the step's CPU interval
+        return endpoint.counters(stack) if row.side == plan.ENDPOINT else {"tokens": generate.tokens}
+
+    for r, row in steps:
+        first = counted(row)
+        cell = step(row, callers[row.key], args.seconds, lambda: {**meter(), **own_and_machine()})
+        counts[row.key].append({name: value - first[name] for name, value in counted(row).items()})
         cells[row.key].append(cell)
-        elapsed = time.monotonic() - began
-        print(
-            f"[{done}/{len(steps)} {elapsed:4.0f}s, ~{elapsed / done * (len(steps) - done):3.0f}s left] "
-            f"round {r + 1}/{args.rounds} {report.progress(row, cell, tokens[row.key][-1])}",
-            flush=True,
-        )
-    return cells, tokens, same
-
-
-@contextmanager
-def serving(repository: Path, out: Path, env: Sequence[tuple[str, str]]) -> Iterator[Stack]:
-    """The stack on free ports (``serve`` with ``--env``'s variables), stopped whatever happens."""
-    shown = "".join(f" {name}={value}" for name, value in env)
-    print(f"starting the stack on {repository}{' with' + shown if shown else ''} ...", flush=True)
-    (out / "logs").mkdir(parents=True, exist_ok=True)
-    stack = Stack(repository, env_extra=dict(env)).start(out / "logs")
-    try:
-        stack.start_to_ping_s = stack.wait_healthy(START_TIMEOUT_S)
-        print(f"  /ping 200 after {stack.start_to_ping_s:.1f} s on port {stack.port}", flush=True)
-        yield stack
-    finally:
-        print("stopping the stack ...", flush=True)
-        stack.stop()
-
-
-def sizing_line(stack: Stack) -> str:
-    """``serve``'s record of how it sized the stack (its workers, each model's instances and threads)."""
-    found = [line for line in stack.log_tail(10_000).splitlines() if "sized for" in line]
-    if not found:
-        return ""
-    try:
-        return str(json.loads(found[-1]).get("message", found[-1]))
-    except ValueError:
-        return found[-1]
+        progress.step(report.progress_label(r, args.rounds, row, cell, counts[row.key][-1]["tokens"]), cell.summary())
+    return cells, counts, same
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = plan.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    if not args.no_prepare:
-        print(f"preparing {args.repository} ({'small' if args.small else 'realistic'} model) ...", flush=True)
-        prepare.prepare_repository(args.out.resolve(), args.repository, args.small)
-    spec = prepare.load_model_spec(args.repository)
+    spec = prepare.ready(args.out.resolve(), args.repository, args.small, not args.no_prepare)
     folder = prepare.sources(args.out.resolve(), args.small) / plan.MODEL / "hf"
     print(f"loading AutoModelForSeq2SeqLM({folder}) for the in-process side ...", flush=True)
     generate = Generate(folder)
     texts = make_texts(generate.count, args.text_tokens, args.texts, seed=1)
     rows = plan.plan_rows(args.concurrency, args.batch, args.beams)
-    with serving(args.repository, args.out, args.env) as stack:
-        cells, tokens, same = measure(stack, rows, texts, generate, args)
-        sizing = sizing_line(stack)
-    found: dict[str, Any] = report.results(rows, cells, tokens, args, stack.start_to_ping_s or 0.0)
+    with endpoint.serving(args.repository, args.out, args.env) as stack:
+        cells, counts, same = measure(stack, rows, texts, generate, args)
+        sizing = endpoint.sizing_line(stack)
+    found: dict[str, Any] = report.results(rows, cells, counts, args, stack.start_to_ping_s or 0.0)
     found.update(
         sizing=sizing,
-        model=str(spec.folder),
-        tokens_per_text=sum(map(generate.count, texts)) / len(texts),
+        served=str(spec.folder),
+        generate_folder=str(folder),
+        generate_threads=generate.threads,
+        input_tokens_per_text=sum(map(generate.count, texts)) / len(texts),
         same_as_generate=same,
     )
     write_results(args.out / "results.json", found)
@@ -203,8 +177,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def write_results(path: Path, results: Mapping[str, Any]) -> None:
     """results.json, then the table, the noise lines (if any) and the verdicts: the run's product."""
-    from scripts.bench.text.report import noise_lines
-
     path.write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nwrote {path}\n\n{report.format_table(results['rows'])}\n", flush=True)
     if results["sizing"]:

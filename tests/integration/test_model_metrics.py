@@ -108,6 +108,7 @@ def check(form: str, lines: dict[str, str], sent: dict[str, tuple[str, int]], di
                 "Invocation5XXErrors": 1.0 if status >= 500 else None,
                 "Latency": line["duration_ms"],
                 "TritonLatency": line.get("triton_ms"),
+                "GeneratedTokens": line.get("generated_tokens"),  # text2text models only: none here
             }[metric]
             if value is not None:
                 expected[rid] = (value, dims)

@@ -142,3 +142,23 @@ def test_the_dry_run_of_a_deploy_without_metrics_prints_nothing_to_create(capsys
     with pytest.raises(SystemExit):
         metrics_cli.main(["--name", "mm", "--no-model-metrics", "--lines", "serve.log"])
     assert "--no-model-metrics makes none" in capsys.readouterr().err
+
+
+def test_the_generated_tokens_filter_publishes_a_text2text_lines_count_and_nothing_for_other_lines():
+    from scripts.sagemaker.filter_pattern import publish
+
+    [tokens] = [f for f in metric_filters("mm", REAL_TIME) if f["filterName"] == "mm/GeneratedTokens"]
+    line = {
+        access.LOGGER_FIELD: access.LOGGER,
+        access.METHOD: "POST",
+        access.PATH: "/invocations",
+        access.MODEL: "t5",
+        access.ENDPOINT: "mm",
+        access.STATUS: 200,
+        access.DURATION_MS: 41.5,
+        access.GENERATED_TOKENS: 17,
+    }
+    [published] = publish(tokens, json.dumps(line))
+    assert published.value == 17 and published.dimensions == {"EndpointName": "mm", "Model": "t5"}
+    del line[access.GENERATED_TOKENS]  # a request of another family
+    assert publish(tokens, json.dumps(line)) == []

@@ -18,6 +18,11 @@ import pytest
 from scripts.devtools import Stack, built_test_repository, cmdline, descendants
 from tests.support import REGION
 
+# The suite runs three processes on a machine of few cores: torch in each (the text models' builds and
+# references, generate inside the test stacks' Triton) takes one thread, not one a core, whose threads
+# would wait on each other spinning (a trained test model's build took minutes). Set before any test
+# imports torch; the stacks the tests start inherit it. ONNX Runtime's threads are set explicitly.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 STACK_PROGRAMS = frozenset({"serve", "tritonserver", "gunicorn", "nginx"})
 _started: list[str] = []  # every command line given to subprocess.Popen in this run
 _STACK_STARTED = pytest.StashKey[list]()  # what the guard found, for the summary

@@ -139,7 +139,14 @@ def _folder(folder: Path, kind: str, seed: int, trained: bool) -> Path:
     torch.manual_seed(seed)
     model = model_class(config).eval()
     if trained:
-        _train(model, tokenizer, TRAIN_STEPS[kind], seed)
+        # One thread: the same weights on every machine, and no stall where the suite's processes
+        # share the cores (torch's threads wait for each other by spinning: 150 steps took minutes)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            _train(model, tokenizer, TRAIN_STEPS[kind], seed)
+        finally:
+            torch.set_num_threads(threads)
     generation = model.generation_config
     generation.num_beams = 1
     generation.do_sample = False

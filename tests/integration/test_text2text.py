@@ -199,7 +199,9 @@ def test_bad_input_is_a_400_naming_the_field_and_the_endpoint_keeps_serving(gen_
 
 
 def test_a_generation_past_its_deadline_is_a_504_naming_it_and_the_next_request_is_served(gen_stack, references):
-    long = {"text": CORPUS[4], "max_new_tokens": 512, "min_new_tokens": 512, "num_beams": 8, "no_repeat_ngram_size": 3}
+    # 16 texts x 8 beams x 512 tokens with n-gram blocking: many seconds of work, stopped at the deadline
+    texts = [CORPUS[i % len(CORPUS)] for i in range(16)]
+    long = {"text": texts, "max_new_tokens": 512, "min_new_tokens": 512, "num_beams": 8, "no_repeat_ngram_size": 3}
     r = post(gen_stack, {"modelname": "t5_gen", "payload": long})
     assert_conforms(r, "/invocations", "POST")
     assert_error(r, 504, "inference_timeout", "generation stopped at its deadline", "TRITON_TIMEOUT_S")

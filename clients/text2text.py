@@ -68,7 +68,8 @@ class Text2TextClient(TextClient[None]):
             self.generation = generation.read_generation_config(self.text.folder)
         except generation.GenerationSpecError as error:
             raise SpecError(str(error)) from None
-        self.config = json.loads((self.text.folder / "config.json").read_text(encoding="utf-8"))
+        config = json.loads((self.text.folder / "config.json").read_text(encoding="utf-8"))
+        self.new_tokens_limit = generation.new_tokens_limit(config)
         self.clean_up = cleans_up_spaces(self.text, self.tokenizer)
         self.setting_types = {t.name: t.numpy_dtype for t in self.spec.inputs}
         missing = [
@@ -79,13 +80,13 @@ class Text2TextClient(TextClient[None]):
         self.calls = threading.local()  # per request (a thread): its deadline and the tokens generated
 
     def option_limits(self) -> Mapping[str, float]:
-        limit = generation.new_tokens_limit(self.config)
+        limit = self.new_tokens_limit
         return {"max_new_tokens": limit, "min_new_tokens": limit}
 
     def option_defaults(self) -> Mapping[str, Any]:
         found = generation.defaults(self.generation)
         # a folder's default past the served bound is served at the bound
-        found["max_new_tokens"] = min(found["max_new_tokens"], generation.new_tokens_limit(self.config))
+        found["max_new_tokens"] = min(found["max_new_tokens"], self.new_tokens_limit)
         found["min_new_tokens"] = min(found["min_new_tokens"], found["max_new_tokens"])
         return found
 

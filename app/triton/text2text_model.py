@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from app.core.generation import (
     DEADLINE_MARKER,
@@ -36,7 +37,7 @@ from app.core.generation import (
     new_tokens_limit,
     read_generation_config,
 )
-from app.triton.generation import Deadlines, padded, trimmed
+from app.triton.generation import Deadlines, OnnxSeq2SeqLM, padded, trimmed
 
 try:
     import triton_python_backend_utils as pb_utils
@@ -123,10 +124,10 @@ def answer(generator: Generator, requests: Sequence[Mapping[str, np.ndarray]], n
         found, late = generator.generate(rows)
     except Exception as error:  # noqa: BLE001 - every request is answered; the model lives on
         return [given or error for given in answers]
-    for index in range(len(requests)):
-        if answers[index] is not None:
-            continue
-        mine = [i for i, row in enumerate(rows) if row.request == index]
+    by_request: dict[int, list[int]] = {}
+    for i, row in enumerate(rows):
+        by_request.setdefault(row.request, []).append(i)
+    for index, mine in by_request.items():
         if any(i in late for i in mine):
             waited = max(rows[i].deadline for i in mine) - now
             answers[index] = Late(f"{DEADLINE_MARKER} of {waited * 1000:.0f} ms")
@@ -139,8 +140,6 @@ class Generator:
     """The model and what ``execute`` needs of its folder; built once per instance."""
 
     def __init__(self, folder: Path, onnx_folder: Path, threads: int, providers: Sequence[str], max_rows: int) -> None:
-        from app.triton.generation import OnnxSeq2SeqLM
-
         self.model = OnnxSeq2SeqLM(folder, onnx_folder, threads, providers)
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
         self.vocabulary = int(self.model.config.vocab_size)
@@ -151,8 +150,6 @@ class Generator:
 
     def generate(self, rows: Sequence[Row], clock=time.monotonic) -> tuple[list[np.ndarray], set[int]]:
         """Each row's ``generate`` answer, and the rows that passed their deadline."""
-        import torch
-
         answers: list[np.ndarray] = [np.empty(0, dtype=np.int64)] * len(rows)
         late: set[int] = set()
         for group in groups(rows, self.max_rows):

@@ -5,11 +5,15 @@ request to a few length buckets.
 A text is encoded with the tokenizer's own special tokens and no truncation or padding; a text
 longer than the sequence length is a 400 naming its token count and the limit, unless the request
 asks for ``"truncation": true`` (then it is cut as Hugging Face's tokenizer cuts it, longest first
-for a pair). A request's texts are padded together to the shortest bucket (16, 32, 64, 128, 256,
-... up to the sequence length) that holds its longest text: a ten-token text does not cost what a
-512-token one does, and requests of many callers in the same bucket have the same shape, which is
-what Triton's dynamic batcher needs to run them together. Texts that fill a batch (``max_batch_size``
-rows) on their own are padded only to their longest: no other request could join them.
+for a pair). A request's texts are padded together to the longest, so a ten-token text does not
+cost what a 512-token one does. Where the model's ``config.pbtxt`` allows ragged batches (the
+``python`` target, whose model.py pads the batch Triton forms to its longest), that is all: Triton's
+dynamic batcher joins requests of any length. Elsewhere (Triton's ONNX Runtime and TensorRT backends
+take one dense tensor) a request is padded to the shortest bucket (16, 32, 64, 128, 256, ... up to
+the sequence length) that holds its longest text, so that requests of many callers in the same bucket
+have the same shape, which is what the batcher needs to run them together; texts that fill a batch
+(``max_batch_size`` rows) on their own are padded only to their longest: no other request could join
+them.
 
 An item's arrays carry a leading rows axis (one row per text, several for a long text cut into
 windows); a chunk's rows go to Triton in calls of at most ``max_batch_size`` rows.
@@ -20,10 +24,13 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
+from google.protobuf import text_format
 from tokenizers import Encoding, Tokenizer
+from tritonclient.grpc import model_config_pb2
 
 from app.core.errors import InvalidInput
 from app.core.spec import SpecError
@@ -33,6 +40,7 @@ from clients.options import Option
 
 Context = TypeVar("Context")
 SMALLEST_BUCKET = 16
+CONFIG_FILE = "config.pbtxt"
 TRUNCATION = Option("truncation", bool, default=False)
 
 
@@ -43,6 +51,17 @@ def length_buckets(sequence_length: int) -> tuple[int, ...]:
         buckets.append(size)
         size *= 2
     return (*buckets, sequence_length)
+
+
+def ragged_batches(folder: Path) -> bool:
+    """Whether Triton batches the model's requests of different lengths together: its ``config.pbtxt``
+    (beside its model.toml) allows ragged batches on every input whose length varies."""
+    try:
+        config = text_format.Parse((folder / CONFIG_FILE).read_text(), model_config_pb2.ModelConfig())
+    except (OSError, text_format.ParseError):
+        return False
+    varying = [tensor for tensor in config.input if -1 in tensor.dims]
+    return bool(varying) and all(tensor.allow_ragged_batch for tensor in varying)
 
 
 def bucket(length: int, buckets: Sequence[int]) -> int:
@@ -140,6 +159,7 @@ class TextClient(ModelClient[Context]):
         self.pad_token_id = self.tokenizer.token_to_id(pad) if pad else None  # None: the tokenizer has none
         self.pad_id = self.pad_token_id if self.pad_token_id is not None else 0  # what pads a request's rows
         self.buckets = length_buckets(self.sequence_length)
+        self.ragged = ragged_batches(spec.folder)
         names = [t.name for t in spec.inputs if t.name not in self.SETTING_INPUTS]
         if names[:2] != ["input_ids", "attention_mask"] or names[2:] not in ([], ["token_type_ids"]):
             raise SpecError(
@@ -185,11 +205,13 @@ class TextClient(ModelClient[Context]):
         return arrays
 
     def _stack(self, arrays: Sequence[Mapping[str, np.ndarray]], tensors=None) -> dict[str, np.ndarray]:
-        """A chunk's rows, padded to the bucket of its longest text; a chunk that fills a batch on its
-        own (no other caller's request could join it in Triton) only to its longest text."""
+        """A chunk's rows, padded to its longest text; to the bucket of that where Triton batches only
+        requests of one length, unless the chunk fills a batch on its own (no other caller's request
+        could join it in Triton)."""
         rows = sum(len(a["input_ids"]) for a in arrays)
         longest = max(a["input_ids"].shape[1] for a in arrays)
-        length = longest if rows >= self.spec.max_batch_size else bucket(longest, self.buckets)
+        alone = self.ragged or rows >= self.spec.max_batch_size
+        length = longest if alone else bucket(longest, self.buckets)
         stacked = {}
         for name in arrays[0]:
             batch = np.full((rows, length), self.pad_id if name == "input_ids" else 0, dtype=np.int64)

@@ -2,7 +2,8 @@
 
 Copied as ``<model>/1/model.py`` by scripts/model_prep/cli.py. Generic: tensor names and dtypes
 come from the model's config.pbtxt. All requests of one ``execute()`` call are concatenated along
-the batch axis and served by ONE ``session.run``; the outputs are split back per request.
+the batch axis (each padded to the longest, for a text model's ragged batches) and served by ONE
+``session.run``; the outputs are split back per request.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def run_batched(
     feed and returns the outputs in ``output_names`` order, each [sum(b_i), ...].
     """
     sizes = [len(next(iter(feed.values()))) for feed in feeds]
-    batch = {name: np.concatenate([feed[name] for feed in feeds], axis=0) for name in feeds[0]}
+    batch = {name: np.concatenate(padded([feed[name] for feed in feeds]), axis=0) for name in feeds[0]}
     outputs = run(batch)
     total = sum(sizes)
     for name, array in zip(output_names, outputs):
@@ -44,6 +45,18 @@ def run_batched(
     bounds = np.cumsum(sizes)[:-1]
     pieces = [np.split(array, bounds, axis=0) for array in outputs]
     return [{name: piece[i] for name, piece in zip(output_names, pieces)} for i in range(len(feeds))]
+
+
+def padded(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """The requests' arrays of one input, each padded with zeros at the end of every axis after the
+    batch axis to the largest: a text model's config allows ragged batches (requests of different
+    lengths batched together), and its padding is masked (``attention_mask`` 0), so its value does
+    not reach the answers."""
+    shape = tuple(max(sizes) for sizes in zip(*(a.shape[1:] for a in arrays)))
+    return [
+        a if a.shape[1:] == shape else np.pad(a, [(0, 0), *((0, n - m) for n, m in zip(shape, a.shape[1:]))])
+        for a in arrays
+    ]
 
 
 def intra_op_threads(config: Mapping) -> int:

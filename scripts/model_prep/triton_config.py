@@ -61,8 +61,16 @@ def model_config(spec: ModelSpec, target: str, tuning: Tuning, weights_source: s
     from scripts.model_prep.detector_graph import served_tensors
 
     inputs, outputs = served_tensors(spec)  # a detector's graph on the Triton pipeline post-processes
+    # The python target's model.py pads the requests of a batch to the longest (app/triton/onnx_model.py):
+    # Triton may batch a text model's requests of different lengths, and the router pads none to a bucket.
+    ragged = target == PYTHON and spec.text is not None
     for tensor in inputs:
-        config.input.add(name=tensor.name, data_type=data_type(tensor.dtype), dims=tensor.dims)
+        config.input.add(
+            name=tensor.name,
+            data_type=data_type(tensor.dtype),
+            dims=tensor.dims,
+            allow_ragged_batch=ragged and -1 in tensor.dims,
+        )
     for tensor in outputs:
         config.output.add(name=tensor.name, data_type=data_type(tensor.dtype), dims=tensor.dims)
     config.dynamic_batching.max_queue_delay_microseconds = tuning.max_queue_delay_microseconds

@@ -146,12 +146,14 @@ def test_a_fill_mask_folder_equals_the_pipeline(text_stack, models):
 
 
 def test_callers_at_once_each_get_their_own_answer(text_stack, models):
-    """Eight callers at once (Triton's dynamic batcher may run their texts together): each answer is
-    the reference's for its own texts."""
+    """Eight callers at once, with texts of different lengths (the python target's config allows
+    ragged batches, so Triton's dynamic batcher may run them together): each answer is the
+    reference's for its own texts."""
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(str(models / "embed_bert_mean" / "hf"), device="cpu")
-    texts = [f"{CORPUS[i % 4]} {i}" for i in range(8)]  # short: one length bucket, so they can meet
+    texts = [" ".join([CORPUS[i % 4]] * (1 + i % 3)) for i in range(8)]  # 7 to 30 tokens
+    assert len({len(model.tokenizer(text)["input_ids"]) for text in texts}) >= 5
     stats = f"http://127.0.0.1:{text_stack.triton_ports[0]}/v2/models/embed_bert_mean/stats"
 
     def counts() -> tuple[int, int]:

@@ -148,14 +148,19 @@ def test_a_list_mixing_one_and_two_masks_nests_as_the_pipeline(clients, referenc
             assert_candidates(our_row, their_row)
 
 
-def test_texts_are_padded_to_their_bucket(clients, triton):
+@pytest.mark.parametrize("ragged", [False, True])
+def test_texts_are_padded_to_their_bucket_or_their_longest(clients, triton, monkeypatch, ragged):
+    """To a bucket where Triton batches only requests of one length; to the longest text on the python
+    target, whose config allows ragged batches."""
     client = clients["fill_roberta"]
+    assert client.ragged  # prepared for the python target
+    monkeypatch.setattr(client, "ragged", ragged)
     short, longer = texts_of(client, ["{mask}.", "A man is eating {mask}. " * 3])
     assert [len(client.tokenizer.encode(text).ids) for text in (short, longer)] == [4, 26]
     triton.calls.clear()
     client.inference({"text": short})
     client.inference({"text": [short, longer]})
-    assert [shapes["input_ids"] for _, shapes in triton.calls] == [(1, 16), (2, 32)]
+    assert [shapes["input_ids"] for _, shapes in triton.calls] == ([(1, 4), (2, 26)] if ragged else [(1, 16), (2, 32)])
 
 
 @pytest.mark.parametrize(

@@ -164,8 +164,10 @@ def test_embeddings_with_truncation_equal_sentence_transformers_on_a_long_text(b
     np.testing.assert_allclose(ours, model.encode(LONG_TEXT), rtol=0, atol=ATOL)
 
 
-def test_short_texts_are_padded_to_their_bucket_and_calls_fit_the_batch(clients, triton):
+def test_short_texts_are_padded_to_their_bucket_and_calls_fit_the_batch(clients, triton, monkeypatch):
+    """Where Triton batches only requests of one length (its ONNX Runtime and TensorRT backends)."""
     client = clients["embed_bert_mean"]
+    monkeypatch.setattr(client, "ragged", False)
     triton.calls.clear()
     client.inference({"text": "A man."})
     client.inference({"text": [CORPUS[0], "x " * 30]})
@@ -177,6 +179,27 @@ def test_short_texts_are_padded_to_their_bucket_and_calls_fit_the_batch(clients,
     longest = len(client.tokenizer.encode(CORPUS[0]).ids)
     assert shapes[2:] == [(32, longest), (8, 16)] and longest < 16
     assert all(shape["attention_mask"] == shape["input_ids"] for _, shape in triton.calls)
+
+
+def test_on_the_python_target_requests_are_padded_to_their_own_longest_text(built, clients, triton):
+    """The python target's config allows ragged batches (its model.py pads Triton's batch): a request
+    is not padded to a bucket, and the answers are those of the bucket's padding."""
+    from scripts.model_prep import triton_config
+
+    client = clients["embed_bert_mean"]
+    config = triton_config.read_config(built[1] / "embed_bert_mean" / "config.pbtxt")
+    assert [t.allow_ragged_batch for t in config.input] == [True] * 3 and client.ragged
+    lengths = [len(client.tokenizer.encode(text).ids) for text in ("A man.", CORPUS[0])]
+    triton.calls.clear()
+    ragged, _ = client.inference({"text": ["A man.", CORPUS[0]]})
+    assert [shape["input_ids"] for _, shape in triton.calls] == [(2, max(lengths))] and max(lengths) < 16
+    client.ragged = False
+    try:
+        bucketed, _ = client.inference({"text": ["A man.", CORPUS[0]]})
+    finally:
+        client.ragged = True
+    assert triton.calls[-1][1]["input_ids"] == (2, 16)
+    np.testing.assert_allclose(ragged, bucketed, rtol=0, atol=1e-6)
 
 
 def test_inputs_follow_the_model(built, clients):
@@ -315,10 +338,10 @@ def test_every_target_gets_a_config_with_the_sequence_axis_open(built, tmp_path,
     )
     ner = triton_config.read_config(repository / "ner_bert" / "config.pbtxt")
     assert ner.platform == {"onnxruntime": "onnxruntime_onnx", "tensorrt": "tensorrt_plan"}[target]
-    assert [(t.name, list(t.dims)) for t in ner.input] == [
-        ("input_ids", [-1]),
-        ("attention_mask", [-1]),
-        ("token_type_ids", [-1]),
+    assert [(t.name, list(t.dims), t.allow_ragged_batch) for t in ner.input] == [
+        ("input_ids", [-1], False),  # Triton's backends take one dense tensor: the router pads to buckets
+        ("attention_mask", [-1], False),
+        ("token_type_ids", [-1], False),
     ]
     assert [(t.name, list(t.dims)) for t in ner.output] == [("logits", [-1, 7])]
     assert [list(w.dims) for w in ner.model_warmup[0].inputs.values()] == [[64]] * 3

@@ -34,6 +34,24 @@ def test_requests_share_one_run_and_get_their_own_rows_back():
         np.testing.assert_array_equal(result["total"], np.full(len(result["total"]), 3 * i))
 
 
+def test_requests_of_different_lengths_are_padded_to_the_longest_with_zeros():
+    """A text model's ragged batch: each request's [rows, tokens] padded at the end to the longest."""
+    feeds = [{"ids": np.full((n, length), 7, dtype=np.int64)} for n, length in ((1, 3), (2, 5), (1, 5))]
+    seen = {}
+
+    def run(feed):
+        seen.update(feed)
+        return [feed["ids"].sum(axis=1), feed["ids"]]
+
+    results = backend.run_batched(run, feeds, ["total", "ids"])
+    assert seen["ids"].shape == (4, 5)
+    np.testing.assert_array_equal(seen["ids"][0], [7, 7, 7, 0, 0])
+    assert [r["total"].tolist() for r in results] == [[21], [35, 35], [35]]
+    assert [r["ids"].shape for r in results] == [(1, 5), (2, 5), (1, 5)]
+    same = [{"ids": np.ones((1, 2), dtype=np.int64)}] * 2
+    assert all(a is b for a, b in zip(backend.padded([f["ids"] for f in same]), [f["ids"] for f in same]))
+
+
 def test_a_single_request_passes_through():
     results = backend.run_batched(lambda feed: [feed["x"] + 1], _feeds([4]), ["y"])
     assert len(results) == 1 and results[0]["y"].shape == (4, 3)

@@ -14,57 +14,81 @@ What it mirrors, step by step:
   then, with several windows, ``aggregate_overlapping_entities``. Each step runs on the whole window at
   once (numpy arrays, not the pipeline's dict per token): argmaxes, sub-words, word and group boundaries
   from label arrays; the filter is applied to the groups before they are given a score and a word, so
-  that only the groups an answer shows cost Python work (decoding, dicts).
+  that only the groups an answer shows cost Python work (decoding, dicts), and of a window's encoding
+  only their tokens' offsets are read (``EncodingOffsets``). The label table (``Labels``) is built once.
 - ``Vocabulary``: what those steps ask of the transformers tokenizer, read from the ``tokenizers.Tokenizer``
   of the folder's ``tokenizer.json``: ``convert_ids_to_tokens`` (the model's ``id_to_token``),
   ``convert_tokens_to_string`` (the backend decoder's ``decode``, or the tokens joined by spaces without a
   decoder), ``unk_token_id`` and the pipeline's test of a "word aware" tokenizer (its model has a non-empty
   ``continuing_subword_prefix``: WordPiece's ``##`` is; byte-level BPE, whose prefix is ``""``, and
-  Unigram, which has none, are not, and fall back on the pipeline's space heuristic).
+  Unigram, which has none, are not, and fall back on the pipeline's space heuristic). The word of a group
+  of one token is remembered by id (``Vocabulary.single``).
 
 Scores come out as Python floats; every intermediate keeps the pipeline's numpy dtypes (float32) so that
-means and argmaxes are the pipeline's own: the means are np.nanmean's bit for bit (``nanmeans``: numpy's
-order of additions, not a cumulative sum's or np.add.reduceat's).
+softmaxes, means and argmaxes are the pipeline's own, bit for bit (``clients.reductions``: numpy's order of
+additions, over a whole window at once).
 """
 
 from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import tokenizers
 
-from clients.text import softmax
+from clients.reductions import best, first_max, nanmeans, softmax
 
 STRATEGIES = ("none", "simple", "first", "average", "max")
 WORD_STRATEGIES = frozenset({"first", "average", "max"})
 
 
+class EncodingOffsets:
+    """An Encoding's offsets, iterable (the list of them all, a tuple each), and read for the few tokens an
+    answer shows alone (``spans``: ``token_to_chars``, the same pair but for a token outside the text's
+    sequences, which the list gives)."""
+
+    __slots__ = ("encoding",)
+
+    def __init__(self, encoding: tokenizers.Encoding) -> None:
+        self.encoding = encoding
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return iter(self.encoding.offsets)
+
+    def spans(self, positions: list[int]) -> list[tuple[int, int]]:
+        found = list(map(self.encoding.token_to_chars, positions))
+        return found if None not in found else [self.encoding.offsets[p] for p in positions]
+
+
 @dataclass(frozen=True)
 class Window:
-    """One window of a text as the model saw it (no padding): token ids, character offsets into the
-    text, special-tokens mask, and the model's logits [len(ids), labels] (float32)."""
+    """One window of a text as the model saw it (no padding): token ids (a list, or an integer array),
+    character offsets into the text ((start, end) pairs of ints, as an Encoding gives them, or the
+    Encoding's ``EncodingOffsets``), special-tokens mask (0 or 1 each), and the model's logits [len(ids),
+    labels]."""
 
-    ids: Sequence[int]
-    offsets: Sequence[tuple[int, int]]
+    ids: Sequence[int] | np.ndarray
+    offsets: Sequence[tuple[int, int]] | EncodingOffsets
     special_tokens_mask: Sequence[int]
     logits: np.ndarray
 
     @classmethod
-    def of(cls, encoding: tokenizers.Encoding, logits: np.ndarray) -> Window:
-        """A window from its encoding and the logits of its tokens (padding rows, if any, cut off)."""
-        n = len(encoding.ids)
-        return cls(encoding.ids, encoding.offsets, encoding.special_tokens_mask, np.asarray(logits)[:n])
+    def of(cls, encoding: tokenizers.Encoding, logits: np.ndarray, ids: np.ndarray | None = None) -> Window:
+        """A window from its encoding and the logits of its tokens (padding rows, if any, cut off); ``ids``,
+        where at hand, its row of the model's input_ids (cheaper than the encoding's list of them)."""
+        n = len(encoding)
+        ids = encoding.ids if ids is None else ids[:n]
+        return cls(ids, EncodingOffsets(encoding), encoding.special_tokens_mask, np.asarray(logits)[:n])
 
 
 @dataclass(frozen=True)
 class Vocabulary:
     """What the aggregation needs of the tokenizer, read once (built per model at start, shared by
-    threads, read-only)."""
+    threads, read-only but for ``singles``)."""
 
     tokens: tuple[str | None, ...]
     decoder: Any  # a tokenizers.decoders.Decoder, or None: tokens are then joined by spaces
@@ -72,6 +96,9 @@ class Vocabulary:
     unk_id: int | None
     # len() of each token, for gather_pre_entities' test of a word aware tokenizer (-1: no token of that id)
     lengths: np.ndarray = field(init=False, repr=False, compare=False)
+    # single(id) of the ids met but the unknown token's (a dict: its reads and writes are atomic, and two
+    # threads that meet an id write the same string)
+    singles: dict[int, str] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         lengths = np.fromiter((-1 if t is None else len(t) for t in self.tokens), np.intp, len(self.tokens))
@@ -97,6 +124,15 @@ class Vocabulary:
             return " ".join(tokens)
         return self.decoder.decode(list(tokens))
 
+    def single(self, token_id: int) -> str:
+        """``convert_tokens_to_string([convert_ids_to_tokens(token_id)])``, remembered in ``singles``."""
+        word = self.singles.get(token_id)
+        if word is None:
+            word = self.text([self.token(token_id)])
+            if token_id != self.unk_id:  # a group of the unknown token is worded by its text
+                self.singles[token_id] = word
+        return word
+
 
 def get_tag(entity_name: str) -> tuple[str, str]:
     """``get_tag``: ("B" or "I", tag); a label without a B-/I- prefix counts as a continuation of itself."""
@@ -116,34 +152,46 @@ class _PreEntities:
         self.text = text
         self.window = window
         self.vocabulary = vocabulary
-        special = np.fromiter(window.special_tokens_mask, bool, len(window.special_tokens_mask))
-        self.index = np.flatnonzero(~special)  # "index": the token's position in the window
-        self.positions: list[int] = self.index.tolist()
-        self.scores = scores[self.index]  # "scores": [tokens, labels]
+        mask = window.special_tokens_mask
+        special = np.frombuffer(bytes(mask), np.uint8) if isinstance(mask, list) else np.asarray(mask)
+        self.index = np.flatnonzero(special == 0)  # "index": the token's position in the window
+        n = len(self.index)
+        if n and self.index[-1] - self.index[0] == n - 1:  # no special token in between: a view
+            self.scores = scores[self.index[0] : self.index[0] + n]
+        else:
+            self.scores = scores[self.index]  # "scores": [tokens, labels]
+        ids = window.ids
+        self.ids = ids if isinstance(ids, np.ndarray) else np.fromiter(ids, np.int64, len(ids))  # by position
 
     def __len__(self) -> int:
-        return len(self.positions)
+        return len(self.index)
 
-    def word(self, i: int) -> str | None:
-        """Token i's "word": ``convert_ids_to_tokens``, or for the unknown token the text it stands for."""
-        token_id = int(self.window.ids[self.positions[i]])
+    def spans(self, positions: list[int]) -> list[tuple[int, int]]:
+        """The offsets of the tokens at these positions in the window."""
+        offsets = self.window.offsets
+        if isinstance(offsets, EncodingOffsets):
+            return offsets.spans(positions)
+        return [offsets[p] for p in positions]
+
+    def word(self, position: int, token_id: int) -> str | None:
+        """The "word" of the token at a position: ``convert_ids_to_tokens``, or the text the unknown token
+        stands for."""
         if token_id == self.vocabulary.unk_id:
-            start, end = self.window.offsets[self.positions[i]]
-            return self.text[int(start) : int(end)]
+            start, end = self.spans([position])[0]
+            return self.text[start:end]
         return self.vocabulary.token(token_id)
 
-    def start(self, i: int) -> int:
-        return int(self.window.offsets[self.positions[i]][0])
-
-    def end(self, i: int) -> int:
-        return int(self.window.offsets[self.positions[i]][1])
+    def words(self, first: int, stop: int) -> list[str | None]:
+        """The "word" of tokens first..stop-1."""
+        positions = self.index[first:stop]
+        return list(map(self.word, positions.tolist(), self.ids[positions].tolist()))
 
     def is_subword(self) -> np.ndarray:
         """The "is_subword" of every token (bool array)."""
         window, text = self.window, self.text
-        offsets = np.fromiter(itertools.chain.from_iterable(window.offsets), np.int64, 2 * len(window.offsets))
+        offsets = np.fromiter(itertools.chain.from_iterable(window.offsets), np.int64, 2 * len(self.ids))
         starts, ends = offsets.reshape(-1, 2)[self.index].T
-        ids = np.fromiter(window.ids, np.int64, len(window.ids))[self.index]
+        ids = self.ids[self.index]
         if self.vocabulary.word_aware:
             # len(word) != len(word_ref): "##ing" against "ing", a token longer than its text is a continuation
             size = len(text)
@@ -160,8 +208,9 @@ class _PreEntities:
 
 
 @dataclass(frozen=True)
-class _Labels:
-    """What ``group_entities`` and the ``ignore_labels`` filter read of a label, by label id."""
+class Labels:
+    """What ``group_entities`` and the ``ignore_labels`` filter read of a label, by label id (a model's
+    labels and filter are fixed: its client builds this once)."""
 
     names: Sequence[str]
     tags: np.ndarray  # get_tag's tag, numbered: equal tags, equal numbers
@@ -171,7 +220,7 @@ class _Labels:
     shown_groups: np.ndarray  # the filter of a group's "entity_group" (the group has no "entity": None)
 
     @classmethod
-    def of(cls, labels: Sequence[str], ignore_labels: Sequence[str]) -> _Labels:
+    def of(cls, labels: Sequence[str], ignore_labels: Sequence[str] = ("O",)) -> Labels:
         numbers: dict[str, int] = {}
         tags = [get_tag(name) for name in labels]
         groups = tuple(name.split("-", 1)[-1] for name in labels)
@@ -186,56 +235,6 @@ class _Labels:
         )
 
 
-# numpy's sum (np.sum, so np.nanmean) adds fewer than this many numbers one after the other (its pairwise_sum)
-PAIRWISE = 8
-
-
-def nanmeans(values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """``np.nanmean(values[start:end], axis=0)`` of each segment, bit for bit (values float32: float32 means).
-
-    np.nanmean reads NaN as 0, sums (in the values' dtype) and divides by how many are not NaN (the float32
-    sum divided in float64, rounded back). numpy sums fewer than ``PAIRWISE`` numbers one after the other,
-    0 + v0 + v1 + ..., and the rows of a 2-D array row by row: those segments are summed here together,
-    position by position. A longer one (rare: numpy's pairwise order) is given to np.nanmean itself.
-    np.add.reduceat is not the same: it starts from v0 and adds the pairwise sum of the rest."""
-    means = np.empty((len(starts), *values.shape[1:]), values.dtype)
-    lengths = ends - starts
-    short = np.flatnonzero(lengths < PAIRWISE)
-    if short.size:
-        nan = np.isnan(values)
-        zeroed = np.where(nan, values.dtype.type(0), values)
-        first = starts[short]
-        total = zeroed[first]
-        count = (~nan[first]).astype(np.intp)
-        for offset in range(1, int(lengths[short].max())):
-            more = np.flatnonzero(lengths[short] > offset)
-            rows = first[more] + offset
-            total[more] += zeroed[rows]
-            count[more] += ~nan[rows]
-        with np.errstate(invalid="ignore"):  # all NaN: 0 / 0, NaN as np.nanmean gives (without its warning)
-            means[short] = (total.astype(np.float64) / count).astype(values.dtype)
-    for i in np.flatnonzero(lengths >= PAIRWISE):
-        means[i] = np.nanmean(values[starts[i] : ends[i]], axis=0)
-    return means
-
-
-def _best(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``scores.argmax()`` and ``scores[idx]`` of each row: the label ids and their scores."""
-    label_ids = scores.argmax(axis=-1)
-    return label_ids, np.take_along_axis(scores, label_ids[:, None], axis=-1)[:, 0]
-
-
-def _first_max(keys: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """``max(entities, key=...)`` of each segment of ``keys`` (one segment from each start to the next): the
-    position of its first highest key. As Python's max, a NaN key never wins, and a NaN first key is kept
-    (nothing compares greater than it)."""
-    nan = np.isnan(keys)
-    filled = np.where(nan, -np.inf, keys)
-    highest = np.repeat(np.maximum.reduceat(filled, starts), np.diff(starts, append=len(keys)))
-    positions = np.where(filled == highest, np.arange(len(keys)), len(keys))
-    return np.where(nan[starts], starts, np.minimum.reduceat(positions, starts))
-
-
 @dataclass(frozen=True)
 class _Items:
     """What ``group_entities`` groups: tokens (aggregation "simple") or the words ``aggregate_words`` made
@@ -243,20 +242,23 @@ class _Items:
 
     label_ids: np.ndarray
     scores: np.ndarray
-    firsts: Sequence[int]
-    lasts: Sequence[int]
+    firsts: np.ndarray
+    lasts: np.ndarray
     words: bool
 
     @classmethod
     def tokens(cls, pre: _PreEntities) -> _Items:
         """``aggregate`` for "none" and "simple": each token its best label."""
-        return cls(*_best(pre.scores), range(len(pre)), range(len(pre)), words=False)
+        tokens = np.arange(len(pre))
+        return cls(*best(pre.scores), tokens, tokens, words=False)
 
-    def word(self, pre: _PreEntities, i: int) -> str | None:
-        """Item i's "word": a token's own; a word's, its tokens decoded together (``aggregate_word``)."""
+    def word(self, pre: _PreEntities, start: int, end: int) -> str:
+        """The word of items start..end-1 together (``group_sub_entities``): their words decoded together, a
+        token's its own, a word's its tokens' decoded together (``aggregate_word``)."""
+        text = pre.vocabulary.text
         if not self.words:
-            return pre.word(i)
-        return pre.vocabulary.text([pre.word(t) for t in range(self.firsts[i], self.lasts[i] + 1)])
+            return text(pre.words(start, end))
+        return text([text(pre.words(self.firsts[i], self.lasts[i] + 1)) for i in range(start, end)])
 
 
 def _aggregate_words(pre: _PreEntities, strategy: str) -> _Items:
@@ -270,17 +272,17 @@ def _aggregate_words(pre: _PreEntities, strategy: str) -> _Items:
     if strategy == "first":
         scores = pre.scores[starts]
     elif strategy == "max":
-        scores = pre.scores[_first_max(pre.scores.max(axis=-1), starts)]
+        scores = pre.scores[first_max(pre.scores.max(axis=-1), starts)]
     else:
         scores = nanmeans(pre.scores, starts, ends)
-    return _Items(*_best(scores), starts.tolist(), (ends - 1).tolist(), words=True)
+    return _Items(*best(scores), starts, ends - 1, words=True)
 
 
-def group_entities(items: _Items, pre: _PreEntities, labels: _Labels) -> list[dict]:
+def group_entities(items: _Items, pre: _PreEntities, labels: Labels) -> list[dict]:
     """``group_entities``: adjacent items of the same tag join the group before them unless they are B-; then
     ``group_sub_entities`` for each group the ``ignore_labels`` filter keeps: its label is the first one's
     after its first "-", its score the mean of the members' (np.nanmean, float32), its word the members'
-    words decoded together."""
+    words decoded together (a group of one token, but the unknown one: its id's ``Vocabulary.single``)."""
     label_ids = items.label_ids
     tags = labels.tags[label_ids]
     starts_group = np.ones(len(tags), dtype=bool)
@@ -289,38 +291,38 @@ def group_entities(items: _Items, pre: _PreEntities, labels: _Labels) -> list[di
     ends = np.append(starts[1:], len(tags))
     kept = labels.shown_groups[label_ids[starts]]
     starts, ends = starts[kept], ends[kept]
-    scores = nanmeans(items.scores, starts, ends).tolist()
-    found = []
-    for start, end, label_id, score in zip(
-        starts.tolist(), ends.tolist(), label_ids[starts].tolist(), scores, strict=True
-    ):
-        found.append(
-            {
-                "entity_group": labels.groups[label_id],
-                "score": score,
-                "word": pre.vocabulary.text([items.word(pre, i) for i in range(start, end)]),
-                "start": pre.start(items.firsts[start]),
-                "end": pre.end(items.lasts[end - 1]),
-            }
+    firsts, lasts = pre.index[items.firsts[starts]], pre.index[items.lasts[ends - 1]]  # positions in the window
+    spans, first_ids = pre.spans(firsts.tolist()), pre.ids[firsts].tolist()
+    vocabulary, unk_id, begins, stops = pre.vocabulary, pre.vocabulary.unk_id, starts.tolist(), ends.tolist()
+    words = list(map(vocabulary.singles.get, first_ids))  # None: an id not met yet, or the unknown token
+    several = firsts != lasts
+    for k in np.flatnonzero(several).tolist():
+        words[k] = items.word(pre, begins[k], stops[k])
+        spans[k] = (spans[k][0], pre.spans([int(lasts[k])])[0][1])
+    for k in [k for k, word in enumerate(words) if word is None]:
+        token_id = first_ids[k]
+        words[k] = items.word(pre, begins[k], stops[k]) if token_id == unk_id else vocabulary.single(token_id)
+    if items.words:  # aggregate_word decoded a word of one token, group_sub_entities decodes it again
+        for k in np.flatnonzero(~several).tolist():
+            words[k] = words[k] if first_ids[k] == unk_id else vocabulary.text([words[k]])
+    groups = labels.groups
+    return [
+        {"entity_group": groups[label_id], "score": score, "word": word, "start": start, "end": end}
+        for label_id, score, word, (start, end) in zip(
+            label_ids[starts].tolist(), nanmeans(items.scores, starts, ends).tolist(), words, spans, strict=True
         )
-    return found
+    ]
 
 
-def _tokens(items: _Items, pre: _PreEntities, labels: _Labels) -> list[dict]:
+def _tokens(items: _Items, pre: _PreEntities, labels: Labels) -> list[dict]:
     """Aggregation "none": each token the ``ignore_labels`` filter keeps, with its best label."""
     kept = np.flatnonzero(labels.shown[items.label_ids])
+    at = pre.index[kept].tolist()
+    ids, label_ids, scores = pre.ids[at].tolist(), items.label_ids[kept].tolist(), items.scores[kept].tolist()
+    each = zip(at, ids, label_ids, scores, pre.spans(at), strict=True)
     return [
-        {
-            "entity": labels.names[label_id],
-            "score": score,
-            "index": pre.positions[i],
-            "word": pre.word(i),
-            "start": pre.start(i),
-            "end": pre.end(i),
-        }
-        for i, label_id, score in zip(
-            kept.tolist(), items.label_ids[kept].tolist(), items.scores[kept].tolist(), strict=True
-        )
+        {"entity": labels.names[label], "score": score, "index": p, "word": pre.word(p, i), "start": a, "end": b}
+        for p, i, label, score, (a, b) in each
     ]
 
 
@@ -348,13 +350,15 @@ def aggregate_overlapping(entities: list[dict]) -> list[dict]:
 def entities(
     text: str,
     windows: Sequence[Window],
-    labels: Sequence[str],
+    labels: Sequence[str] | Labels,
     strategy: str,
     vocabulary: Vocabulary,
     ignore_labels: Sequence[str] = ("O",),
 ) -> list[dict]:
     """Exactly the pipeline's list of entities for `text` (dict keys and their order as the pipeline
     gives them; scores as Python floats), softmax computed as the pipeline does (numpy, float32).
+    ``labels``: the label names, or their ``Labels`` (built once; its filter is then the one it was built
+    with, and ``ignore_labels`` is not read).
 
     ``postprocess``, each step on a whole window at once: softmax, ``gather_pre_entities``, ``aggregate``
     (the best label of each token or word), ``group_entities`` and the ``ignore_labels`` filter (only the
@@ -364,7 +368,7 @@ def entities(
         raise ValueError(f"aggregation strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")
     if strategy == "none" and len(windows) > 1:
         raise ValueError('several windows (stride) need an aggregation strategy other than "none"')
-    table = _Labels.of(labels, ignore_labels)
+    table = labels if isinstance(labels, Labels) else Labels.of(labels, ignore_labels)
     found: list[dict] = []
     for window in windows:
         pre = _PreEntities(text, window, softmax(window.logits), vocabulary)

@@ -21,7 +21,7 @@ import numpy as np
 from tokenizers import Encoding
 
 from app.core.errors import InvalidInput
-from clients.entities import STRATEGIES, Vocabulary, Window, entities
+from clients.entities import STRATEGIES, Labels, Vocabulary, Window, entities
 from clients.options import Option
 from clients.text import TextClient, raw_copy, special_token, windows
 
@@ -30,10 +30,12 @@ NONE = "none"
 
 @dataclass(frozen=True)
 class Tagged:
-    """What postprocess needs of one text: the text and the encodings of its windows (one without stride)."""
+    """What postprocess needs of one text: the text, the encodings of its windows (one without stride) and
+    their input_ids (a row each, as preprocess made them)."""
 
     text: str
     encodings: Sequence[Encoding]
+    ids: np.ndarray
 
 
 class TokenClassificationClient(TextClient[Tagged]):
@@ -46,6 +48,7 @@ class TokenClassificationClient(TextClient[Tagged]):
     def configure(self) -> None:
         super().configure()
         self.labels = self.text.labels
+        self.label_table = Labels.of(self.labels)  # the labels as clients.entities reads them, "O" ignored
         self.logits_name = self.spec.outputs[0].name
         self.vocabulary = Vocabulary.of(self.tokenizer, special_token(self.text, "unk_token"))
         self.raw_tokenizer = raw_copy(self.tokenizer)  # the windows' encoder (clients.entities.windows)
@@ -69,9 +72,10 @@ class TokenClassificationClient(TextClient[Tagged]):
                 encodings = windows(self.tokenizer, text, self.sequence_length, stride, self.raw_tokenizer)
             except ValueError as error:  # a stride the windows cannot take (options bound it first)
                 raise InvalidInput(f"payload.stride {stride}: {error}") from None
-        return self.arrays(encodings), Tagged(text, encodings)
+        arrays = self.arrays(encodings)
+        return arrays, Tagged(text, encodings, arrays["input_ids"])
 
     def postprocess(self, outputs: Mapping[str, np.ndarray], context: Tagged, options: Mapping[str, Any]) -> list:
         logits = outputs[self.logits_name].astype(np.float32, copy=False)
-        found = [Window.of(encoding, logits[row]) for row, encoding in enumerate(context.encodings)]
-        return entities(context.text, found, self.labels, options["aggregation_strategy"], self.vocabulary)
+        found = [Window.of(encoding, logits[row], context.ids[row]) for row, encoding in enumerate(context.encodings)]
+        return entities(context.text, found, self.label_table, options["aggregation_strategy"], self.vocabulary)

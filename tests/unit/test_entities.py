@@ -13,15 +13,9 @@ import numpy as np
 import pytest
 import tokenizers
 
-from clients.entities import (
-    PAIRWISE,
-    STRATEGIES,
-    Vocabulary,
-    Window,
-    aggregate_overlapping,
-    entities,
-    nanmeans,
-)
+from clients.entities import STRATEGIES, Vocabulary, Window, aggregate_overlapping, entities
+from clients.reductions import PAIRWISE, nanmeans, softmax
+from clients.text import softmax as rowwise_softmax
 from clients.text import windows
 from tests.text_models import CORPUS, KINDS, MAX_POSITIONS, NER_LABELS, hf_folder
 
@@ -240,6 +234,24 @@ def test_nanmeans_are_numpys() -> None:
     scores = rng.random(12).astype(np.float32)
     pipeline_means = [np.nanmean([np.float32(x) for x in scores[a:b]]) for a, b in [(0, 3), (3, 5), (5, 12)]]
     assert nanmeans(scores, np.array([0, 3, 5]), np.array([3, 5, 12])).tolist() == pipeline_means
+
+
+def test_softmax_is_numpys() -> None:
+    # label by label, numpy's order of additions for any number of labels (one after the other below
+    # PAIRWISE, in eight sums above), numpy's own row by row past MOST_LABELS
+    rng = np.random.default_rng(11)
+    for labels in [*range(1, 40), 63, 64, 65, 130]:
+        for rows in (1, 3, 500):
+            for dtype in (np.float16, np.float32, np.float64):
+                scale = rng.choice([0.1, 3.0, 40.0], size=(rows, labels))
+                logits = (rng.normal(size=(rows, labels)) * scale).astype(dtype)
+                logits[rng.random(rows) < 0.05] = np.nan
+                logits[rng.random(rows) < 0.05, 0] = np.inf
+                logits[rng.random(rows) < 0.05, -1] = -np.inf
+                with np.errstate(invalid="ignore"):
+                    found, expected = softmax(logits), rowwise_softmax(logits)
+                assert found.dtype == expected.dtype, (labels, rows, dtype)
+                assert np.array_equal(found, expected, equal_nan=True), (labels, rows, dtype)
 
 
 @pytest.mark.parametrize("stride", [None, 0, *STRIDES])

@@ -10,7 +10,6 @@ question), ``GET /openapi.json`` (``app/router/openapi.json``, the contract as O
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping
 from dataclasses import replace
@@ -24,7 +23,7 @@ from app.core.health import health_policy, ping_answer
 from app.core.settings import Settings
 from app.router.accept import answer_type
 from app.router.batches import run_invocations
-from app.router.handlers import json_response, register_error_handlers
+from app.router.handlers import json_bytes, json_response, register_error_handlers
 from app.router.multimodel import register as register_multi_model
 from app.router.observability import MIXED_MODELS, current
 from app.router.observability import install as install_observability
@@ -127,8 +126,7 @@ def create_app(
         answers = run_invocations(calls, numbered=lines, timings=current().timings, deadline=deadline)
         if kind == JSON_TYPE:
             return json_response(answers if lines else answers[0])
-        text = "".join(json.dumps(a, ensure_ascii=False, allow_nan=False) + "\n" for a in answers)
-        return Response(text, mimetype=kind)
+        return Response(b"".join(json_bytes(a) + b"\n" for a in answers), mimetype=kind)
 
     def answer_loaded(name: str) -> Response:
         """The answer of the loaded model ``name`` (multi-model mode), held against unloads meanwhile."""

@@ -139,6 +139,9 @@ class TextClient(ModelClient[Context]):
     content_types = frozenset({"text/plain"})
     PREPROCESS_KEYS = frozenset({"sequence_length"})
     SETTING_INPUTS: frozenset[str] = frozenset()  # a family's inputs besides the text's (text2text's settings)
+    # Whether the family reads the tokens' character offsets (token classification's entities); without
+    # them the tokenizer skips tracking them (encode_batch_fast: a 496-token text 0.78 ms, not 0.92-1.04)
+    OFFSETS = False
 
     def configure(self) -> None:
         super().configure()
@@ -177,16 +180,21 @@ class TextClient(ModelClient[Context]):
         self, text: str, pair: str | None, where: str, truncation: bool, hint: str = 'send "truncation": true to cut it'
     ) -> Encoding:
         """The text (and its pair) as the model reads it; too long a 400 (``hint``: what else the caller
-        can do) unless ``truncation``."""
-        encoding = self.tokenizer.encode(text, pair)
+        can do) unless ``truncation``. Its offsets are (0, 0) unless the family reads them (``OFFSETS``)."""
+        encoding = self._encode(self.tokenizer, text, pair)
         if len(encoding.ids) <= self.sequence_length:
             return encoding
         if truncation:
-            return self.truncating.encode(text, pair)
+            return self._encode(self.truncating, text, pair)
         raise InvalidInput(
             f"{where} is {len(encoding.ids)} tokens (special tokens included), over the model's limit of "
             f"{self.sequence_length}; shorten it, or {hint}"
         )
+
+    def _encode(self, tokenizer: Tokenizer, text: str, pair: str | None) -> Encoding:
+        if self.OFFSETS:
+            return tokenizer.encode(text, pair)
+        return tokenizer.encode_batch_fast([text if pair is None else (text, pair)])[0]
 
     def arrays(self, encodings: Sequence[Encoding]) -> dict[str, np.ndarray]:
         """An item's input arrays, one row per encoding, each as long as the longest (no batch padding yet)."""

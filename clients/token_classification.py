@@ -40,6 +40,7 @@ class Tagged:
 
 class TokenClassificationClient(TextClient[Tagged]):
     family = "token_classification"
+    OFFSETS = True  # an entity's "start" and "end"
     OPTIONS = (
         Option("aggregation_strategy", str, default=NONE, choices=STRATEGIES),
         Option("stride", int, 0, 100_000),

@@ -1,6 +1,6 @@
 """What the text families share: a Hugging Face fast tokenizer (its ``tokenizer.json``, through the
 ``tokenizers`` library), the length check against the model's sequence length, and padding per
-request to a few length buckets.
+request (to its longest text, or to a few length buckets where Triton batches one length only).
 
 A text is encoded with the tokenizer's own special tokens and no truncation or padding; a text
 longer than the sequence length is a 400 naming its token count and the limit, unless the request

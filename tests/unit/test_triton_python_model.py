@@ -48,8 +48,11 @@ def test_requests_of_different_lengths_are_padded_to_the_longest_with_zeros():
     np.testing.assert_array_equal(seen["ids"][0], [7, 7, 7, 0, 0])
     assert [r["total"].tolist() for r in results] == [[21], [35, 35], [35]]
     assert [r["ids"].shape for r in results] == [(1, 5), (2, 5), (1, 5)]
-    same = [{"ids": np.ones((1, 2), dtype=np.int64)}] * 2
-    assert all(a is b for a, b in zip(backend.padded([f["ids"] for f in same]), [f["ids"] for f in same]))
+    mixed = [np.full((1, 2, 3), 1.5, dtype=np.float32), np.full((2, 3, 1), 2.5, dtype=np.float32)]
+    batch = backend.joined(mixed)  # every axis after the batch's padded to the largest
+    assert batch.shape == (3, 3, 3) and batch.dtype == np.float32
+    assert batch[0, :2, :3].tolist() == [[1.5] * 3] * 2 and batch[0, 2].tolist() == [0, 0, 0]
+    assert batch[1:, :3, :1].min() == 2.5 and batch[1:, :, 1:].max() == 0
 
 
 def test_a_single_request_passes_through():

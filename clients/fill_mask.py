@@ -40,6 +40,7 @@ from app.core.errors import InvalidInput
 from app.core.spec import ModelSpec, SpecError
 from clients.base import ModelClient
 from clients.options import Option
+from clients.plain_text import Encoder
 from clients.text import TextClient, clean_up_tokenization, cleans_up_spaces, special_token
 
 MASK_TOKEN = "[MASK]"
@@ -55,14 +56,15 @@ class Encoded:
     masks: tuple[int, ...]
 
 
-def load_tokenizer(spec: ModelSpec) -> BertWordPieceTokenizer:
+def load_tokenizer(spec: ModelSpec) -> Tokenizer:
     relative = spec.preprocess.get("vocab")
     if not relative:
         raise SpecError(f"{spec.folder}: [preprocess] vocab is missing")
     path = spec.file(str(relative))
     if not path.is_file():
         raise SpecError(f"{path}: vocab file not found")
-    return BertWordPieceTokenizer(str(path), lowercase=bool(spec.preprocess.get("lowercase", True)))
+    lowercase = bool(spec.preprocess.get("lowercase", True))
+    return Tokenizer.from_str(BertWordPieceTokenizer(str(path), lowercase=lowercase).to_str())
 
 
 class FillMaskClient(ModelClient[Encoded]):
@@ -75,7 +77,7 @@ class FillMaskClient(ModelClient[Encoded]):
     content_types = frozenset({"text/plain"})
     OPTIONS = (Option("topk", int, 1, 1000, default=5),)  # bounded by the model's candidates (max_topk)
 
-    tokenizer: Tokenizer | BertWordPieceTokenizer
+    tokenizer: Tokenizer
     mask_token: str
     mask_id: int
     pad_token_id: int | None  # left out of ``sequence`` as the pipeline leaves it out (None: no padding token)
@@ -166,6 +168,7 @@ class VocabFillMaskClient(FillMaskClient):
         super().configure()
         spec = self.spec
         self.tokenizer = load_tokenizer(spec)
+        self.encoder = Encoder(self.tokenizer)  # plain text through its twin (clients.plain_text)
         self.sequence_length = int(spec.preprocess.get("sequence_length", spec.inputs[0].dims[-1]))
         ids = {token: self.tokenizer.token_to_id(token) for token in (MASK_TOKEN, PAD_TOKEN, SEP_TOKEN)}
         missing = [token for token, i in ids.items() if i is None]
@@ -186,7 +189,7 @@ class VocabFillMaskClient(FillMaskClient):
         """[CLS] text [SEP], cut to the sequence length only where no [MASK] is lost."""
         if not isinstance(text, str):
             raise InvalidInput(f"{where} must be a string (or a list of them)")
-        ids = self.tokenizer.encode(text).ids
+        ids = self.encoder.encode(text, offsets=False).ids
         masks = self.masks(ids, where)
         limit = self.sequence_length
         if len(ids) > limit:

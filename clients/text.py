@@ -195,16 +195,19 @@ class TextClient(ModelClient[Context]):
         )
 
     def arrays(self, encodings: Sequence[Encoding]) -> dict[str, np.ndarray]:
-        """An item's input arrays, one row per encoding, each as long as the longest (no batch padding yet)."""
-        longest = max(len(e.ids) for e in encodings)
+        """An item's input arrays, one row per encoding, each as long as the longest (no batch padding yet).
+        The tokenizer pads nothing (``load_tokenizer``): its attention mask is every token's 1."""
+        rows = [encoding.ids for encoding in encodings]
+        lengths = [len(row) for row in rows]
+        longest = max(lengths)
         ids = np.full((len(encodings), longest), self.pad_id, dtype=np.int64)
         mask = np.zeros((len(encodings), longest), dtype=np.int64)
         types = np.zeros((len(encodings), longest), dtype=np.int64)
-        for row, encoding in enumerate(encodings):
-            n = len(encoding.ids)
-            ids[row, :n] = encoding.ids
-            mask[row, :n] = encoding.attention_mask
-            types[row, :n] = encoding.type_ids
+        for row, (encoding, token_ids, n) in enumerate(zip(encodings, rows, lengths, strict=True)):
+            ids[row, :n] = token_ids
+            mask[row, :n] = 1
+            if self.token_type_ids:
+                types[row, :n] = encoding.type_ids
         arrays = {"input_ids": ids, "attention_mask": mask}
         if self.token_type_ids:
             arrays["token_type_ids"] = types

@@ -11,6 +11,9 @@ skip_special_tokens=True)``."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -19,6 +22,7 @@ import pytest
 
 from app.core.errors import InferenceTimeout, InvalidInput
 from app.core.generation import OUTPUT_IDS, PAD, SETTING_NAMES, TIMEOUT_MS
+from app.core.settings import PROJECT_ROOT
 from tests.generation_models import HEADLINE_WORDS, generation_model_folder
 from tests.text_models import CORPUS, in_process_clients, prepare_text_repository
 
@@ -290,6 +294,42 @@ def test_the_sizing_plan_counts_each_text2text_model_as_a_cpu_network(built):
             part = plan.part(name)
             assert part.count >= 1 and not part.on_gpu and part.cpu == part.count * part.threads, part
         assert plan.cpu_threads == plan.router_workers + plan.nginx_workers + sum(p.cpu for p in plan.parts)
+
+
+STUB = """
+import sys, torch
+from app.triton.text2text_model import TritonPythonModel
+before = torch.get_num_threads()
+TritonPythonModel().initialize({"model_config": sys.argv[1], "model_repository": sys.argv[2], "model_version": "1"})
+print(before, torch.get_num_threads())
+"""
+
+
+def test_a_stub_s_pytorch_takes_the_threads_the_sizing_gave_its_instance(built):
+    """generate()'s own tensor work (logits processors, beam scores over the vocabulary) runs on the
+    instance's threads, as its ONNX Runtime sessions do, not on every core in each instance's stub
+    (two instances on 2 vCPUs generated half the tokens a second with PyTorch's default). 3: not any
+    machine's default here, so the test tells the two apart."""
+    from google.protobuf import json_format
+
+    from app.triton.onnx_model import ORT_THREADS_PARAMETER
+    from scripts.model_prep.triton_config import read_config
+
+    model = built[1] / "t5_random"
+    config = json_format.MessageToDict(read_config(model / "config.pbtxt"), preserving_proto_field_name=True)
+    config.setdefault("parameters", {})[ORT_THREADS_PARAMETER] = {"string_value": "3"}
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    done = subprocess.run(
+        [sys.executable, "-c", STUB, json.dumps(config), str(model)],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    before, after = map(int, done.stdout.split()[-2:])
+    assert after == 3, f"the stub's PyTorch kept its {before} threads"
 
 
 @pytest.mark.parametrize("target", ["onnxruntime", "tensorrt"])

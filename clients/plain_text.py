@@ -47,9 +47,11 @@ def plain_twin(tokenizer: Tokenizer) -> Tokenizer | None:
 class Encoder:
     """A tokenizer's ``encode``, through its plain-text twin where the text (and its pair) allow it."""
 
-    def __init__(self, tokenizer: Tokenizer) -> None:
+    def __init__(self, tokenizer: Tokenizer, twin: bool = True) -> None:
+        """``twin=False``: the tokenizer alone (a twin of bert-base-uncased's holds 6 MiB: a rare path
+        does without one)."""
         self.tokenizer = tokenizer
-        self.twin = plain_twin(tokenizer)
+        self.twin = plain_twin(tokenizer) if twin else None
 
     def pick(self, text: str, pair: str | None = None) -> Tokenizer:
         if self.twin is not None and is_plain(text) and (pair is None or is_plain(pair)):

@@ -159,7 +159,8 @@ class TextClient(ModelClient[Context]):
         # threads that use it, so truncation is a tokenizer of its own, not a setting changed per request.
         self.truncating = copy.deepcopy(self.tokenizer)
         self.truncating.enable_truncation(self.sequence_length)
-        self.encoders = Encoder(self.tokenizer), Encoder(self.truncating)  # plain text through a twin of each
+        # plain text through a twin of the tokenizer (clients.plain_text); a cut text, rarer, without one
+        self.encoders = Encoder(self.tokenizer), Encoder(self.truncating, twin=False)
         pad = special_token(spec.text, "pad_token")
         self.pad_token_id = self.tokenizer.token_to_id(pad) if pad else None  # None: the tokenizer has none
         self.pad_id = self.pad_token_id if self.pad_token_id is not None else 0  # what pads a request's rows

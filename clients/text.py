@@ -155,12 +155,8 @@ class TextClient(ModelClient[Context]):
         self.text = spec.text
         self.sequence_length = spec.text.sequence_length
         self.tokenizer = load_tokenizer(spec.text)
-        # A second tokenizer that cuts to the sequence length: a tokenizer's settings are shared by the
-        # threads that use it, so truncation is a tokenizer of its own, not a setting changed per request.
-        self.truncating = copy.deepcopy(self.tokenizer)
-        self.truncating.enable_truncation(self.sequence_length)
-        # plain text through a twin of the tokenizer (clients.plain_text); a cut text, rarer, without one
-        self.encoders = Encoder(self.tokenizer), Encoder(self.truncating, twin=False)
+        self.encoder = Encoder(self.tokenizer)  # plain text through a twin of the tokenizer (clients.plain_text)
+        self._truncating: Encoder | None = None
         pad = special_token(spec.text, "pad_token")
         self.pad_token_id = self.tokenizer.token_to_id(pad) if pad else None  # None: the tokenizer has none
         self.pad_id = self.pad_token_id if self.pad_token_id is not None else 0  # what pads a request's rows
@@ -184,16 +180,28 @@ class TextClient(ModelClient[Context]):
     ) -> Encoding:
         """The text (and its pair) as the model reads it; too long a 400 (``hint``: what else the caller
         can do) unless ``truncation``. Its offsets are (0, 0) unless the family reads them (``OFFSETS``)."""
-        whole, truncating = self.encoders
-        encoding = whole.encode(text, pair, self.OFFSETS)
+        encoding = self.encoder.encode(text, pair, self.OFFSETS)
         if len(encoding.ids) <= self.sequence_length:
             return encoding
         if truncation:
-            return truncating.encode(text, pair, self.OFFSETS)
+            return self.truncating.encode(text, pair, self.OFFSETS)
         raise InvalidInput(
             f"{where} is {len(encoding.ids)} tokens (special tokens included), over the model's limit of "
             f"{self.sequence_length}; shorten it, or {hint}"
         )
+
+    @property
+    def truncating(self) -> Encoder:
+        """A second tokenizer that cuts to the sequence length: a tokenizer's settings are shared by the
+        threads that use it, so truncation is a tokenizer of its own, not a setting changed per request.
+        Built on the first text that asks to be cut (a tokenizer of a 30k vocabulary holds 6 MiB, and
+        most models never cut one), without a plain-text twin; two threads that build it at once build
+        the same one."""
+        if self._truncating is None:
+            tokenizer = copy.deepcopy(self.tokenizer)
+            tokenizer.enable_truncation(self.sequence_length)
+            self._truncating = Encoder(tokenizer, twin=False)
+        return self._truncating
 
     def arrays(self, encodings: Sequence[Encoding]) -> dict[str, np.ndarray]:
         """An item's input arrays, one row per encoding, each as long as the longest (no batch padding yet).

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from tokenizers import Encoding
+from tokenizers import Encoding, Tokenizer
 
 from app.core.errors import InvalidInput
 from clients.entities import STRATEGIES, Labels, Vocabulary, Window, entities
@@ -52,7 +52,15 @@ class TokenClassificationClient(TextClient[Tagged]):
         self.label_table = Labels.of(self.labels)  # the labels as clients.entities reads them, "O" ignored
         self.logits_name = self.spec.outputs[0].name
         self.vocabulary = Vocabulary.of(self.tokenizer, special_token(self.text, "unk_token"))
-        self.raw_tokenizer = raw_copy(self.tokenizer)  # the windows' encoder (clients.entities.windows)
+        self._raw_tokenizer: Tokenizer | None = None
+
+    @property
+    def raw_tokenizer(self) -> Tokenizer:
+        """The windows' encoder (``clients.text.windows``), built on the first text sent with a stride (a
+        tokenizer of a 30k vocabulary holds 6 MiB); two threads that build it at once build the same one."""
+        if self._raw_tokenizer is None:
+            self._raw_tokenizer = raw_copy(self.tokenizer)
+        return self._raw_tokenizer
 
     def option_limits(self) -> Mapping[str, float]:
         # a window keeps at least one token of its own besides the overlap and the special tokens

@@ -22,6 +22,7 @@ windows); a chunk's rows go to Triton in calls of at most ``max_batch_size`` row
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -156,7 +157,6 @@ class TextClient(ModelClient[Context]):
         self.sequence_length = spec.text.sequence_length
         self.tokenizer = load_tokenizer(spec.text)
         self.encoder = Encoder(self.tokenizer)  # plain text through a twin of the tokenizer (clients.plain_text)
-        self._truncating: Encoder | None = None
         pad = special_token(spec.text, "pad_token")
         self.pad_token_id = self.tokenizer.token_to_id(pad) if pad else None  # None: the tokenizer has none
         self.pad_id = self.pad_token_id if self.pad_token_id is not None else 0  # what pads a request's rows
@@ -190,18 +190,15 @@ class TextClient(ModelClient[Context]):
             f"{self.sequence_length}; shorten it, or {hint}"
         )
 
-    @property
+    @functools.cached_property
     def truncating(self) -> Encoder:
         """A second tokenizer that cuts to the sequence length: a tokenizer's settings are shared by the
         threads that use it, so truncation is a tokenizer of its own, not a setting changed per request.
         Built on the first text that asks to be cut (a tokenizer of a 30k vocabulary holds 6 MiB, and
-        most models never cut one), without a plain-text twin; two threads that build it at once build
-        the same one."""
-        if self._truncating is None:
-            tokenizer = copy.deepcopy(self.tokenizer)
-            tokenizer.enable_truncation(self.sequence_length)
-            self._truncating = Encoder(tokenizer, twin=False)
-        return self._truncating
+        most models never cut one), without a plain-text twin."""
+        tokenizer = copy.deepcopy(self.tokenizer)
+        tokenizer.enable_truncation(self.sequence_length)
+        return Encoder(tokenizer, twin=False)
 
     def arrays(self, encodings: Sequence[Encoding]) -> dict[str, np.ndarray]:
         """An item's input arrays, one row per encoding, each as long as the longest (no batch padding yet).

@@ -13,6 +13,7 @@ refused. ``model.toml`` may set the default strategy (``[postprocess] aggregatio
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,15 +53,12 @@ class TokenClassificationClient(TextClient[Tagged]):
         self.label_table = Labels.of(self.labels)  # the labels as clients.entities reads them, "O" ignored
         self.logits_name = self.spec.outputs[0].name
         self.vocabulary = Vocabulary.of(self.tokenizer, special_token(self.text, "unk_token"))
-        self._raw_tokenizer: Tokenizer | None = None
 
-    @property
+    @functools.cached_property
     def raw_tokenizer(self) -> Tokenizer:
         """The windows' encoder (``clients.text.windows``), built on the first text sent with a stride (a
-        tokenizer of a 30k vocabulary holds 6 MiB); two threads that build it at once build the same one."""
-        if self._raw_tokenizer is None:
-            self._raw_tokenizer = raw_copy(self.tokenizer)
-        return self._raw_tokenizer
+        tokenizer of a 30k vocabulary holds 6 MiB)."""
+        return raw_copy(self.tokenizer)
 
     def option_limits(self) -> Mapping[str, float]:
         # a window keeps at least one token of its own besides the overlap and the special tokens

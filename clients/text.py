@@ -208,15 +208,14 @@ class TextClient(ModelClient[Context]):
         longest = max(lengths)
         ids = np.full((len(encodings), longest), self.pad_id, dtype=np.int64)
         mask = np.zeros((len(encodings), longest), dtype=np.int64)
-        types = np.zeros((len(encodings), longest), dtype=np.int64)
+        arrays = {"input_ids": ids, "attention_mask": mask}
+        if self.token_type_ids:
+            arrays["token_type_ids"] = np.zeros((len(encodings), longest), dtype=np.int64)
         for row, (encoding, token_ids, n) in enumerate(zip(encodings, rows, lengths, strict=True)):
             ids[row, :n] = token_ids
             mask[row, :n] = 1
             if self.token_type_ids:
-                types[row, :n] = encoding.type_ids
-        arrays = {"input_ids": ids, "attention_mask": mask}
-        if self.token_type_ids:
-            arrays["token_type_ids"] = types
+                arrays["token_type_ids"][row, :n] = encoding.type_ids
         return arrays
 
     def _stack(self, arrays: Sequence[Mapping[str, np.ndarray]], tensors=None) -> dict[str, np.ndarray]:

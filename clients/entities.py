@@ -15,7 +15,8 @@ What it mirrors, step by step:
   once (numpy arrays, not the pipeline's dict per token): argmaxes, sub-words, word and group boundaries
   from label arrays; the filter is applied to the groups before they are given a score and a word, so
   that only the groups an answer shows cost Python work (decoding, dicts), and of a window's encoding
-  only their tokens' offsets are read (``EncodingOffsets``). The label table (``Labels``) is built once.
+  only their tokens' offsets are read (``EncodingOffsets``; or those ``clients.plain_text.Spans``
+  rebuilt). The label table (``Labels``) is built once.
 - ``Vocabulary``: what those steps ask of the transformers tokenizer, read from the ``tokenizers.Tokenizer``
   of the folder's ``tokenizer.json``: ``convert_ids_to_tokens`` (the model's ``id_to_token``),
   ``convert_tokens_to_string`` (the backend decoder's ``decode``, or the tokens joined by spaces without a
@@ -67,22 +68,31 @@ class EncodingOffsets:
 @dataclass(frozen=True)
 class Window:
     """One window of a text as the model saw it (no padding): token ids (a list, or an integer array),
-    character offsets into the text ((start, end) pairs of ints, as an Encoding gives them, or the
-    Encoding's ``EncodingOffsets``), special-tokens mask (0 or 1 each), and the model's logits [len(ids),
-    labels]."""
+    character offsets into the text ((start, end) pairs of ints, as an Encoding gives them, the Encoding's
+    ``EncodingOffsets``, or an integer array [len(ids), 2]), special-tokens mask (0 or 1 each), and the
+    model's logits [len(ids), labels]."""
 
     ids: Sequence[int] | np.ndarray
-    offsets: Sequence[tuple[int, int]] | EncodingOffsets
+    offsets: Sequence[tuple[int, int]] | EncodingOffsets | np.ndarray
     special_tokens_mask: Sequence[int]
     logits: np.ndarray
 
     @classmethod
-    def of(cls, encoding: tokenizers.Encoding, logits: np.ndarray, ids: np.ndarray | None = None) -> Window:
+    def of(
+        cls,
+        encoding: tokenizers.Encoding,
+        logits: np.ndarray,
+        ids: np.ndarray | None = None,
+        offsets: np.ndarray | None = None,
+    ) -> Window:
         """A window from its encoding and the logits of its tokens (padding rows, if any, cut off); ``ids``,
-        where at hand, its row of the model's input_ids (cheaper than the encoding's list of them)."""
+        where at hand, its row of the model's input_ids (cheaper than the encoding's list of them);
+        ``offsets``, where the encoding's own are not the tokens' (``clients.plain_text.Spans`` rebuilt
+        them), its tokens' [len(encoding), 2]."""
         n = len(encoding)
         ids = encoding.ids if ids is None else ids[:n]
-        return cls(ids, EncodingOffsets(encoding), encoding.special_tokens_mask, np.asarray(logits)[:n])
+        found = EncodingOffsets(encoding) if offsets is None else offsets
+        return cls(ids, found, encoding.special_tokens_mask, np.asarray(logits)[:n])
 
 
 @dataclass(frozen=True)
@@ -171,6 +181,8 @@ class _PreEntities:
         offsets = self.window.offsets
         if isinstance(offsets, EncodingOffsets):
             return offsets.spans(positions)
+        if isinstance(offsets, np.ndarray):
+            return list(map(tuple, offsets[positions].tolist()))
         return [offsets[p] for p in positions]
 
     def word(self, position: int, token_id: int) -> str | None:
@@ -189,8 +201,10 @@ class _PreEntities:
     def is_subword(self) -> np.ndarray:
         """The "is_subword" of every token (bool array)."""
         window, text = self.window, self.text
-        offsets = np.fromiter(itertools.chain.from_iterable(window.offsets), np.int64, 2 * len(self.ids))
-        starts, ends = offsets.reshape(-1, 2)[self.index].T
+        offsets = window.offsets
+        if not isinstance(offsets, np.ndarray):
+            offsets = np.fromiter(itertools.chain.from_iterable(offsets), np.int64, 2 * len(self.ids)).reshape(-1, 2)
+        starts, ends = offsets[self.index].T
         ids = self.ids[self.index]
         if self.vocabulary.word_aware:
             # len(word) != len(word_ref): "##ing" against "ing", a token longer than its text is a continuation

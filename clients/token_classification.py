@@ -31,17 +31,19 @@ NONE = "none"
 
 @dataclass(frozen=True)
 class Tagged:
-    """What postprocess needs of one text: the text, the encodings of its windows (one without stride) and
-    their input_ids (a row each, as preprocess made them)."""
+    """What postprocess needs of one text: the text, the encodings of its windows (one without stride),
+    their input_ids (a row each, as preprocess made them) and, where the encoder rebuilt them, the one
+    window's [tokens, 2] character offsets (the encoding's own are then (0, 0))."""
 
     text: str
     encodings: Sequence[Encoding]
     ids: np.ndarray
+    offsets: np.ndarray | None = None
 
 
 class TokenClassificationClient(TextClient[Tagged]):
     family = "token_classification"
-    OFFSETS = True  # an entity's "start" and "end"
+    SPANS = True  # an entity's "start" and "end"
     OPTIONS = (
         Option("aggregation_strategy", str, default=NONE, choices=STRATEGIES),
         Option("stride", int, 0, 100_000),
@@ -68,21 +70,28 @@ class TokenClassificationClient(TextClient[Tagged]):
         text = self.check_text(item, where)
         stride = options["stride"]
         if stride is None:
-            encodings = [self.encode(text, None, where, truncation=False, hint='send "stride": n')]
-        else:
-            if options["aggregation_strategy"] == NONE:
-                raise InvalidInput(
-                    'payload.stride needs an aggregation_strategy other than "none" (the windows\' entities '
-                    "are merged by word)"
-                )
-            try:
-                encodings = windows(self.tokenizer, text, self.sequence_length, stride, self.raw_tokenizer)
-            except ValueError as error:  # a stride the windows cannot take (options bound it first)
-                raise InvalidInput(f"payload.stride {stride}: {error}") from None
+            encoding, taken = self.encoder.encode_spans(text)
+            arrays = self.arrays([self.checked(encoding, where, 'send "stride": n')])
+            offsets = None if taken is None else self.encoder.spans(taken, arrays["input_ids"][0])
+            if taken is not None and offsets is None:  # a text Spans cannot read after all: the tokenizer's own
+                encoding = self.encoder.encode(text)
+            return arrays, Tagged(text, [encoding], arrays["input_ids"], offsets)
+        if options["aggregation_strategy"] == NONE:
+            raise InvalidInput(
+                'payload.stride needs an aggregation_strategy other than "none" (the windows\' entities '
+                "are merged by word)"
+            )
+        try:
+            encodings = windows(self.tokenizer, text, self.sequence_length, stride, self.raw_tokenizer)
+        except ValueError as error:  # a stride the windows cannot take (options bound it first)
+            raise InvalidInput(f"payload.stride {stride}: {error}") from None
         arrays = self.arrays(encodings)
         return arrays, Tagged(text, encodings, arrays["input_ids"])
 
     def postprocess(self, outputs: Mapping[str, np.ndarray], context: Tagged, options: Mapping[str, Any]) -> list:
         logits = outputs[self.logits_name].astype(np.float32, copy=False)
-        found = [Window.of(encoding, logits[row], context.ids[row]) for row, encoding in enumerate(context.encodings)]
+        found = [
+            Window.of(encoding, logits[row], context.ids[row], context.offsets)
+            for row, encoding in enumerate(context.encodings)
+        ]
         return entities(context.text, found, self.label_table, options["aggregation_strategy"], self.vocabulary)

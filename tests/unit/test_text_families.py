@@ -249,7 +249,10 @@ def test_the_real_all_minilm_l6_v2_gives_real_similarities(tmp_path):
 @pytest.mark.parametrize("name", TAGGERS)
 def test_entities_equal_the_pipeline(built, clients, name):
     reference = _pipeline("token-classification", folder(built, name))
-    texts = [CORPUS[4], CORPUS[5], "  Paris,  London and New York!  "]
+    # plain texts (BERT's: offsets rebuilt by clients.plain_text.Spans), one with an added token's "[",
+    # one that is not plain, one with words the small vocabulary does not hold (unknown tokens)
+    texts = [CORPUS[4], CORPUS[5], "  Paris,  London and New York!  ", "[CLS] Merkel\tin Paris", CORPUS[10]]
+    texts.append("Qwxz vkjq: Smith in Berlin.")
     for strategy in ("none", "simple", "first", "average", "max"):
         ours, _ = clients[name].inference({"text": texts, "aggregation_strategy": strategy})
         for text, answer in zip(texts, ours):
@@ -263,6 +266,21 @@ def test_entities_equal_the_pipeline(built, clients, name):
     assert [(e["entity_group"], e["start"], e["end"]) for e in stride] == [
         (e["entity_group"], e["start"], e["end"]) for e in theirs
     ]
+
+
+def test_entities_equal_the_pipeline_where_the_offsets_are_not_rebuilt(built, clients, monkeypatch):
+    """A text whose rebuilt offsets fail their checks is encoded again with the tokenizer's own."""
+    client = clients["ner_bert"]
+    assert client.encoder.encode_spans(CORPUS[4])[1] is not None  # the text the tests above rebuild
+    monkeypatch.setattr(client.encoder.plain, "spans", lambda text, ids: None)
+    reference = _pipeline("token-classification", folder(built, "ner_bert"))
+    for strategy in ("none", "simple"):
+        answer = client.inference({"text": CORPUS[4], "aggregation_strategy": strategy})[0]
+        theirs = reference(CORPUS[4], aggregation_strategy=strategy)
+        assert [(e["word"], e["start"], e["end"]) for e in answer] == [
+            (e["word"], e["start"], e["end"]) for e in theirs
+        ]
+        assert any(e["start"] > 0 for e in answer)
 
 
 def test_a_long_text_without_stride_is_refused_naming_stride(clients):

@@ -135,6 +135,7 @@ class FolderFillMaskClient(TextClient[Encoded], FillMaskClient):
     """A Hugging Face masked-LM folder: ``clients.text``'s tokenizer, length check and length buckets."""
 
     LONG_TEXT_HINT = "send only the words around its mask"
+    BARE = False  # every text holds the mask, an added token: the tokenizer's twin takes it
 
     def configure(self) -> None:
         super().configure()
@@ -168,7 +169,7 @@ class VocabFillMaskClient(FillMaskClient):
         super().configure()
         spec = self.spec
         self.tokenizer = load_tokenizer(spec)
-        self.encoder = Encoder(self.tokenizer)  # plain text through its twin (clients.plain_text)
+        self.encoder = Encoder(self.tokenizer, bare=False)  # plain text through its twin (clients.plain_text)
         self.sequence_length = int(spec.preprocess.get("sequence_length", spec.inputs[0].dims[-1]))
         ids = {token: self.tokenizer.token_to_id(token) for token in (MASK_TOKEN, PAD_TOKEN, SEP_TOKEN)}
         missing = [token for token, i in ids.items() if i is None]

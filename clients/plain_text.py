@@ -149,31 +149,40 @@ class Spans:
 
 
 class Plain:
-    """What plain text goes through: the bare twin (and what a text is given to it as), the twin (built
-    on the first text that needs it: most texts never hold an added token's character), and ``Spans``
-    where asked for and the tokenizer allows it."""
+    """What plain text goes through: the bare twin (and what a text is given to it as), the twin, and
+    ``Spans`` where asked for and the tokenizer allows it. A copy of a tokenizer holds as much as the
+    tokenizer (6 MiB for a vocabulary of 30k): without ``bare`` (a family whose every text holds an added
+    token, the mask) there is no bare twin; with it, the twin is built on the first text that needs it
+    (most texts never hold an added token's character)."""
 
-    def __init__(self, tokenizer: Tokenizer, spans: bool) -> None:
+    def __init__(self, tokenizer: Tokenizer, spans: bool, bare: bool) -> None:
         normalizer = tokenizer.normalizer
         self.tokenizer = tokenizer
         self.lowercase = normalizer.lowercase
         self.added = added_starts(tokenizer)
-        self.bare = Tokenizer.from_str(tokenizer.to_str())
-        self.bare.normalizer = None
-        self.spans = Spans.of(self.bare) if spans else None
+        self.bare: Tokenizer | None = None
+        if bare:
+            self.bare = Tokenizer.from_str(tokenizer.to_str())
+            self.bare.normalizer = None
+        else:
+            self.twin  # noqa: B018 (built now: it takes every text)
+        self.spans = Spans.of(self.bare) if spans and self.bare is not None else None
 
     @classmethod
-    def of(cls, tokenizer: Tokenizer, spans: bool = False) -> Plain | None:
+    def of(cls, tokenizer: Tokenizer, spans: bool = False, bare: bool = True) -> Plain | None:
         """None where the tokenizer's normalizer is not BERT's."""
-        return cls(tokenizer, spans) if isinstance(tokenizer.normalizer, normalizers.BertNormalizer) else None
+        if not isinstance(tokenizer.normalizer, normalizers.BertNormalizer):
+            return None
+        return cls(tokenizer, spans, bare)
 
     @functools.cached_property
     def twin(self) -> Tokenizer:
         return plain_twin(self.tokenizer)
 
     def bare_text(self, text: str) -> str | None:
-        """The text as the bare twin takes it; None where it may hold an added token."""
-        if self.added is not None and self.added.search(text) is not None:
+        """The text as the bare twin takes it; None where it may hold an added token (or there is no bare
+        twin)."""
+        if self.bare is None or self.added is not None and self.added.search(text) is not None:
             return None
         return text.lower() if self.lowercase else text
 
@@ -181,11 +190,11 @@ class Plain:
 class Encoder:
     """A tokenizer's ``encode``, through its plain-text twins where the text (and its pair) allow it."""
 
-    def __init__(self, tokenizer: Tokenizer, twin: bool = True, spans: bool = False) -> None:
-        """``twin=False``: the tokenizer alone (a twin of bert-base-uncased's holds 6 MiB: a rare path does
-        without them); ``spans``: ``encode_spans`` rebuilds offsets where it can."""
+    def __init__(self, tokenizer: Tokenizer, twin: bool = True, spans: bool = False, bare: bool = True) -> None:
+        """``twin=False``: the tokenizer alone (a rare path does without copies); ``spans``: ``encode_spans``
+        rebuilds offsets where it can; ``bare=False``: no bare twin (``Plain``)."""
         self.tokenizer = tokenizer
-        self.plain = Plain.of(tokenizer, spans) if twin else None
+        self.plain = Plain.of(tokenizer, spans, bare) if twin else None
 
     def pick(self, text: str, pair: str | None = None) -> tuple[Tokenizer, str, str | None]:
         """The tokenizer the text (and its pair) go through, and the text and pair as it takes them."""

@@ -145,6 +145,9 @@ class TextClient(ModelClient[Context]):
     # encoder then rebuilds them where it can (clients.plain_text.Spans); the others' texts are encoded
     # without them (a 496-token text 0.47 ms, not 0.63)
     SPANS = False
+    # Whether the family's texts may go through a bare twin (clients.plain_text): not where every text
+    # holds an added token (the fill-mask's mask)
+    BARE = True
 
     def configure(self) -> None:
         super().configure()
@@ -157,7 +160,7 @@ class TextClient(ModelClient[Context]):
         self.text = spec.text
         self.sequence_length = spec.text.sequence_length
         self.tokenizer = load_tokenizer(spec.text)
-        self.encoder = Encoder(self.tokenizer, spans=self.SPANS)  # plain text through twins (clients.plain_text)
+        self.encoder = Encoder(self.tokenizer, spans=self.SPANS, bare=self.BARE)  # plain text through twins
         pad = special_token(spec.text, "pad_token")
         self.pad_token_id = self.tokenizer.token_to_id(pad) if pad else None  # None: the tokenizer has none
         self.pad_id = self.pad_token_id if self.pad_token_id is not None else 0  # what pads a request's rows

@@ -202,3 +202,18 @@ def test_tokenizers_without_bert_s_normalizer_have_no_twin(build):
     encoding, taken = encoder.encode_spans("plain text")
     assert taken is None and encoding.offsets == tokenizer.encode("plain text").offsets
     assert Spans.of(tokenizer) is None
+
+
+def test_without_a_bare_twin_every_plain_text_takes_the_twin_built_at_start():
+    """A fill-mask's texts all hold its mask (an added token): it keeps one copy of its tokenizer, the
+    twin; the other families keep the bare twin and build the twin on the first text that needs it."""
+    tokenizer = minilm_tokenizer()
+    masked = Encoder(tokenizer, bare=False)
+    assert masked.plain.bare is None and "twin" in vars(masked.plain)
+    for text in ("no mask here", "a [MASK] here"):
+        assert masked.pick(text)[0] is masked.plain.twin
+        assert seen(masked.encode(text)) == seen(tokenizer.encode(text))
+    encoder = Encoder(tokenizer)
+    encoder.encode("no added token's character")
+    assert "twin" not in vars(encoder.plain)
+    assert encoder.pick("a [MASK] here")[0] is encoder.plain.twin

@@ -25,6 +25,13 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from app.core.errors import InvalidInput
 
+# One thread for OpenCV's own calls (resize, borders, tables): the sizing plan counts each router
+# worker thread and each python-step instance as one CPU, and OpenCV's pool (a thread per core) would
+# spread every call over all cores: on 2 cores a lone 768x576 letterbox costs 0.86 ms of CPU on the
+# pool against 0.65 on one thread; preprocessing's throughput with both cores busy does not move
+# (python -m scripts.bench.preprocessing, its router-opencv-pool side).
+cv2.setNumThreads(1)
+
 # Our own limit (settings.max_image_pixels) is checked from the header before decoding;
 # PIL's bomb check would fire first, with its own limit and message, so it is turned off.
 Image.MAX_IMAGE_PIXELS = None

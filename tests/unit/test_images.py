@@ -272,3 +272,15 @@ def test_per_channel_scale_and_offset():
     assert lut.shape == (3, 256) and lut.dtype == np.float32
     assert lut[:, 255].tolist() == pytest.approx([1.0, 1.0, 255.5])
     assert lut[:, 0].tolist() == pytest.approx([0.0, -1.0, 0.5])
+
+
+def test_opencv_runs_each_call_on_the_calling_thread_alone():
+    """The sizing plan counts a router worker thread (and a python-step instance) as one CPU: OpenCV's
+    own pool, one thread per core by default, would spread each letterbox over every core."""
+    import subprocess
+    import sys
+
+    code = "import clients.images, cv2; print(cv2.getNumThreads())"
+    assert subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.split() == [
+        "1"
+    ]

@@ -112,6 +112,7 @@ def test_figures_per_request_and_per_text():
     assert made["network_cpu_ms_per_text"] == pytest.approx(10.0)  # Triton's CPU a text
     assert made["client_cpu_ms"] == pytest.approx(8.0) and made["requests"] == 50
     assert [r["requests_per_s"] for r in made["by_round"]] == [5.0, 5.0]
+    assert [r["router_cpu_ms"] for r in made["by_round"]] == [pytest.approx(25.0), pytest.approx(50.0 / 3)]
     encode = plan.Row("sentence_embedding", "short", 32, 1, "encode")
     own = report.figures(encode, [cell(4, 2.0, {"own": 1.28, "router": 0.01})], 10.0)
     assert own["router_cpu_ms"] is None and own["client_cpu_ms"] is None  # the stack idles: no figure of it
@@ -158,6 +159,13 @@ def test_router_cpu_within_the_margin_of_the_fill_mask_passes():
     verdicts = report.cpu_verdicts(figures, ["short"])
     assert [v["passed"] for v in verdicts] == [True, False, True]
     assert verdicts[1]["value"] == pytest.approx(0.31) and "4.31 vs 4.00 ms" in verdicts[1]["detail"]
+    assert "by round" not in verdicts[1]["detail"]  # one round (none given): nothing to set side by side
+    rounds = by_key(
+        fill_mask__long={"router_cpu_ms": 4.0, "by_round": [{"router_cpu_ms": 4.2}, {"router_cpu_ms": 3.8}]},
+        token_classification__long={"router_cpu_ms": 4.2, "by_round": [{"router_cpu_ms": 4.0}, {"router_cpu_ms": 4.4}]},
+    )
+    detail = report.cpu_verdicts(rounds, ["long"])[1]["detail"]
+    assert detail == "4.20 vs 4.00 ms; by round -0.20, +0.60"
     missing = report.cpu_verdicts(by_key(text_classification__long={"router_cpu_ms": 1.0}), ["long"])
     assert [v["passed"] for v in missing] == [None, None, None]  # no fill-mask row: not measured, not a pass
 

@@ -95,7 +95,12 @@ def figures(row: Row, rounds: Sequence[Cell], tokens: float) -> dict[str, Any]:
         "network_cpu_ms_per_text": None if network is None else network / row.texts,
         "outside_cores": outside_cores(total),
         "by_round": [
-            {"requests_per_s": cell.summary()["throughput"], "outside_cores": outside_cores(cell)} for cell in rounds
+            {
+                "requests_per_s": cell.summary()["throughput"],
+                "router_cpu_ms": None if row.kind == ENCODE else _number(cell.summary().get("router_cpu_ms")),
+                "outside_cores": outside_cores(cell),
+            }
+            for cell in rounds
         ],
         "requests": summary.get("requests", 0),
         "errors": summary.get("errors", 0),
@@ -108,22 +113,37 @@ def _verdict(name: str, value: float | None, goal: str, passed: bool | None, det
     return {"name": name, "value": value, "goal": goal, "passed": passed, "detail": detail}
 
 
+def round_differences(row: Mapping[str, Any], reference: Mapping[str, Any]) -> list[float]:
+    """The row's router CPU per request less the reference's, round by round (the rows' rounds are
+    measured in the same interleaved rounds): how far apart the rounds are, next to the pooled figure."""
+    pairs = zip(row.get("by_round", []), reference.get("by_round", []))
+    found = [(ours.get("router_cpu_ms"), theirs.get("router_cpu_ms")) for ours, theirs in pairs]
+    return [a - b for a, b in found if a is not None and b is not None]
+
+
 def cpu_verdicts(by_key: Mapping[str, Mapping[str, Any]], lengths: Sequence[str], margin: float = CPU_MARGIN_MS):
-    """Each new family's router CPU per request against bert_base's fill-mask at the same length."""
+    """Each new family's router CPU per request against bert_base's fill-mask at the same length; with
+    several rounds, the detail gives each round's difference too."""
     found = []
     for length in lengths:
-        reference = by_key.get(f"{FILL_MASK}/{length}", {}).get("router_cpu_ms")
+        reference_row = by_key.get(f"{FILL_MASK}/{length}", {})
+        reference = reference_row.get("router_cpu_ms")
         for family in NEW_FAMILIES:
-            value = by_key.get(f"{family}/{length}", {}).get("router_cpu_ms")
+            row = by_key.get(f"{family}/{length}", {})
+            value = row.get("router_cpu_ms")
             measured = value is not None and reference is not None
             difference = value - reference if measured else None
+            detail = f"{value:.2f} vs {reference:.2f} ms" if measured else "not measured"
+            rounds = round_differences(row, reference_row) if measured else []
+            if len(rounds) > 1:
+                detail += f"; by round {', '.join(f'{d:+.2f}' for d in rounds)}"
             found.append(
                 _verdict(
                     f"router CPU/request, {family} {length} - fill_mask {length}",
                     difference,
                     f"<= +{margin:.2f} ms",
                     difference <= margin if measured else None,
-                    f"{value:.2f} vs {reference:.2f} ms" if measured else "not measured",
+                    detail,
                 )
             )
     return found

@@ -26,10 +26,9 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from app.core.errors import InvalidInput
 
 # One thread for OpenCV's own calls (resize, borders, tables): the sizing plan counts each router
-# worker thread and each python-step instance as one CPU, and OpenCV's pool (a thread per core) would
-# spread every call over all cores: on 2 cores a lone 768x576 letterbox costs 0.86 ms of CPU on the
-# pool against 0.65 on one thread; preprocessing's throughput with both cores busy does not move
-# (python -m scripts.bench.preprocessing, its router-opencv-pool side).
+# worker thread and each python-step instance as one CPU, and OpenCV's pool (a thread per core) spreads
+# every call over all cores. On 16 cores with 16 letterboxes at a time, the pool gave 0.41 to 0.49 of
+# one thread's images/s; a lone call, 2.3 to 2.7 times one thread's (python -m scripts.bench.opencv_threads).
 cv2.setNumThreads(1)
 
 # Our own limit (settings.max_image_pixels) is checked from the header before decoding;

@@ -391,10 +391,8 @@ def test_preprocessing_bench_runs(capsys):
         ("resnet", "router-exact"),
         ("resnet", "dali-cpu"),
         ("yolov5", "router"),
-        ("yolov5", "router-opencv-pool"),
         ("yolov5", "dali-cpu"),
     } <= set(rows)
     assert float(rows[("resnet", "router-exact")][-2]) <= RESNET_MEAN_LEVELS  # mean |dali - router| in levels
     assert float(rows[("yolov5", "router")][-2]) <= YOLOV5_MEAN_LEVELS
     assert "DALI CPU" in out and "x router" in out
-    assert "router with OpenCV on one thread / on its pool" in out

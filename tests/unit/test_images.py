@@ -284,3 +284,23 @@ def test_opencv_runs_each_call_on_the_calling_thread_alone():
     assert subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.split() == [
         "1"
     ]
+
+
+def test_the_opencv_threads_benchmark_sets_one_thread_against_the_pool(capsys):
+    """``python -m scripts.bench.opencv_threads``, a smoke run: both sides measured for every photo and
+    caller count, the ratio printed, and OpenCV left on the one thread it had."""
+    import cv2
+
+    from scripts.bench import opencv_threads
+
+    assert opencv_threads.main(["--callers", "1,2", "--rounds", "1", "--seconds", "0.05"]) == 0
+    out = capsys.readouterr().out
+    for photo in opencv_threads.SIZES:
+        for callers in (1, 2):
+            assert f"{photo}, {callers} callers: one thread / pool: " in out
+    rows = [line for line in out.splitlines() if line.startswith(tuple(opencv_threads.SIZES))]
+    table = [line.split() for line in rows if "/" not in line]
+    assert len(table) == 8 and all(float(row[-2]) > 0 for row in table)  # 2 photos x 2 caller counts x 2 sides
+    assert cv2.getNumThreads() == 1
+    with pytest.raises(SystemExit):
+        opencv_threads.parse_args(["--callers", "0"])

@@ -6,8 +6,6 @@ side by side in one run on the same photos and the same number of threads:
   (one gunicorn worker's threads; PIL and OpenCV release the GIL while they decode and resize).
   A classifier served on its fast path (``fast_path = true``: JPEG draft-mode decode) is measured
   on it and on the exact path (``router-exact``: torchvision's pixels, what DALI reproduces);
-- ``router-opencv-pool``: the ``router`` side with OpenCV on its default pool (a thread per core)
-  instead of the one thread ``clients.images`` gives it, what each call cost before that;
 - ``dali-cpu``: the Triton preprocessing step's DALI pipeline (scripts/model_prep/dali_pipeline.py)
   on DALI's CPU operators, ``--threads`` DALI threads, batches of ``--batch`` images.
 
@@ -44,8 +42,6 @@ from scripts.terminal import text_table
 SAMPLES = PROJECT_ROOT / "build" / "samples"
 IMAGE_FAMILIES = ("image_classification", "detection")
 ROUTER_SIDE, EXACT_SIDE, DALI_SIDE = "router", "router-exact", "dali-cpu"
-POOL_SIDE = "router-opencv-pool"
-OPENCV_DEFAULT_THREADS = -1  # cv2.setNumThreads: OpenCV's default, a thread per core
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -107,17 +103,9 @@ class Side:
     seconds: float = 0.0
     errors: int = 0
     first_error: str = ""
-    opencv_threads: int = 1  # what cv2.setNumThreads is given for this side's turns
 
     def measure(self, seconds: float) -> None:
-        import cv2
-
-        before = cv2.getNumThreads()
-        cv2.setNumThreads(self.opencv_threads)
-        try:
-            load = run_load(self.call, self.concurrency, seconds)
-        finally:
-            cv2.setNumThreads(before)
+        load = run_load(self.call, self.concurrency, seconds)
         self.images += load.work * self.images_per_call
         self.seconds += load.window_s
         self.errors += load.errors
@@ -145,9 +133,6 @@ def bench_model(spec: ModelSpec, photos: Sequence[bytes], args: argparse.Namespa
     batches = [[photos[(k * batch + i) % len(photos)] for i in range(batch)] for k in range(len(photos))]
     batch_counter = itertools.count()
     sides = [Side(name, 1, router_call(client), args.threads) for name, client in clients.items()]
-    sides.append(
-        Side(POOL_SIDE, 1, router_call(clients[ROUTER_SIDE]), args.threads, opencv_threads=OPENCV_DEFAULT_THREADS)
-    )
 
     def dali_call() -> Any:
         return dali_pipeline.run_cpu(pipeline, batches[next(batch_counter) % len(batches)])
@@ -189,7 +174,7 @@ def bench_model(spec: ModelSpec, photos: Sequence[bytes], args: argparse.Namespa
         }
         if side.name == DALI_SIDE:
             row["vs_router"] = {s.name: side.rate / s.rate if s.rate else float("nan") for s in sides[:-1]}
-        elif side.name in diffs:
+        else:
             row["diff_levels"] = (float(np.mean(diffs[side.name])), max(diffs[side.name]))
         rows.append(row)
     return rows
@@ -244,12 +229,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = [row for spec in specs for row in bench_model(spec, photos, args)]
     print(f"\n{format_rows(rows)}")
     for row in rows:
-        if row["side"] == POOL_SIDE:
-            own = next(r for r in rows if r["model"] == row["model"] and r["side"] == ROUTER_SIDE)["images_per_s"]
-            print(
-                f"{row['model']}: router with OpenCV on one thread / on its pool: "
-                f"{own / row['images_per_s']:.2f}x images/s"
-            )
         if row["side"] == DALI_SIDE:
             ratios = ", ".join(f"{rate:.2f}x {side}" for side, rate in row["vs_router"].items())
             print(f"{row['model']}: DALI CPU {row['images_per_s']:.1f} images/s = {ratios}")

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import tokenizers
 
+from clients.plain_text import id_tokens
 from clients.reductions import best, first_max, nanmeans, softmax
 
 STRATEGIES = ("none", "simple", "first", "average", "max")
@@ -115,10 +116,12 @@ class Vocabulary:
         object.__setattr__(self, "lengths", lengths)
 
     @classmethod
-    def of(cls, tokenizer: tokenizers.Tokenizer, unk_token: str | None) -> Vocabulary:
-        """``unk_token``: the tokenizer's ``unk_token`` (tokenizer_config.json), or None where it has none."""
-        size = max(tokenizer.get_vocab(with_added_tokens=True).values(), default=-1) + 1
-        tokens = tuple(tokenizer.id_to_token(i) for i in range(size))
+    def of(
+        cls, tokenizer: tokenizers.Tokenizer, unk_token: str | None, tokens: tuple[str | None, ...] | None = None
+    ) -> Vocabulary:
+        """``unk_token``: the tokenizer's ``unk_token`` (tokenizer_config.json), or None where it has none;
+        ``tokens``: its ``clients.plain_text.id_tokens`` where already read."""
+        tokens = id_tokens(tokenizer) if tokens is None else tokens
         decoder = copy.deepcopy(tokenizer.decoder) if tokenizer.decoder is not None else None
         word_aware = bool(getattr(tokenizer.model, "continuing_subword_prefix", None))
         unk_id = tokenizer.token_to_id(unk_token) if unk_token is not None else None

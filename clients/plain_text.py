@@ -69,6 +69,13 @@ def added_starts(tokenizer: Tokenizer) -> re.Pattern[str] | None:
     return re.compile("[" + "".join(map(re.escape, sorted(either))) + "]") if either else None
 
 
+def id_tokens(tokenizer: Tokenizer) -> tuple[str | None, ...]:
+    """Every id's token, added tokens included (None where no token has the id): a vocabulary of 30k
+    reads in about 40 ms, so a client reads it once (``Encoder.id_tokens``)."""
+    size = max(tokenizer.get_vocab(with_added_tokens=True).values(), default=-1) + 1
+    return tuple(tokenizer.id_to_token(i) for i in range(size))
+
+
 class Spans:
     """The character offsets of a WordPiece tokenizer's tokens after ``BertPreTokenizer``, rebuilt from
     their ids and the text, for a plain text with no added token in it (what the bare twin takes).
@@ -81,14 +88,15 @@ class Spans:
     rebuilt offsets are checked against the words (as many first pieces as words, each word's last piece
     ending where the word ends); a text that fails gives None."""
 
-    def __init__(self, tokenizer: Tokenizer, prefix: str, unk_id: int | None, head: int, tail: int) -> None:
-        size = max(tokenizer.get_vocab(with_added_tokens=True).values(), default=-1) + 1
-        tokens = [tokenizer.id_to_token(i) or "" for i in range(size)]
+    def __init__(self, tokens: tuple[str | None, ...], prefix: str, unk_id: int | None, head: int, tail: int) -> None:
+        """``tokens``: the tokenizer's ``id_tokens``, kept (``Encoder.id_tokens``)."""
+        self.tokens = tokens
+        texts = [t or "" for t in tokens]
         # a continuation is the prefix and a piece of a word (letters and digits): a first piece never
         # starts with the prefix, which is punctuation (Spans.of), a word of its own
-        continuing = np.array([t.startswith(prefix) and t[len(prefix) :].isalnum() for t in tokens], bool)
+        continuing = np.array([t.startswith(prefix) and t[len(prefix) :].isalnum() for t in texts], bool)
         self.first = ~continuing
-        self.lengths = np.array([len(t) for t in tokens], np.int64) - len(prefix) * continuing
+        self.lengths = np.array([len(t) for t in texts], np.int64) - len(prefix) * continuing
         self.unk_id = -1 if unk_id is None else unk_id
         self.head, self.tail = head, tail  # the special tokens before and after a text's tokens
         # bytes.translate tables: a text's bytes to 1 where a letter or digit, or punctuation, else 0
@@ -110,7 +118,7 @@ class Spans:
         if mask.count(0) != 1:
             return None
         head = mask.index(0)
-        return cls(tokenizer, prefix, tokenizer.token_to_id(model.unk_token), head, len(mask) - head - 1)
+        return cls(id_tokens(tokenizer), prefix, tokenizer.token_to_id(model.unk_token), head, len(mask) - head - 1)
 
     def __call__(self, text: str, ids: np.ndarray) -> np.ndarray | None:
         """[tokens, 2] offsets of one text's tokens ``ids`` (special tokens (0, 0)), as the tokenizer gives
@@ -195,6 +203,12 @@ class Encoder:
         rebuilds offsets where it can; ``bare=False``: no bare twin (``Plain``)."""
         self.tokenizer = tokenizer
         self.plain = Plain.of(tokenizer, spans, bare) if twin else None
+
+    @functools.cached_property
+    def id_tokens(self) -> tuple[str | None, ...]:
+        """The tokenizer's ``id_tokens``: those ``Spans`` read, or read now."""
+        spans = self.plain.spans if self.plain is not None else None
+        return spans.tokens if spans is not None else id_tokens(self.tokenizer)
 
     def pick(self, text: str, pair: str | None = None) -> tuple[Tokenizer, str, str | None]:
         """The tokenizer the text (and its pair) go through, and the text and pair as it takes them."""

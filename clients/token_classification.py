@@ -54,7 +54,7 @@ class TokenClassificationClient(TextClient[Tagged]):
         self.labels = self.text.labels
         self.label_table = Labels.of(self.labels)  # the labels as clients.entities reads them, "O" ignored
         self.logits_name = self.spec.outputs[0].name
-        self.vocabulary = Vocabulary.of(self.tokenizer, special_token(self.text, "unk_token"))
+        self.vocabulary = Vocabulary.of(self.tokenizer, special_token(self.text, "unk_token"), self.encoder.id_tokens)
 
     @functools.cached_property
     def raw_tokenizer(self) -> Tokenizer:

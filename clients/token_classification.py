@@ -22,7 +22,8 @@ import numpy as np
 from tokenizers import Encoding, Tokenizer
 
 from app.core.errors import InvalidInput
-from clients.entities import STRATEGIES, Labels, Vocabulary, Window, entities
+from clients.entities import STRATEGIES, Labels, entities
+from clients.entity_inputs import Vocabulary, Window
 from clients.options import Option
 from clients.text import TextClient, raw_copy, special_token, windows
 

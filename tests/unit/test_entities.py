@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import tokenizers
 
-from clients.entities import STRATEGIES, Vocabulary, Window, aggregate_overlapping, entities
+from clients.entities import STRATEGIES, aggregate_overlapping, entities
+from clients.entity_inputs import Vocabulary, Window
 from clients.reductions import PAIRWISE, nanmeans, softmax
 from clients.text import softmax as rowwise_softmax
 from clients.text import windows
@@ -428,7 +429,9 @@ def test_refusals() -> None:
     )
 
 
-def test_no_transformers_or_torch() -> None:
-    source = (Path(__file__).parents[2] / "clients" / "entities.py").read_text()
+@pytest.mark.parametrize("module", ["entities.py", "entity_inputs.py"])
+def test_no_transformers_or_torch(module) -> None:
+    source = (Path(__file__).parents[2] / "clients" / module).read_text()
     imports = [line for line in source.splitlines() if line.startswith(("import ", "from "))]
+    assert imports
     assert not [line for line in imports if "transformers" in line or "torch" in line]

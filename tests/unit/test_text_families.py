@@ -8,6 +8,7 @@ labels, words and character offsets exactly equal."""
 
 from __future__ import annotations
 
+import copy
 import warnings
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 
 from app.core.errors import InvalidInput
+from clients.text import windows, zero_single_types
 from tests.text_models import (
     CORPUS,
     TEST_MODELS,
@@ -206,6 +208,36 @@ def test_inputs_follow_the_model(built, clients):
     assert [t.name for t in clients["sentiment_bert"].spec.inputs] == ["input_ids", "attention_mask", "token_type_ids"]
     for name in ("topic_roberta", "reranker_xlmr", "embed_roberta_cls"):
         assert [t.name for t in clients[name].spec.inputs] == ["input_ids", "attention_mask"]
+
+
+def test_token_type_ids_are_the_tokenizers(clients):
+    # one text's type ids are all 0 under BERT's template, so its row keeps the zeros it starts with;
+    # a pair's, and one text's under a template that gives it another type id, are read
+    from tokenizers.processors import TemplateProcessing
+
+    client = clients["sentiment_bert"]
+    tokenizer = client.tokenizer
+    assert client.zero_single_types
+    encodings = [
+        tokenizer.encode("one text"),
+        tokenizer.encode("a query", "a passage about it"),
+        *windows(tokenizer, " ".join(CORPUS), 16, 4),
+    ]
+    assert 1 in encodings[1].type_ids
+    for encoding in encodings:
+        assert client.arrays([encoding])["token_type_ids"][0].tolist() == encoding.type_ids
+
+    ones = copy.deepcopy(tokenizer)
+    specials = [(token, tokenizer.token_to_id(token)) for token in ("[CLS]", "[SEP]")]
+    ones.post_processor = TemplateProcessing(
+        single="[CLS]:1 $A:1 [SEP]:1", pair="[CLS]:1 $A:1 [SEP]:1 $B:0 [SEP]:0", special_tokens=specials
+    )
+    other = copy.copy(client)
+    other.zero_single_types = zero_single_types(ones)
+    assert not other.zero_single_types
+    encoding = ones.encode("one text")
+    assert set(encoding.type_ids) == {1}
+    assert other.arrays([encoding])["token_type_ids"][0].tolist() == encoding.type_ids
 
 
 MINILM_SENTENCES = ("A man is eating food.", "A man is eating a piece of bread.", "A man is riding a horse.")

@@ -8,8 +8,8 @@ What it mirrors, step by step:
   ``preprocess``. Without ``stride`` the text is cut to the model's length (one window); with ``stride``
   (``_sanitize_parameters``) the fast tokenizer returns the text as overlapping windows
   (``return_overflowing_tokens``), each with its own special tokens, that share ``stride`` tokens with
-  the window before. The windows here are not padded (the pipeline pads them to
-  the longest; pad tokens are special tokens, which the post-processing skips anyway).
+  the window before. The windows here are not padded (the pipeline pads them to the longest; pad
+  tokens are special tokens, which the post-processing skips anyway).
 - ``entities``: ``postprocess`` for each window (softmax in numpy, ``gather_pre_entities``, ``aggregate``
   with ``aggregate_words``/``group_entities``, the ``ignore_labels`` filter), the windows' entities joined,
   then, with several windows, ``aggregate_overlapping_entities``. Each step runs on the whole window at

@@ -1,6 +1,7 @@
 """Token classification's post-processing: Hugging Face's ``TokenClassificationPipeline`` ported to numpy
-and the ``tokenizers`` library, so that the router answers, from the logits Triton returns, exactly the
-entities the pipeline would (transformers 5: ``pipelines/token_classification.py``).
+and the ``tokenizers`` library, so that the router answers, from the label probabilities Triton returns
+(the pipeline's softmax, run in the model's graph), exactly the entities the pipeline would
+(transformers 5: ``pipelines/token_classification.py``).
 
 What it mirrors, step by step:
 
@@ -10,7 +11,7 @@ What it mirrors, step by step:
   (``return_overflowing_tokens``), each with its own special tokens, that share ``stride`` tokens with
   the window before. The windows here are not padded (the pipeline pads them to the longest; pad
   tokens are special tokens, which the post-processing skips anyway).
-- ``entities``: ``postprocess`` for each window (softmax in numpy, ``gather_pre_entities``, ``aggregate``
+- ``entities``: ``postprocess`` for each window (``gather_pre_entities``, ``aggregate``
   with ``aggregate_words``/``group_entities``, the ``ignore_labels`` filter), the windows' entities joined,
   then, with several windows, ``aggregate_overlapping_entities``. Each step runs on the whole window at
   once (numpy arrays, not the pipeline's dict per token): argmaxes, sub-words, word and group boundaries
@@ -21,9 +22,10 @@ What it mirrors, step by step:
 - ``Vocabulary`` (``clients.entity_inputs``, with ``Window``): what those steps ask of the transformers
   tokenizer, read once from the folder's ``tokenizer.json``.
 
-Scores come out as Python floats; every intermediate keeps the pipeline's numpy dtypes (float32) so that
-softmaxes, means and argmaxes are the pipeline's own, bit for bit (``clients.reductions``: numpy's order of
-additions, over a whole window at once).
+Scores come out as Python floats; every intermediate keeps the pipeline's numpy dtypes (float32) so that,
+from the same probabilities, means and argmaxes are the pipeline's own, bit for bit (``clients.reductions``:
+numpy's order of additions, over a whole window at once). The graph's softmax is ONNX Runtime's (or
+TensorRT's), within 1e-6 of numpy's.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from clients.entity_inputs import EncodingOffsets, Vocabulary, Window
-from clients.reductions import best, first_max, nanmeans, softmax
+from clients.reductions import best, first_max, nanmeans
 
 STRATEGIES = ("none", "simple", "first", "average", "max")
 WORD_STRATEGIES = frozenset({"first", "average", "max"})
@@ -266,12 +268,12 @@ def entities(
     vocabulary: Vocabulary,
     ignore_labels: Sequence[str] = ("O",),
 ) -> list[dict]:
-    """Exactly the pipeline's list of entities for `text` (dict keys and their order as the pipeline
-    gives them; scores as Python floats), softmax computed as the pipeline does (numpy, float32).
+    """Exactly the pipeline's list of entities for `text` from its windows' label probabilities (dict keys
+    and their order as the pipeline gives them; scores as Python floats).
     ``labels``: the label names, or their ``Labels`` (built once; its filter is then the one it was built
     with, and ``ignore_labels`` is not read).
 
-    ``postprocess``, each step on a whole window at once: softmax, ``gather_pre_entities``, ``aggregate``
+    ``postprocess``, each step on a whole window at once: ``gather_pre_entities``, ``aggregate``
     (the best label of each token or word), ``group_entities`` and the ``ignore_labels`` filter (only the
     groups it keeps are given a score and a word)."""
     strategy = strategy.lower()
@@ -282,7 +284,7 @@ def entities(
     table = labels if isinstance(labels, Labels) else Labels.of(labels, ignore_labels)
     found: list[dict] = []
     for window in windows:
-        pre = _PreEntities(text, window, softmax(window.logits), vocabulary)
+        pre = _PreEntities(text, window, window.scores, vocabulary)
         if not len(pre):
             continue
         if strategy in WORD_STRATEGIES:

@@ -1,5 +1,5 @@
 """What token classification's post-processing (``clients.entities``) reads: a window of a text as the
-model saw it (``Window``: its ids, character offsets, special-tokens mask and logits; an ``Encoding``'s
+model saw it (``Window``: its ids, character offsets, special-tokens mask and label scores; an ``Encoding``'s
 offsets read through ``EncodingOffsets``) and what it asks of the tokenizer (``Vocabulary``).
 
 ``Vocabulary`` is read from the ``tokenizers.Tokenizer`` of the folder's ``tokenizer.json``, as the
@@ -47,29 +47,29 @@ class Window:
     """One window of a text as the model saw it (no padding): token ids (a list, or an integer array),
     character offsets into the text ((start, end) pairs of ints, as an Encoding gives them, the Encoding's
     ``EncodingOffsets``, or an integer array [len(ids), 2]), special-tokens mask (0 or 1 each), and the
-    model's logits [len(ids), labels]."""
+    model's label probabilities [len(ids), labels] (the pipeline's softmax of the logits)."""
 
     ids: Sequence[int] | np.ndarray
     offsets: Sequence[tuple[int, int]] | EncodingOffsets | np.ndarray
     special_tokens_mask: Sequence[int]
-    logits: np.ndarray
+    scores: np.ndarray
 
     @classmethod
     def of(
         cls,
         encoding: tokenizers.Encoding,
-        logits: np.ndarray,
+        scores: np.ndarray,
         ids: np.ndarray | None = None,
         offsets: np.ndarray | None = None,
     ) -> Window:
-        """A window from its encoding and the logits of its tokens (padding rows, if any, cut off); ``ids``,
+        """A window from its encoding and the scores of its tokens (padding rows, if any, cut off); ``ids``,
         where at hand, its row of the model's input_ids (cheaper than the encoding's list of them);
         ``offsets``, where the encoding's own are not the tokens' (``clients.plain_text.Spans`` rebuilt
         them), its tokens' [len(encoding), 2]."""
         n = len(encoding)
         ids = encoding.ids if ids is None else ids[:n]
         found = EncodingOffsets(encoding) if offsets is None else offsets
-        return cls(ids, found, encoding.special_tokens_mask, np.asarray(logits)[:n])
+        return cls(ids, found, encoding.special_tokens_mask, np.asarray(scores)[:n])
 
 
 @dataclass(frozen=True)

@@ -1,50 +1,17 @@
 """numpy's reductions for the token-classification pipeline (``clients.entities``), bit for bit, run over
-all of a window's tokens or segments at once instead of a short row at a time: the softmax over labels
-(np.max, np.exp, np.sum), np.nanmean of each segment, the argmax and the first maximum of each segment.
-A sum reproduces numpy's order of additions (its ``pairwise_sum``), not a cumulative sum's or
-np.add.reduceat's, so that every score equals the pipeline's to the last bit."""
+all of a window's tokens or segments at once instead of a short row at a time: np.nanmean of each
+segment, the argmax and the first maximum of each segment. A mean's sum reproduces numpy's order of
+additions (its ``pairwise_sum``), not a cumulative sum's or np.add.reduceat's, so that every score equals
+the pipeline's to the last bit."""
 
 from __future__ import annotations
 
 import contextlib
-import functools
-from collections.abc import Sequence
 
 import numpy as np
 
-from clients.text import softmax as rowwise_softmax
-
 # numpy's sum adds fewer than this many numbers one after the other (its pairwise_sum: np.sum, np.nanmean)
 PAIRWISE = 8
-MOST_LABELS = 64  # softmax label by label up to this many labels (numpy's own, row by row, above)
-
-
-def softmax(logits: np.ndarray) -> np.ndarray:
-    """The pipeline's softmax over labels, bit for bit ``clients.text.softmax``'s (np.max, np.exp of the
-    shifted logits, divided by their np.sum; half precision read as float32). numpy reduces a short row at a
-    time (a cost per token); here the max and the sum run label by label over all the tokens: a max is exact
-    in any order (a NaN wins either way), and the sum adds as np.sum adds a row (``_pairwise_sum``)."""
-    logits = np.asarray(logits)
-    if logits.dtype == np.float16:
-        logits = logits.astype(np.float32)
-    if logits.ndim != 2 or logits.dtype not in (np.float32, np.float64) or not 0 < logits.shape[1] <= MOST_LABELS:
-        return rowwise_softmax(logits)
-    maxes = np.maximum.reduce(logits.T.copy(), axis=0)
-    shifted_exp = np.exp(logits - maxes[:, None])
-    return shifted_exp / _pairwise_sum(list(shifted_exp.T.copy()))[:, None]
-
-
-def _pairwise_sum(rows: Sequence[np.ndarray]) -> np.ndarray:
-    """numpy's ``pairwise_sum`` of rows, element by element (at most 128 rows): fewer than ``PAIRWISE`` one
-    after the other; more, every eighth row into the same one of eight sums, those joined as a tree, then the
-    rest one after the other. numpy starts from 0, which only a sum of -0 would tell (a softmax's is >= 1)."""
-    if len(rows) < PAIRWISE:
-        return functools.reduce(np.add, rows)
-    blocks = len(rows) - len(rows) % 8
-    r = list(rows[:8])
-    for i in range(8, blocks, 8):
-        r = [a + b for a, b in zip(r, rows[i : i + 8], strict=True)]
-    return functools.reduce(np.add, rows[blocks:], ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7])))
 
 
 def nanmeans(values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

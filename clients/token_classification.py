@@ -4,8 +4,9 @@
 Payload: ``{"text": str | [str], "aggregation_strategy": "none" | "simple" | "first" | "average" |
 "max", "stride": n}``; one text answers its list of entities (``entity`` or ``entity_group``,
 ``score``, ``word``, ``start``, ``end``, and ``index`` for "none"), a list a list of them. The
-network returns the logits of every token; the pipeline's post-processing (softmax, its sub-word
-rules, word reconstruction, grouping) runs here (``clients.entities``). With ``stride``, a text
+network returns every token's label probabilities (the pipeline's softmax, in the graph); the rest of
+the pipeline's post-processing (its sub-word rules, word reconstruction, grouping) runs here
+(``clients.entities``). With ``stride``, a text
 longer than the sequence length is cut into windows overlapping by ``stride`` tokens, each a row
 of the batch, and their entities merged as the pipeline merges them; without it, such a text is
 refused. ``model.toml`` may set the default strategy (``[postprocess] aggregation_strategy``).
@@ -54,7 +55,7 @@ class TokenClassificationClient(TextClient[Tagged]):
         super().configure()
         self.labels = self.text.labels
         self.label_table = Labels.of(self.labels)  # the labels as clients.entities reads them, "O" ignored
-        self.logits_name = self.spec.outputs[0].name
+        self.scores_name = self.spec.outputs[0].name
         self.vocabulary = Vocabulary.of(self.tokenizer, special_token(self.text, "unk_token"), self.encoder.id_tokens)
 
     @functools.cached_property
@@ -90,9 +91,9 @@ class TokenClassificationClient(TextClient[Tagged]):
         return arrays, Tagged(text, encodings, arrays["input_ids"])
 
     def postprocess(self, outputs: Mapping[str, np.ndarray], context: Tagged, options: Mapping[str, Any]) -> list:
-        logits = outputs[self.logits_name].astype(np.float32, copy=False)
+        scores = outputs[self.scores_name].astype(np.float32, copy=False)
         found = [
-            Window.of(encoding, logits[row], context.ids[row], context.offsets)
+            Window.of(encoding, scores[row], context.ids[row], context.offsets)
             for row, encoding in enumerate(context.encodings)
         ]
         return entities(context.text, found, self.label_table, options["aggregation_strategy"], self.vocabulary)

@@ -17,7 +17,8 @@ model has more than one token type). ``max_batch_size``, ``[batching]``, ``[[inp
 A ``fill_mask`` model (a masked-LM head) returns the best ``K`` candidates of every position, with
 softmax and top-k inside its graph: ``scores`` and ``token_ids [batch, tokens, K]`` instead of the
 logits of the whole vocabulary at every position (megabytes a text). ``K`` is ``[postprocess]
-max_topk`` (default 50), at most the vocabulary.
+max_topk`` (default 50), at most the vocabulary. A ``token_classification`` model returns each token's
+label probabilities, the pipeline's softmax inside its graph: ``scores [batch, tokens, labels]``.
 
 A ``text2text_generation`` model (an encoder-decoder LM head: T5, BART, Marian) takes its text and
 one tensor per generation setting, and returns the generated token ids (``app.core.generation``).
@@ -303,6 +304,6 @@ def _outputs(family: str, text: TextModel, candidates: int) -> list[dict[str, An
         ]
     if family == TEXT_CLASSIFICATION:
         return [{"name": "logits", "dtype": "FP32", "dims": [len(text.labels)]}]
-    if family == TOKEN_CLASSIFICATION:
-        return [{"name": "logits", "dtype": "FP32", "dims": [-1, len(text.labels)]}]
+    if family == TOKEN_CLASSIFICATION:  # the pipeline's softmax, in the graph
+        return [{"name": "scores", "dtype": "FP32", "dims": [-1, len(text.labels)]}]
     return [{"name": "embeddings", "dtype": "FP32", "dims": [text.dimension]}]

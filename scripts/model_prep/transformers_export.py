@@ -6,7 +6,8 @@ axes, checked as the other exports are (``onnx.checker``, tensors against the sp
 against torch with the max difference printed):
 
 - ``text_classification``: ``AutoModelForSequenceClassification`` -> ``logits [batch, labels]``;
-- ``token_classification``: ``AutoModelForTokenClassification`` -> ``logits [batch, tokens, labels]``;
+- ``token_classification``: ``AutoModelForTokenClassification``, then the pipeline's softmax over the
+  labels inside the graph -> ``scores [batch, tokens, labels]``;
 - ``sentence_embedding``: ``AutoModel``, then sentence-transformers' pooling and, where the folder
   has one, its ``Normalize`` module, inside the graph -> ``embeddings [batch, dim]``;
 - ``fill_mask``: ``AutoModelForMaskedLM``, then softmax and top-k inside the graph (``SoftmaxTopK``)
@@ -37,6 +38,7 @@ from app.core.text_spec import (
     SENTENCE_EMBEDDING,
     SOURCE_KEY,
     TEXT_CLASSIFICATION,
+    TOKEN_CLASSIFICATION,
     is_local,
 )
 from scripts.model_prep import weights
@@ -161,6 +163,17 @@ class Logits(nn.Module):
         return self.model(input_ids=input_ids, attention_mask=attention_mask, **extra).logits
 
 
+class Probabilities(nn.Module):
+    """A head's logits, then the softmax over their last dimension (the labels)."""
+
+    def __init__(self, logits: nn.Module):
+        super().__init__()
+        self.logits = logits
+
+    def forward(self, *inputs):
+        return torch.softmax(self.logits(*inputs), dim=-1)
+
+
 def _auto_class(spec: ModelSpec):
     import transformers
 
@@ -179,6 +192,8 @@ def _wrap(spec: ModelSpec, model: nn.Module) -> nn.Module:
         wrapper = Pooled(model, spec.text.pooling, spec.text.normalize)
     elif spec.family == FILL_MASK:  # the candidates per position: the outputs' last dimension
         wrapper = SoftmaxTopK(Logits(model), spec.outputs[0].dims[-1])
+    elif spec.family == TOKEN_CLASSIFICATION:
+        wrapper = Probabilities(Logits(model))
     else:
         wrapper = Logits(model)
     return wrapper.eval()  # a new module is in training mode: dropout would be on in the export

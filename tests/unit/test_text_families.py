@@ -393,7 +393,7 @@ def test_every_target_gets_a_config_with_the_sequence_axis_open(built, tmp_path,
         ("attention_mask", [-1], False),
         ("token_type_ids", [-1], False),
     ]
-    assert [(t.name, list(t.dims)) for t in ner.output] == [("logits", [-1, 7])]
+    assert [(t.name, list(t.dims)) for t in ner.output] == [("scores", [-1, 7])]  # softmax in the graph
     assert [list(w.dims) for w in ner.model_warmup[0].inputs.values()] == [[64]] * 3
     embed = triton_config.read_config(repository / "embed_bert_mean" / "config.pbtxt")
     assert [(t.name, list(t.dims)) for t in embed.output] == [("embeddings", [32])]

@@ -52,6 +52,15 @@ def get_tag(entity_name: str) -> tuple[str, str]:
     return "I", entity_name
 
 
+def _own_run(mask: Sequence[int]) -> tuple[int, int] | None:
+    """Where a window's own tokens start and stop when they are one run between its special tokens (the
+    usual ``[CLS] ... [SEP]``), read from the list with the list's own scans; None otherwise."""
+    if not isinstance(mask, list) or 0 not in mask:
+        return None
+    start, stop = mask.index(0), len(mask) - mask[::-1].index(0)
+    return (start, stop) if mask.count(0) == stop - start else None
+
+
 class _PreEntities:
     """``gather_pre_entities``: the window's tokens that are not special tokens, in order, as arrays (the
     pipeline's one dict per token). Its "scores" and "index" are read for every token; "word", "start" and
@@ -61,13 +70,14 @@ class _PreEntities:
         self.text = text
         self.window = window
         self.vocabulary = vocabulary
-        mask = window.special_tokens_mask
-        special = np.frombuffer(bytes(mask), np.uint8) if isinstance(mask, list) else np.asarray(mask)
-        self.index = np.flatnonzero(special == 0)  # "index": the token's position in the window
-        n = len(self.index)
-        if n and self.index[-1] - self.index[0] == n - 1:  # no special token in between: a view
-            self.scores = scores[self.index[0] : self.index[0] + n]
+        run = _own_run(window.special_tokens_mask)
+        if run is not None:  # no special token in between: a view
+            self.index = np.arange(*run)  # "index": the token's position in the window
+            self.scores = scores[run[0] : run[1]]
         else:
+            mask = window.special_tokens_mask
+            special = np.frombuffer(bytes(mask), np.uint8) if isinstance(mask, list) else np.asarray(mask)
+            self.index = np.flatnonzero(special == 0)
             self.scores = scores[self.index]  # "scores": [tokens, labels]
         ids = window.ids
         self.ids = ids if isinstance(ids, np.ndarray) else np.fromiter(ids, np.int64, len(ids))  # by position
@@ -83,6 +93,19 @@ class _PreEntities:
         if isinstance(offsets, np.ndarray):
             return list(map(tuple, offsets[positions].tolist()))
         return [offsets[p] for p in positions]
+
+    def bounds(self, firsts: np.ndarray, lasts: np.ndarray) -> tuple[list[int], list[int]]:
+        """Where each run of tokens from a position in ``firsts`` to the one in ``lasts`` starts and ends in
+        the text: the first one's start, the last one's end (the offsets of a run's other tokens unread)."""
+        offsets = self.window.offsets
+        if isinstance(offsets, np.ndarray):
+            return offsets[firsts, 0].tolist(), offsets[lasts, 1].tolist()
+        spans = self.spans(firsts.tolist())
+        starts, ends = [start for start, _ in spans], [end for _, end in spans]
+        longer = np.flatnonzero(firsts != lasts).tolist()
+        for k, (_, end) in zip(longer, self.spans(lasts[longer].tolist()), strict=True):
+            ends[k] = end
+        return starts, ends
 
     def word(self, position: int, token_id: int) -> str | None:
         """The "word" of the token at a position: ``convert_ids_to_tokens``, or the text the unknown token
@@ -198,21 +221,21 @@ def group_entities(items: _Items, pre: _PreEntities, labels: Labels) -> list[dic
     words decoded together (a group of one token, but the unknown one: its id's ``Vocabulary.single``)."""
     label_ids = items.label_ids
     tags = labels.tags[label_ids]
-    starts_group = np.ones(len(tags), dtype=bool)
+    starts_group = np.empty(len(tags), dtype=bool)
+    starts_group[0] = True
     starts_group[1:] = (tags[1:] != tags[:-1]) | labels.begins[label_ids[1:]]
-    starts = np.flatnonzero(starts_group)
-    ends = np.append(starts[1:], len(tags))
+    starts = starts_group.nonzero()[0]
+    ends = np.concatenate((starts[1:], [len(tags)]))
     kept = labels.shown_groups[label_ids[starts]]
     starts, ends = starts[kept], ends[kept]
     firsts, lasts = pre.index[items.firsts[starts]], pre.index[items.lasts[ends - 1]]  # positions in the window
-    spans, first_ids = pre.spans(firsts.tolist()), pre.ids[firsts].tolist()
+    (text_starts, text_ends), first_ids = pre.bounds(firsts, lasts), pre.ids[firsts].tolist()
     vocabulary, unk_id, begins, stops = pre.vocabulary, pre.vocabulary.unk_id, starts.tolist(), ends.tolist()
     words = list(map(vocabulary.singles.get, first_ids))  # None: an id not met yet, or the unknown token
     several = firsts != lasts
     for k in np.flatnonzero(several).tolist():
         words[k] = items.word(pre, begins[k], stops[k])
-        spans[k] = (spans[k][0], pre.spans([int(lasts[k])])[0][1])
-    for k in [k for k, word in enumerate(words) if word is None]:
+    for k in [k for k, word in enumerate(words) if word is None] if None in words else ():
         token_id = first_ids[k]
         words[k] = items.word(pre, begins[k], stops[k]) if token_id == unk_id else vocabulary.single(token_id)
     if items.words:  # aggregate_word decoded a word of one token, group_sub_entities decodes it again
@@ -221,8 +244,13 @@ def group_entities(items: _Items, pre: _PreEntities, labels: Labels) -> list[dic
     groups = labels.groups
     return [
         {"entity_group": groups[label_id], "score": score, "word": word, "start": start, "end": end}
-        for label_id, score, word, (start, end) in zip(
-            label_ids[starts].tolist(), nanmeans(items.scores, starts, ends).tolist(), words, spans, strict=True
+        for label_id, score, word, start, end in zip(
+            label_ids[starts].tolist(),
+            nanmeans(items.scores, starts, ends).tolist(),
+            words,
+            text_starts,
+            text_ends,
+            strict=True,
         )
     ]
 

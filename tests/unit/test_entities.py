@@ -5,6 +5,7 @@ hand-made arrays."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -362,6 +363,33 @@ def test_other_prefixes() -> None:
     window = Window([0, 2, 3, 4, 1], [(0, 0), (0, 3), (4, 7), (8, 12), (0, 0)], [1, 0, 0, 0, 1], softmax(rows))
     found = entities(text, [window], labels, "simple", Vocabulary(tokens, None, word_aware=False, unk_id=None))
     assert [(e["entity_group"], e["word"]) for e in found] == [("PER", "Ann"), ("PER", "Lee"), ("LOC", "Rome")]
+
+
+def test_special_tokens_anywhere_in_the_window() -> None:
+    # the mask as the encoding's list (its one run of own tokens read by the list's scans, or, with a special
+    # token in between, token by token) and as an array give the same tokens, "index" their window positions
+    labels = ("O", "B-PER", "I-PER")
+    text = "Ann Lee Kim"
+    tokens = ("[CLS]", "[SEP]", "Ann", "Lee", "Kim")
+    vocabulary = Vocabulary(tokens, None, word_aware=False, unk_id=None)
+    rows = np.zeros((6, 3), dtype=np.float32)
+    rows[[1, 3, 4], [1, 1, 2]] = 3.0
+    rows[2, 2] = 5.0  # the [SEP] in between: an I-PER if it were read as a token
+    ids, offsets = [0, 2, 1, 3, 4, 1], [(0, 0), (0, 3), (0, 0), (4, 7), (8, 11), (0, 0)]
+    for mask in ([1, 0, 1, 0, 0, 1], np.array([1, 0, 1, 0, 0, 1], np.uint8)):
+        window = Window(ids, offsets, mask, softmax(rows))
+        assert [(e["index"], e["word"]) for e in entities(text, [window], labels, "none", vocabulary)] == [
+            (1, "Ann"),
+            (3, "Lee"),
+            (4, "Kim"),
+        ]
+        assert [e["word"] for e in entities(text, [window], labels, "simple", vocabulary)] == ["Ann", "Lee Kim"]
+    one_run = Window([0, 2, 3, 4, 1], offsets[:2] + offsets[3:], [1, 0, 0, 0, 1], softmax(rows[[0, 1, 3, 4, 5]]))
+    as_array = Window(*dataclasses.astuple(one_run)[:2], np.array([1, 0, 0, 0, 1]), one_run.scores)
+    for strategy in STRATEGIES:
+        found = entities(text, [one_run], labels, strategy, vocabulary)
+        assert found == entities(text, [as_array], labels, strategy, vocabulary), strategy
+        assert found, strategy
 
 
 def test_word_strategies() -> None:

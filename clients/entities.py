@@ -70,12 +70,12 @@ class _PreEntities:
         self.text = text
         self.window = window
         self.vocabulary = vocabulary
-        run = _own_run(window.special_tokens_mask)
+        mask = window.special_tokens_mask
+        run = _own_run(mask)
         if run is not None:  # no special token in between: a view
             self.index = np.arange(*run)  # "index": the token's position in the window
             self.scores = scores[run[0] : run[1]]
         else:
-            mask = window.special_tokens_mask
             special = np.frombuffer(bytes(mask), np.uint8) if isinstance(mask, list) else np.asarray(mask)
             self.index = np.flatnonzero(special == 0)
             self.scores = scores[self.index]  # "scores": [tokens, labels]

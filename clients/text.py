@@ -314,10 +314,10 @@ def windows(
     None, the one window the pipeline makes without stride (the text cut to ``max_length`` tokens).
 
     The shared tokenizer is not changed: the text is encoded by ``raw``, its ``raw_copy`` (made here
-    when not given),
-    then cut as the Rust tokenizer's truncation cuts (``max_length`` less the special tokens, each
-    overflowing piece starting ``stride`` tokens before the end of the one before), then given its
-    special tokens by the tokenizer's own post-processor, which does the same to each overflowing piece.
+    when not given), then cut as the Rust tokenizer's truncation cuts (``max_length`` less the special
+    tokens, each overflowing piece starting ``stride`` tokens before the end of the one before), then
+    given its special tokens by the tokenizer's own post-processor, which does the same to each
+    overflowing piece.
     """
     budget = max_length - tokenizer.num_special_tokens_to_add(False)
     # a stride that leaves a window no new token makes the Rust truncation panic: refuse it as an error

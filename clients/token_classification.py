@@ -6,10 +6,10 @@ Payload: ``{"text": str | [str], "aggregation_strategy": "none" | "simple" | "fi
 ``score``, ``word``, ``start``, ``end``, and ``index`` for "none"), a list a list of them. The
 network returns every token's label probabilities (the pipeline's softmax, in the graph); the rest of
 the pipeline's post-processing (its sub-word rules, word reconstruction, grouping) runs here
-(``clients.entities``). With ``stride``, a text
-longer than the sequence length is cut into windows overlapping by ``stride`` tokens, each a row
-of the batch, and their entities merged as the pipeline merges them; without it, such a text is
-refused. ``model.toml`` may set the default strategy (``[postprocess] aggregation_strategy``).
+(``clients.entities``). With ``stride``, a text longer than the sequence length is cut into windows
+overlapping by ``stride`` tokens, each a row of the batch, and their entities merged as the pipeline
+merges them; without it, such a text is refused. ``model.toml`` may set the default strategy
+(``[postprocess] aggregation_strategy``).
 """
 
 from __future__ import annotations

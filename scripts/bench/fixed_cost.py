@@ -19,7 +19,8 @@ interleaved so that the machine's noise falls on every row alike:
   than one woken after a short one); its ratio is taken against the floor that waits as long.
 
 For every step the CPU seconds of the gunicorn workers and of NGINX's processes are read from
-``/proc/<pid>/stat`` before and after and divided by the requests answered. Beside the rows, the
+their CPU-time clocks (``scripts.bench.placement.cpu_seconds``) before and after and divided by the
+requests answered. Beside the rows, the
 section sets the identity model's ``A-raw`` (through NGINX) against ``B`` (the same inference
 straight to Triton's gRPC) at ``FIXED_COST_CONCURRENCIES``: the latency the router adds at 1, the
 share of Triton's throughput it passes on at 8 (``scripts.bench.report.target_figures``).

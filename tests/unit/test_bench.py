@@ -4,6 +4,9 @@ the targets table. (The load itself needs a running stack: `make bench`.)"""
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -11,10 +14,12 @@ import numpy as np
 import onnx
 import pytest
 
+from app.core.procfs import process_stat
 from app.core.spec import load_spec
 from scripts.bench.load import window_work
 from scripts.bench.payloads import preprocessed_tensors
 from scripts.bench.peers import _without_dynamic_batching
+from scripts.bench.placement import cpu_seconds
 from scripts.bench.report import Cell, Figure, format_figures, schedule, target_figures
 from scripts.devtools import built_test_repository, percentile
 from scripts.model_prep import triton_config
@@ -33,6 +38,39 @@ def test_percentile_edges():
     assert percentile([3.0, 1.0, 2.0], 50) == 2.0  # order does not matter
     with pytest.raises(ValueError):
         percentile([1.0], 101)
+
+
+BURN_A_THREAD = """
+import sys, threading, time
+def burn():
+    end = time.thread_time() + 0.3
+    while time.thread_time() < end:
+        pass
+worker = threading.Thread(target=burn)
+worker.start()
+worker.join()
+print("done", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_cpu_seconds_counts_ended_threads_to_the_nanosecond():
+    """A process's CPU seconds as the benchmarks read them: a thread that has ended still counts, the
+    figure agrees with /proc's clock ticks within two ticks, and it is not rounded to a tick."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    child = subprocess.Popen([sys.executable, "-c", BURN_A_THREAD], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert child.stdout.readline() == b"done\n"
+        assert os.listdir(f"/proc/{child.pid}/task") == [str(child.pid)]  # the burning thread has ended
+        seconds = cpu_seconds(child.pid)
+        stat = process_stat(child.pid)
+        assert seconds >= 0.3
+        assert abs(seconds - stat.cpu_ticks / ticks) <= 2 / ticks
+        assert round(seconds * 1e9) % (10**9 // ticks) != 0  # not a whole number of ticks
+    finally:
+        child.stdin.close()
+        child.wait(timeout=10)
+    assert cpu_seconds(child.pid) == 0.0  # gone
 
 
 def test_window_work_counts_the_share_inside():

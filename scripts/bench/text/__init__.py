@@ -12,7 +12,7 @@ own process. One run measures both, side by side on one machine:
    interleaved rounds (every row once a round, the order rotated each round, so that drift hits all
    rows alike), each family with short (10 tokens) and long (near the model's limit) texts:
    requests/s, texts/s, latency, and the router's CPU per request (the gunicorn workers' CPU time
-   from ``/proc``, divided by the requests);
+   from their CPU-time clocks, in nanoseconds, divided by the requests);
 3. in the same rounds, the embeddings comparison: requests of 32 texts, and single-text requests
    at concurrency 16, against ``encode(texts, batch_size=32)`` in this process, on the same texts;
 4. writes ``results.json`` and prints a markdown table and one PASS / FAIL line per goal (the

@@ -13,9 +13,10 @@ network with ``pipeline = "router"`` (the router decodes, resizes and post-proce
 
 For every step the CPU time of the stack's processes is read from each process's CPU-time clock
 (``cpu_seconds``: user + system, the process and its threads; Triton with its python-backend stubs)
-before and after, and divided by the requests done: router, Triton and NGINX CPU per request. The bytes to and from
-Triton per request are the sizes of the gRPC messages the router's client builds for the sample
-(``ModelInferRequest``) and gets back (``ModelInferResponse``), from one call of each route.
+before and after, and divided by the requests done: router, Triton and NGINX CPU per request. The
+bytes to and from Triton per request are the sizes of the gRPC messages the router's client builds
+for the sample (``ModelInferRequest``) and gets back (``ModelInferResponse``), from one call of each
+route.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ VERSION = "1"
 ROLES = ("router", "triton", "nginx")
 _TICKS = os.sysconf("SC_CLK_TCK")
 # Linux's clock id for the CPU time of a whole process, as glibc's and musl's clock_getcpuclockid()
-# build it: MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED), the pid's complement shifted by 3, or 2.
+# build it: MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED), that is (~pid << 3) | 2.
 _CPUCLOCK_SCHED = 2
 
 

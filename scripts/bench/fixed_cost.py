@@ -18,12 +18,12 @@ interleaved so that the machine's noise falls on every row alike:
   the machine at hand (on a virtual machine, a thread woken after a long sleep costs far more CPU
   than one woken after a short one); its ratio is taken against the floor that waits as long.
 
-For every step the CPU seconds of the gunicorn workers and of NGINX's processes are read from
-their CPU-time clocks (``scripts.bench.placement.cpu_seconds``) before and after and divided by the
-requests answered. Beside the rows, the
-section sets the identity model's ``A-raw`` (through NGINX) against ``B`` (the same inference
-straight to Triton's gRPC) at ``FIXED_COST_CONCURRENCIES``: the latency the router adds at 1, the
-share of Triton's throughput it passes on at 8 (``scripts.bench.report.target_figures``).
+For every step the CPU seconds of the gunicorn workers and of NGINX's processes are read from their
+CPU-time clocks (``scripts.bench.placement.cpu_seconds``) before and after and divided by the
+requests answered. Beside the rows, the section sets the identity model's ``A-raw`` (through NGINX)
+against ``B`` (the same inference straight to Triton's gRPC) at ``FIXED_COST_CONCURRENCIES``: the
+latency the router adds at 1, the share of Triton's throughput it passes on at 8
+(``scripts.bench.report.target_figures``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The benchmark's pure parts: percentiles, throughput inside a window, the interleaving schedule,
-the targets table. (The load itself needs a running stack: `make bench`.)"""
+"""The benchmark's pure parts: percentiles, a process's CPU seconds, throughput inside a window, the
+interleaving schedule, the targets table. (The load itself needs a running stack: `make bench`.)"""
 
 from __future__ import annotations
 

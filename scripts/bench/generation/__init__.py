@@ -19,8 +19,8 @@ measures both, side by side on one machine:
 3. reports per row requests/s, texts/s, generated tokens/s (the router's own counter of the tokens
    it returned, ``router_generated_tokens``, for the endpoint's rows), p50 latency, the batch
    Triton formed (its texts over its executions of the model), and the CPU by role (the router's
-   gunicorn workers, Triton with its python-backend stub, this process) from ``/proc``, with the
-   CPU the machine spent outside the benchmark;
+   gunicorn workers, Triton with its python-backend stub, this process) from their CPU-time
+   clocks, with the CPU the machine spent outside the benchmark (``/proc/stat``);
 4. writes ``results.json``, prints a markdown table and one PASS / FAIL line for the goal (the
    endpoint at concurrency 8 at least 1.5 x ``generate``'s tokens/s at batch 1) and ratio lines
    without a goal (against batch 8, beam search). It reports; it asserts nothing.

@@ -94,15 +94,15 @@ class _PreEntities:
             return list(map(tuple, offsets[positions].tolist()))
         return [offsets[p] for p in positions]
 
-    def bounds(self, firsts: np.ndarray, lasts: np.ndarray) -> tuple[list[int], list[int]]:
+    def bounds(self, firsts: np.ndarray, lasts: np.ndarray, longer: list[int]) -> tuple[list[int], list[int]]:
         """Where each run of tokens from a position in ``firsts`` to the one in ``lasts`` starts and ends in
-        the text: the first one's start, the last one's end (the offsets of a run's other tokens unread)."""
+        the text: the first one's start, the last one's end (the offsets of a run's other tokens unread).
+        ``longer``: the runs of more than one token (where ``firsts != lasts``)."""
         offsets = self.window.offsets
         if isinstance(offsets, np.ndarray):
             return offsets[firsts, 0].tolist(), offsets[lasts, 1].tolist()
         spans = self.spans(firsts.tolist())
         starts, ends = [start for start, _ in spans], [end for _, end in spans]
-        longer = np.flatnonzero(firsts != lasts).tolist()
         for k, (_, end) in zip(longer, self.spans(lasts[longer].tolist()), strict=True):
             ends[k] = end
         return starts, ends
@@ -229,11 +229,12 @@ def group_entities(items: _Items, pre: _PreEntities, labels: Labels) -> list[dic
     kept = labels.shown_groups[label_ids[starts]]
     starts, ends = starts[kept], ends[kept]
     firsts, lasts = pre.index[items.firsts[starts]], pre.index[items.lasts[ends - 1]]  # positions in the window
-    (text_starts, text_ends), first_ids = pre.bounds(firsts, lasts), pre.ids[firsts].tolist()
+    several = firsts != lasts
+    longer = np.flatnonzero(several).tolist()  # the groups of more than one item
+    (text_starts, text_ends), first_ids = pre.bounds(firsts, lasts, longer), pre.ids[firsts].tolist()
     vocabulary, unk_id, begins, stops = pre.vocabulary, pre.vocabulary.unk_id, starts.tolist(), ends.tolist()
     words = list(map(vocabulary.singles.get, first_ids))  # None: an id not met yet, or the unknown token
-    several = firsts != lasts
-    for k in np.flatnonzero(several).tolist():
+    for k in longer:
         words[k] = items.word(pre, begins[k], stops[k])
     for k in [k for k, word in enumerate(words) if word is None] if None in words else ():
         token_id = first_ids[k]

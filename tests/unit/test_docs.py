@@ -30,7 +30,7 @@ from app.serve import plan as plans
 DOCS = PROJECT_ROOT / "docs"
 API = DOCS / "reference" / "api.md"
 CONFIGURATION = DOCS / "configuration.md"
-PERFORMANCE = DOCS / "performance.md"
+SIZING_PAGE = DOCS / "sizing.md"
 # Read by the sizing (clients/sizing.py, app/core/machine.py), not by Settings: not in ENV_FIELDS.
 SIZING_VARIABLES = (SIZING_VCPUS, NGINX_WORKERS, TRITON_INSTANCES, TRITON_THREADS)
 README = PROJECT_ROOT / "README.md"
@@ -126,13 +126,13 @@ def test_the_sizing_variables_and_instances_keys_are_on_the_configuration_page()
     assert missing_sizing(CONFIGURATION.read_text()) == []
 
 
-def test_the_performance_page_holds_the_plan_for_every_instance_type(monkeypatch):
+def test_the_sizing_page_holds_the_plan_for_every_instance_type(monkeypatch):
     for variable in (WORKERS, *SIZING_VARIABLES):
         monkeypatch.delenv(variable, raising=False)
     table = planned_table()
     assert len(table.splitlines()) == 2 + len(machine.INSTANCE_TYPES)
-    assert table in PERFORMANCE.read_text(), (
-        "docs/performance.md's sizing table is not the plan: paste `python -m app.serve.plan --all --markdown`"
+    assert table in SIZING_PAGE.read_text(), (
+        "docs/sizing.md's table is not the plan: paste `python -m app.serve.plan --all --markdown`"
     )
 
 

@@ -1,6 +1,6 @@
 """The generation benchmark's figures from its cells, the verdicts (a PASS / FAIL line for the goal,
 ratio lines without one: the benchmark reports, it does not assert), the markdown table for
-docs/performance.md, and the results' JSON."""
+docs/performance-text.md, and the results' JSON."""
 
 from __future__ import annotations
 
@@ -132,7 +132,7 @@ COLUMNS = (
 
 
 def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The rows as the markdown table of docs/performance.md's "Text2text generation"."""
+    """The rows as the markdown table of docs/performance-text.md's "Text2text generation"."""
     header = "| " + " | ".join(name for name, _ in COLUMNS) + " |"
     rule = "| --- |" + " ---: |" * (len(COLUMNS) - 1)
     return "\n".join([header, rule, *("| " + " | ".join(cell(row) for _, cell in COLUMNS) + " |" for row in rows)])

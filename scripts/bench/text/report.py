@@ -1,5 +1,5 @@
 """The text benchmark's figures from its cells, the goals' verdicts (PASS / FAIL lines: the benchmark
-reports, it does not assert), the markdown table for docs/performance.md, and the results' JSON."""
+reports, it does not assert), the markdown table for docs/performance-text.md, and the results' JSON."""
 
 from __future__ import annotations
 
@@ -220,7 +220,7 @@ def _cell(value: float | None, digits: int = 1) -> str:
 
 
 def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The rows as the markdown table of docs/performance.md's "Text models"."""
+    """The rows as the markdown table of docs/performance-text.md."""
     columns = "row | model | tokens/text | c | req/s | texts/s | p50 ms | router CPU ms/request | network CPU ms/text"
     lines = [f"| {columns} | requests |", "| --- | --- |" + " ---: |" * 8]
     for row in rows:

@@ -107,6 +107,19 @@ def assert_conforms(r: requests.Response, path: str, method: str) -> None:
         assert not errors, f"{method} {path} {r.status_code}: {errors} in {r.text[:300]}"
 
 
+def assert_error_row(stack, case: tuple) -> None:
+    """One row of a table of bad requests, ``(id, body, content type, custom attributes, status, code,
+    words the message must name)``, sent to a running stack: the answer is that error and conforms to
+    app/router/openapi.json, /ping is still 200 after it, and no gunicorn worker was restarted by it."""
+    _, body, content_type, attributes, status, code, mentions = case
+    before = sorted(stack.pids()["router"])
+    r = post(stack, body, content_type, attributes)
+    assert_error(r, status, code, *mentions)
+    assert_conforms(r, "/invocations", "POST")
+    assert stack.ping().status_code == 200
+    assert sorted(stack.pids()["router"]) == before, "a gunicorn worker was restarted"
+
+
 # ---- waiting --------------------------------------------------------------------------------------
 
 

@@ -20,7 +20,7 @@ from app.core.machine import Machine
 from app.core.multimodel import triton_prefix
 from app.core.settings import PROJECT_ROOT
 from clients import sizing
-from scripts.devtools import Stack, children_of
+from scripts.devtools import Stack, children_of, wait_http
 from tests.references import darknet_photos
 from tests.support import post
 
@@ -45,6 +45,9 @@ def start_record(stack: Stack) -> dict:
 
 
 def triton_config(stack: Stack, model: str) -> dict:
+    # /ping turns 200 once Triton answers over gRPC, a service it starts before its HTTP one: on a
+    # loaded machine a request sent just after can find Triton's HTTP port still closed.
+    wait_http("127.0.0.1", stack.triton_ports[0], f"/v2/models/{model}/ready", 30, stack.proc)
     answer = requests.get(f"http://127.0.0.1:{stack.triton_ports[0]}/v2/models/{model}/config", timeout=5)
     assert answer.status_code == 200, answer.text
     return answer.json()

@@ -41,7 +41,7 @@ def test_percentile_edges():
 
 
 BURN_A_THREAD = """
-import sys, threading, time
+import os, sys, threading, time
 def burn():
     end = time.thread_time() + 0.3
     while time.thread_time() < end:
@@ -49,6 +49,8 @@ def burn():
 worker = threading.Thread(target=burn)
 worker.start()
 worker.join()
+while len(os.listdir("/proc/self/task")) > 1:  # join() returns a moment before the thread's task ends
+    time.sleep(0.001)
 print("done", flush=True)
 sys.stdin.read()
 """

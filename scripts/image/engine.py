@@ -62,6 +62,14 @@ class Engine:
     def argv(self, *args: str) -> list[str]:
         return [self.binary, *args]
 
+    @property
+    def workdir(self) -> Path:
+        """Where the engine's commands run: conmon writes a file named ``oom`` into its working directory
+        when a container runs out of memory, which must not land wherever a command was called from
+        (the project's root, for ``make image-run`` and the tests)."""
+        WORK.mkdir(parents=True, exist_ok=True)
+        return WORK
+
     def run(
         self,
         *args: str,
@@ -74,6 +82,7 @@ class Engine:
         ``new_session``: out of reach of the terminal's signals (a second Ctrl-C)."""
         completed = subprocess.run(
             self.argv(*args),
+            cwd=self.workdir,
             env={**os.environ, **self.env},
             text=True,
             capture_output=quiet,

@@ -202,6 +202,13 @@ def test_multi_model_mode_loads_answers_and_unloads(containers, opt_ml_models: P
     assert load.status_code == 200, load.text
     listed = requests.get(f"{container.url}/models", timeout=10).json()
     assert [m["modelName"] for m in listed["models"]] == ["resnet"]
+    _assert_resnet_answers(container)
+    assert requests.delete(f"{container.url}/models/resnet", timeout=180).status_code == 200
+    assert requests.get(f"{container.url}/models", timeout=10).json()["models"] == []
+
+
+def _assert_resnet_answers(container) -> None:
+    """The loaded ``resnet`` answers a photo, as SageMaker's multi-model endpoint invokes it."""
     photo = SAMPLE.read_bytes() if SAMPLE.is_file() else noise_image(640, 480, 1)
     answer = requests.post(
         f"{container.url}/models/resnet/invoke",
@@ -211,8 +218,6 @@ def test_multi_model_mode_loads_answers_and_unloads(containers, opt_ml_models: P
     )
     assert answer.status_code == 200, answer.text
     assert answer.json()["modelname"] == "resnet"
-    assert requests.delete(f"{container.url}/models/resnet", timeout=180).status_code == 200
-    assert requests.get(f"{container.url}/models", timeout=10).json()["models"] == []
 
 
 def test_a_load_that_does_not_fit_the_containers_memory_is_507(containers, opt_ml_models: Path):
@@ -227,6 +232,57 @@ def test_a_load_that_does_not_fit_the_containers_memory_is_507(containers, opt_m
     assert load.status_code == 507, load.text
     assert load.json()["error"]["code"] == "insufficient_memory" and "available" in load.json()["error"]["message"]
     assert _status(f"{container.url}/ping") == 200  # and it keeps serving
+
+
+# A Triton model (no model.toml) whose stub takes far more memory than its files while it initializes,
+# as a network whose session outgrows its weights would: its few bytes of files pass the router's check.
+HOG_CONFIG = """name: "hog"
+backend: "python"
+max_batch_size: 0
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "y" data_type: TYPE_FP32 dims: [ 1 ] } ]
+instance_group { count: 1 kind: KIND_CPU }
+"""
+HOG_MODEL = """
+import numpy as np
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        with open("/proc/self/oom_score_adj", "w") as score:
+            score.write("1000")  # as the stubs of app/triton/onnx_model.py do
+        self.blocks = [np.ones(16 * 1024 * 1024, np.float32) for _ in range(64)]  # 4 GiB, every page touched
+
+    def execute(self, requests):
+        raise NotImplementedError
+"""
+
+
+def test_a_load_that_runs_the_container_out_of_memory_is_507_and_the_others_keep_answering(
+    containers, opt_ml_models: Path
+):
+    """Started with --memory 1 GiB, resnet loaded: a model whose stub outgrows the container while it
+    loads is ended by the kernel's OOM killer (the stub's score is the highest), Triton refuses that
+    load, the router answers 507 naming the OOM killer, and resnet still answers: Triton lived on."""
+    hog = opt_ml_models / "hog" / "model"
+    (hog / "1").mkdir(parents=True)
+    (hog / "config.pbtxt").write_text(HOG_CONFIG)
+    (hog / "1" / "model.py").write_text(HOG_MODEL)
+    here = set(os.listdir())  # conmon notes an OOM in a file of its working directory: not in ours
+    env = {"SAGEMAKER_MULTI_MODEL": "true"}
+    container = containers(None, env, ("-v", f"{opt_ml_models}:/opt/ml/models:ro", "--memory", f"{1024 * MIB}"))
+    models = f"{container.url}/models"
+    load = requests.post(models, json={"model_name": "resnet", "url": "/opt/ml/models/resnet/model"}, timeout=180)
+    assert load.status_code == 200, load.text
+    _assert_resnet_answers(container)
+    load = requests.post(models, json={"model_name": "hog", "url": "/opt/ml/models/hog/model"}, timeout=180)
+    print(f"load of 4 GiB in 1 GiB: {load.status_code} {load.text[:300]}")
+    assert load.status_code == 507, load.text
+    assert load.json()["error"]["code"] == "insufficient_memory" and "OOM killer" in load.json()["error"]["message"]
+    assert _status(f"{container.url}/ping") == 200
+    _assert_resnet_answers(container)
+    assert [m["modelName"] for m in requests.get(models, timeout=10).json()["models"]] == ["resnet"]
+    assert "oom" not in set(os.listdir()) - here
 
 
 def _port_free(port: int) -> bool:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import signal
 import subprocess
 import sys
@@ -78,9 +77,7 @@ def run(args: argparse.Namespace) -> int:
     show(engine.argv(*argv))
     # Its own session: a signal meant for us (Ctrl-C's, a closed terminal's, `timeout`'s to the whole
     # group) never reaches the client, which would pass it on to `serve`; the container is stopped below.
-    client = subprocess.Popen(
-        engine.argv(*argv), cwd=engine.workdir, env={**os.environ, **engine.env}, start_new_session=True
-    )
+    client = subprocess.Popen(engine.argv(*argv), **engine.process_options(), start_new_session=True)
     with stop_signals():
         try:
             return client.wait()

@@ -62,13 +62,13 @@ class Engine:
     def argv(self, *args: str) -> list[str]:
         return [self.binary, *args]
 
-    @property
-    def workdir(self) -> Path:
-        """Where the engine's commands run: conmon writes a file named ``oom`` into its working directory
-        when a container runs out of memory, which must not land wherever a command was called from
-        (the project's root, for ``make image-run`` and the tests)."""
+    def process_options(self) -> dict:
+        """The ``subprocess`` options every engine command runs with: its environment, and its working
+        directory, build/image (conmon writes a file named ``oom`` into its working directory when a
+        container runs out of memory, which must not land wherever a command was called from: the
+        project's root, for ``make image-run`` and the tests)."""
         WORK.mkdir(parents=True, exist_ok=True)
-        return WORK
+        return {"cwd": WORK, "env": {**os.environ, **self.env}}
 
     def run(
         self,
@@ -82,8 +82,7 @@ class Engine:
         ``new_session``: out of reach of the terminal's signals (a second Ctrl-C)."""
         completed = subprocess.run(
             self.argv(*args),
-            cwd=self.workdir,
-            env={**os.environ, **self.env},
+            **self.process_options(),
             text=True,
             capture_output=quiet,
             timeout=timeout,
@@ -147,7 +146,7 @@ def make_local_base(engine: Engine) -> str:
     subprocess.run(
         engine.argv("import", "-", LOCAL_BASE),
         stdin=tar.stdout,
-        env={**os.environ, **engine.env},
+        **engine.process_options(),
         check=True,
         stdout=subprocess.DEVNULL,
     )

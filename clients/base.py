@@ -162,11 +162,19 @@ class ModelClient(ABC, Generic[Context]):
         """Defaults that depend on the model (the classification function its config implies)."""
         return {}
 
+    def option_choices(self) -> Mapping[str, tuple[str, ...]]:
+        """Choices that depend on the model (the prompt names its folder has)."""
+        return {}
+
     def _bounded(self, option: Option, limits: Mapping[str, float]) -> Option:
         """The family's option with the model's default (``[postprocess] <name>``, else
-        ``option_defaults``) and bound (``[postprocess] max_<name>``, and ``option_limits``)."""
+        ``option_defaults``) and bound (``[postprocess] max_<name>``, and ``option_limits``), or
+        choices (``option_choices``)."""
         post = self.spec.postprocess
         bounded = option
+        choices = self.option_choices()
+        if option.name in choices:
+            bounded = replace(option, choices=choices[option.name])
         if option.numeric:
             maximum = min(option.maximum, post.get(f"max_{option.name}", option.maximum))
             bounded = replace(option, maximum=min(maximum, limits.get(option.name, maximum)))

@@ -1,14 +1,17 @@
 """Sentence embedding family: a sentence-transformers folder (or any Hugging Face encoder, pooled by
 mean), answered as ``SentenceTransformer(folder).encode`` answers.
 
-Payload: ``{"text": str | [str], "normalize": bool, "truncation": bool}``; one text answers its
-vector (a list of floats), a list a list of them. Pooling (``mean``, ``cls``, ``max``,
-``lasttoken``, ... as sentence-transformers names them) and the folder's own ``Normalize`` module
-run inside the network's graph: Triton returns ``[batch, dim]``. ``normalize`` is
+Payload: ``{"text": str | [str], "normalize": bool, "truncation": bool, "prompt_name": str}``; one
+text answers its vector (a list of floats), a list a list of them. Pooling (``mean``, ``cls``,
+``max``, ``lasttoken``, ... as sentence-transformers names them) and the folder's own ``Normalize``
+module run inside the network's graph: Triton returns ``[batch, dim]``. ``normalize`` is
 ``encode(normalize_embeddings=...)``: true L2-normalises the vector here (already done by the graph
 where the folder ends with ``Normalize``); its default is whether the folder does.
 ``sentence-transformers`` cuts every text to its ``max_seq_length``: send ``"truncation": true``
 for the same answers on long texts; without it a text past the limit is refused.
+``prompt_name`` is ``encode(prompt_name=...)``: the text of that prompt of the folder
+(``config_sentence_transformers.json``: "query: ", "passage: " for E5-style retrieval models) is put
+before each text; its default is the folder's ``default_prompt_name``, else none.
 """
 
 from __future__ import annotations
@@ -26,17 +29,24 @@ EPSILON = 1e-12  # torch.nn.functional.normalize's floor on the norm
 
 class SentenceEmbeddingClient(TextClient[None]):
     family = "sentence_embedding"
-    OPTIONS = (Option("normalize", bool, default=False), TRUNCATION)
+    OPTIONS = (Option("normalize", bool, default=False), TRUNCATION, Option("prompt_name", str))
 
     def configure(self) -> None:
         super().configure()
         self.embeddings_name = self.spec.outputs[0].name
+        self.prompts = dict(self.text.prompts)
 
     def option_defaults(self) -> Mapping[str, Any]:
-        return {"normalize": self.text.normalize}
+        return {"normalize": self.text.normalize, "prompt_name": self.text.default_prompt_name}
+
+    def option_choices(self) -> Mapping[str, tuple[str, ...]]:
+        return {"prompt_name": tuple(self.prompts)}
 
     def preprocess(self, item: Any, where: str, options: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], None]:
         text = self.check_text(item, where)
+        prompt = self.prompts.get(options["prompt_name"]) if options["prompt_name"] else None
+        if prompt:  # encode() puts the prompt before the text, then tokenizes and truncates them together
+            text = prompt + text
         return self.arrays([self.encode(text, None, where, options["truncation"])]), None
 
     def postprocess(self, outputs: Mapping[str, np.ndarray], context: None, options: Mapping[str, Any]) -> list:

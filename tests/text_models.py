@@ -168,9 +168,12 @@ def sentence_transformers_folder(
     normalize: bool = True,
     max_seq_length: int = 48,
     seed: int = 0,
+    prompts: dict[str, str] | None = None,
+    default_prompt_name: str | None = None,
 ) -> Path:
     """A sentence-transformers folder (Transformer, Pooling and, with ``normalize``, Normalize) of a
-    tiny ``kind`` encoder, in the layout ``SentenceTransformer(folder)`` loads."""
+    tiny ``kind`` encoder, in the layout ``SentenceTransformer(folder)`` loads; with ``prompts``, its
+    config_sentence_transformers.json names them (and ``default_prompt_name``)."""
     hf_folder(folder, kind, head="base", seed=seed)
     modules = [
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
@@ -186,6 +189,9 @@ def sentence_transformers_folder(
     (folder / "1_Pooling").mkdir(exist_ok=True)
     flags = {key: mode == pooling for mode, key in POOLING_KEYS.items()}
     (folder / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32, **flags}, indent=2))
+    if prompts:
+        settings = {"prompts": prompts, "default_prompt_name": default_prompt_name}
+        (folder / "config_sentence_transformers.json").write_text(json.dumps(settings, indent=2))
     return folder
 
 
@@ -210,6 +216,7 @@ def model_folder(models: Path, name: str, family: str, extra: str = "", **option
     return model
 
 
+E5_PROMPTS = {"query": "query: ", "passage": "passage: "}  # the prompts of E5-style retrieval models
 # The text models the family tests serve: each tokenizer kind, a pair-taking classifier with
 # token_type_ids (BERT), a reranker (one label), a multi-label classifier and each pooling mode.
 TEST_MODELS = {
@@ -225,7 +232,10 @@ TEST_MODELS = {
     "ner_xlmr": ("token_classification", {"kind": "xlm-roberta", "labels": NER_LABELS}),
     "embed_bert_mean": ("sentence_embedding", {"kind": "bert", "pooling": "mean"}),
     "embed_roberta_cls": ("sentence_embedding", {"kind": "roberta", "pooling": "cls", "normalize": False}),
-    "embed_xlmr_max": ("sentence_embedding", {"kind": "xlm-roberta", "pooling": "max"}),
+    "embed_xlmr_max": (  # with E5's prompts, the query's by default
+        "sentence_embedding",
+        {"kind": "xlm-roberta", "pooling": "max", "prompts": E5_PROMPTS, "default_prompt_name": "query"},
+    ),
     "embed_bert_last": ("sentence_embedding", {"kind": "bert", "pooling": "lasttoken", "normalize": False}),
     "fill_roberta": ("fill_mask", {"kind": "roberta"}),
 }

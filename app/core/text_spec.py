@@ -10,9 +10,10 @@ From the folder (JSON files only: this module is framework-free, the router and 
 both read it): the labels and ``problem_type`` (``config.json``), the sequence length (the
 tokenizer's ``model_max_length``, sentence-transformers' ``max_seq_length``, bounded by the position
 embeddings), the pooling and normalisation of a sentence-transformers folder (``modules.json``,
-``1_Pooling/config.json``, a ``Normalize`` module), and the inputs (``token_type_ids`` only where the
-model has more than one token type). ``max_batch_size``, ``[batching]``, ``[[inputs]]``,
-``[[outputs]]`` and ``[preprocess] sequence_length`` in model.toml override what is derived.
+``1_Pooling/config.json``, a ``Normalize`` module) and its prompts
+(``config_sentence_transformers.json``), and the inputs (``token_type_ids`` only where the model
+has more than one token type). ``max_batch_size``, ``[batching]``, ``[[inputs]]``, ``[[outputs]]``
+and ``[preprocess] sequence_length`` in model.toml override what is derived.
 
 A ``fill_mask`` model (a masked-LM head) returns the best ``K`` candidates of every position, with
 softmax and top-k inside its graph: ``scores`` and ``token_ids [batch, tokens, K]`` instead of the
@@ -74,8 +75,11 @@ ROUTER_FILES = (
     "special_tokens_map.json",
     "modules.json",
     "sentence_bert_config.json",
+    "config_sentence_transformers.json",
     "generation_config.json",
 )
+# The prompt names every SentenceTransformer has, empty unless its folder names a text for them.
+ST_DEFAULT_PROMPTS = ("query", "document")
 
 
 class TextSpecError(ValueError):
@@ -98,6 +102,8 @@ class TextModel:
     normalize: bool  # sentence_embedding: the folder's pipeline ends with a Normalize module
     dimension: int  # sentence_embedding: the embedding's size; else the hidden size
     modules: tuple[str, ...] = ()  # sentence-transformers' module paths besides the Transformer (copied along)
+    prompts: tuple[tuple[str, str], ...] = ()  # sentence_embedding: (name, text) as SentenceTransformer.prompts
+    default_prompt_name: str | None = None  # sentence_embedding: the prompt encode() applies unless told
 
 
 def is_text_spec(raw: Mapping[str, Any]) -> bool:
@@ -183,6 +189,27 @@ def _pooling(folder: Path) -> tuple[str, bool, int | None, tuple[str, ...]]:
     return modes[0], any(kind == ST_NORMALIZE for kind, _ in kinds), dimension, paths
 
 
+def _prompts(folder: Path) -> tuple[tuple[tuple[str, str], ...], str | None]:
+    """sentence-transformers' prompts and default prompt name (``config_sentence_transformers.json``), as
+    ``SentenceTransformer(folder)`` reads them: "query" and "document" always, empty unless the folder
+    gives them a text, then the folder's own."""
+    path = folder / "config_sentence_transformers.json"
+    settings = _read_json(path, required=False)
+    if not isinstance(settings, dict):
+        raise TextSpecError(f"{path}: expected a JSON object")
+    given = settings.get("prompts") or {}
+    if not isinstance(given, dict) or not all(
+        isinstance(name, str) and (text is None or isinstance(text, str)) for name, text in given.items()
+    ):
+        raise TextSpecError(f"{path}: prompts must be an object of prompt names and their texts")
+    prompts = {name: "" for name in ST_DEFAULT_PROMPTS}
+    prompts.update({name: text or "" for name, text in given.items()})
+    default = settings.get("default_prompt_name")
+    if default is not None and default not in prompts:
+        raise TextSpecError(f"{path}: default_prompt_name {default!r} is not one of the prompts {list(prompts)}")
+    return tuple(prompts.items()), default
+
+
 def _candidates(config: Mapping[str, Any], postprocess: Mapping[str, Any], where: str) -> int:
     """fill_mask: the candidates per position its graph returns (``[postprocess] max_topk``), at most
     the vocabulary."""
@@ -261,8 +288,10 @@ def resolve(raw: Mapping[str, Any], model_folder: Path, where: str) -> tuple[dic
         )
     preprocess = raw.get("preprocess", {})
     pooling, normalize, dimension, modules = ("", False, None, ())
+    prompts, default_prompt_name = (), None
     if family == SENTENCE_EMBEDDING:
         pooling, normalize, dimension, modules = _pooling(folder)
+        prompts, default_prompt_name = _prompts(folder)
     hidden = int(config.get("hidden_size") or config.get("d_model") or config.get("dim") or 0)
     text = TextModel(
         folder=folder,
@@ -277,6 +306,8 @@ def resolve(raw: Mapping[str, Any], model_folder: Path, where: str) -> tuple[dic
         normalize=normalize,
         dimension=int(dimension or hidden),
         modules=modules,
+        prompts=prompts,
+        default_prompt_name=default_prompt_name,
     )
     completed = dict(raw)
     completed.setdefault("max_batch_size", GENERATION_MAX_BATCH_SIZE if family == TEXT2TEXT else DEFAULT_MAX_BATCH_SIZE)

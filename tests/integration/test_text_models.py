@@ -116,6 +116,9 @@ def test_embeddings_equal_sentence_transformers(text_stack, models):
     np.testing.assert_allclose(vectors, model.encode(texts), rtol=0, atol=ATOL)
     one = result(text_stack, "embed_bert_mean", {"text": texts[0]})
     np.testing.assert_allclose(one, vectors[0], rtol=0, atol=1e-6)
+    # a prompt every SentenceTransformer has, empty in a folder that names none
+    named = result(text_stack, "embed_bert_mean", {"text": texts, "prompt_name": "document"})
+    np.testing.assert_allclose(named, model.encode(texts, prompt_name="document"), rtol=0, atol=ATOL)
 
 
 @pytest.mark.parametrize("name", ["ner_roberta", "ner_bert"])
@@ -198,6 +201,7 @@ def test_json_lines_answer_each_line_in_order(text_stack):
         ("ner_bert", {"text": "a", "stride": 8}, ["payload.stride", "aggregation_strategy"]),
         ("ner_bert", {"text": "a", "stride": 500, "aggregation_strategy": "first"}, ["payload.stride", "between"]),
         ("embed_bert_mean", {"text": "a", "normalize": 1}, ["payload.normalize", "true or false"]),
+        ("embed_bert_mean", {"text": "a", "prompt_name": "answer"}, ["payload.prompt_name", "'query', 'document'"]),
     ],
 )
 def test_bad_input_is_a_400_naming_the_field_and_the_endpoint_keeps_serving(text_stack, model, payload, fragments):

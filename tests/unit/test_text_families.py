@@ -9,6 +9,8 @@ labels, words and character offsets exactly equal."""
 from __future__ import annotations
 
 import copy
+import json
+import shutil
 import warnings
 from pathlib import Path
 
@@ -164,6 +166,62 @@ def test_embeddings_with_truncation_equal_sentence_transformers_on_a_long_text(b
         client.inference({"text": LONG_TEXT})
     ours, _ = client.inference({"text": LONG_TEXT, "truncation": True})
     np.testing.assert_allclose(ours, model.encode(LONG_TEXT), rtol=0, atol=ATOL)
+
+
+def test_prompts_equal_sentence_transformers_and_the_folders_default_applies(built, clients):
+    """A folder's prompts (config_sentence_transformers.json) as encode(prompt_name=...): the named one's
+    text before each text, the folder's default_prompt_name when none is named, and "document" (a
+    prompt every SentenceTransformer has, empty here) for none at all; an unknown name is a 400."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(folder(built, "embed_xlmr_max"), device="cpu")
+    client = clients["embed_xlmr_max"]
+    assert model.default_prompt_name == "query" and client.options["prompt_name"].default == "query"
+    texts = CORPUS[:3]
+    ours, _ = client.inference({"text": texts})
+    np.testing.assert_allclose(ours, model.encode(texts), rtol=0, atol=ATOL)
+    np.testing.assert_allclose(ours, model.encode(texts, prompt="query: "), rtol=0, atol=ATOL)
+    for name in ("query", "passage", "document"):
+        ours, _ = client.inference({"text": texts, "prompt_name": name})
+        np.testing.assert_allclose(ours, model.encode(texts, prompt_name=name), rtol=0, atol=ATOL)
+    bare, _ = client.inference({"text": texts, "prompt_name": "document"})
+    assert np.abs(np.asarray(bare) - model.encode(texts, prompt="query: ")).max() > 10 * ATOL  # the prompt counts
+    with pytest.raises(InvalidInput, match="payload.prompt_name must be one of 'query', 'document', 'passage'"):
+        client.inference({"text": texts, "prompt_name": "answer"})
+
+
+@pytest.mark.parametrize(
+    ("settings", "fragment"),
+    [
+        ({"prompts": ["query: "]}, "prompts must be an object of prompt names and their texts"),
+        ({"prompts": {"query": 3}}, "prompts must be an object of prompt names and their texts"),
+        ({"prompts": {"passage": "passage: "}, "default_prompt_name": "answer"}, "default_prompt_name 'answer'"),
+    ],
+)
+def test_a_folders_prompts_that_cannot_be_read_stop_naming_the_file(built, tmp_path, settings, fragment):
+    from app.core.spec import SpecError, load_spec
+
+    model = tmp_path / "embed"
+    shutil.copytree(built[0] / "embed_xlmr_max", model, ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
+    (model / "hf" / "config_sentence_transformers.json").write_text(json.dumps(settings))
+    with pytest.raises(SpecError, match="config_sentence_transformers.json") as raised:
+        load_spec(model)
+    assert fragment in str(raised.value)
+
+
+def test_model_toml_may_name_another_default_prompt(built, tmp_path):
+    from app.core.settings import Settings
+    from app.core.spec import SpecError, load_spec
+    from clients.registry import offline_client
+
+    model = tmp_path / "embed"
+    shutil.copytree(built[0] / "embed_xlmr_max", model, ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
+    toml = (model / "model.toml").read_text()
+    (model / "model.toml").write_text(toml + '[postprocess]\nprompt_name = "passage"\n')
+    assert offline_client(load_spec(model), Settings()).options["prompt_name"].default == "passage"
+    (model / "model.toml").write_text(toml + '[postprocess]\nprompt_name = "answer"\n')
+    with pytest.raises(SpecError, match=r"\[postprocess\] prompt_name must be one of 'query', 'document', 'passage'"):
+        offline_client(load_spec(model), Settings())
 
 
 def test_short_texts_are_padded_to_their_bucket_and_calls_fit_the_batch(clients, triton, monkeypatch):

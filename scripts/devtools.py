@@ -30,7 +30,7 @@ from app.core.settings import (
     TEST_MODEL_REPOSITORY,
     TRITON_GRPC_URL,
 )
-from app.serve.tritonserver import find_triton, triton_command
+from app.serve.tritonserver import find_triton, remove_shm_regions, shm_prefix, triton_command
 
 DEFAULT_TEST_REPOSITORY = PROJECT_ROOT / "build" / "test-models"
 DEFAULT_FULL_TEST_REPOSITORY = PROJECT_ROOT / "build" / "test-models-full"
@@ -162,6 +162,7 @@ class Triton:
 
     proc: subprocess.Popen
     ports: tuple[int, int, int]  # HTTP, gRPC, metrics
+    shm_prefix: str | None = None  # its python backend's shared-memory regions, removed once it stopped
 
     @property
     def grpc_url(self) -> str:
@@ -176,6 +177,8 @@ class Triton:
 
     def stop(self, timeout_s: float = 30.0) -> None:
         stop_group(self.proc, timeout_s)
+        if self.shm_prefix is not None:
+            remove_shm_regions(self.shm_prefix)
 
 
 def start_triton(
@@ -190,12 +193,14 @@ def start_triton(
     metrics; three free ones by default); its output goes to ``log``, else nowhere."""
     install = find_triton()
     http_port, grpc_port, metrics_port = ports or free_ports(3)
+    prefix = shm_prefix()
     argv = triton_command(
         install,
         repository,
         (http_port, grpc_port, metrics_port),
         backend_dir=install.prepare(runtime),
         extra_args=extra_args,
+        shm_prefix=prefix,
     )
     proc = subprocess.Popen(
         argv,
@@ -204,7 +209,7 @@ def start_triton(
         stderr=subprocess.STDOUT if log else subprocess.DEVNULL,
         start_new_session=True,
     )
-    return Triton(proc, (http_port, grpc_port, metrics_port))
+    return Triton(proc, (http_port, grpc_port, metrics_port), prefix)
 
 
 @dataclass

@@ -50,7 +50,14 @@ from app.serve import sizing
 from app.serve.engines import check_engines
 from app.serve.nginx import NGINX_CONF, find_nginx, render_nginx_conf
 from app.serve.pingserver import start_ping_server
-from app.serve.tritonserver import TritonNotFound, find_triton, stock_flags, triton_command
+from app.serve.tritonserver import (
+    TritonNotFound,
+    find_triton,
+    remove_shm_regions,
+    shm_prefix,
+    stock_flags,
+    triton_command,
+)
 from clients.registry import check_specs
 
 log = logging.getLogger("serve")
@@ -144,6 +151,7 @@ class Supervisor:
         self.env = dict(env)
         self.children: list[Child] = []
         self.stop_requested = threading.Event()
+        self.shm_prefix: str | None = None  # the shared-memory regions of the Triton started here
 
     def request_stop(self, signum: int, _frame: object) -> None:
         log.info("received %s: draining", signal.Signals(signum).name)
@@ -176,6 +184,7 @@ class Supervisor:
             install = find_triton(env)
             backend_dir = install.prepare(runtime_dir)
             bind_address = env.get(TRITON_BIND_ADDRESS, "").strip() or "127.0.0.1"
+            self.shm_prefix = shm_prefix()
             triton_argv = triton_command(
                 install,
                 triton_repository,
@@ -183,6 +192,7 @@ class Supervisor:
                 bind_address,
                 backend_dir,
                 extra_args=[*control, *stock_flags(env)],
+                shm_prefix=self.shm_prefix,
             )
             self.children.append(Child("triton", triton_argv, {**env, **install.env, **malloc_env(env)}))
 
@@ -299,11 +309,16 @@ class Supervisor:
         self._kill_leftovers()
 
     def _kill_leftovers(self) -> None:
-        """SIGKILL whatever remains in the children's process groups (workers, stubs)."""
+        """SIGKILL whatever remains in the children's process groups (workers, stubs), then remove the
+        shared memory that Triton's python backend did not free (a stub or Triton killed)."""
         for child in self.children:
             child.signal_group(signal.SIGKILL)
         for child in self.children:
             child.wait(2.0)
+        if self.shm_prefix is not None:
+            removed = remove_shm_regions(self.shm_prefix)
+            if removed:
+                log.info("removed %d shared-memory regions Triton's python backend left", removed)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,6 +3,12 @@
 Three places, in this order: ``$TRITON_SERVER_BIN``, ``tritonserver`` on ``PATH`` (the NGC image),
 and the standalone server inside the ``nvidia-pytriton`` wheel (any laptop; python backend only).
 The wheel's server needs a little set-up, which `prepare` does in a runtime directory.
+
+The python backend keeps a shared-memory region per stub in ``/dev/shm`` (RAM), named with a
+prefix: each Triton started here gets one of its own (``shm_prefix``), so that whoever started it
+removes what it left once it has stopped (``remove_shm_regions``). A Triton or a stub killed before
+it frees its regions (SIGKILL, the OOM killer, a crash) would otherwise hold that memory until the
+machine restarts: tens of MiB a stub, which a test suite that kills Triton on purpose piles up.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
+import secrets
 import shlex
 import shutil
 import sys
@@ -36,6 +43,8 @@ STOCK_FLAGS: Mapping[str, str] = {
     "SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE": "--backend-config=python,shm-growth-byte-size={}",
     "SAGEMAKER_TRITON_BUFFER_MANAGER_THREAD_COUNT": "--buffer-manager-thread-count={}",
 }
+SHM_DIR = Path("/dev/shm")
+SHM_PREFIX = "triton_python_backend_shm_region_"  # the python backend's own, before ours is added
 MODEL_LOAD_GPU_LIMIT = "SAGEMAKER_TRITON_MODEL_LOAD_GPU_LIMIT"  # a fraction, for every GPU
 ADDITIONAL_ARGS = "SAGEMAKER_TRITON_ADDITIONAL_ARGS"  # further tritonserver flags, as a shell would split them
 
@@ -110,6 +119,25 @@ def find_triton(env: Mapping[str, str] | None = None) -> TritonInstall:
     )
 
 
+def shm_prefix() -> str:
+    """A prefix for the python backend's shared-memory regions of one Triton, unique on the machine
+    (this process's id and a random part: Tritons of other stacks must keep theirs)."""
+    return f"{SHM_PREFIX}{os.getpid()}_{secrets.token_hex(4)}_"
+
+
+def remove_shm_regions(prefix: str, shm_dir: Path = SHM_DIR) -> int:
+    """Unlink the shared-memory regions named with ``prefix`` (a stopped Triton's); how many there were.
+    A region still mapped by a process lives on until that process unmaps it: only its name goes."""
+    removed = 0
+    for path in shm_dir.glob(f"{glob.escape(prefix)}*"):
+        try:
+            path.unlink()
+            removed += 1
+        except FileNotFoundError:
+            pass
+    return removed
+
+
 def triton_command(
     install: TritonInstall,
     repository: Path,
@@ -118,6 +146,7 @@ def triton_command(
     backend_dir: Path | None = None,
     exit_timeout_s: int = 3,
     extra_args: Sequence[str] = (),
+    shm_prefix: str | None = None,
 ) -> list[str]:
     http, grpc, metrics = ports
     command = [
@@ -142,5 +171,7 @@ def triton_command(
         command += ["--allow-gpu-metrics=false", "--pinned-memory-pool-byte-size=0"]
     if backend_dir is not None:
         command.append(f"--backend-directory={backend_dir}")
+    if shm_prefix is not None:
+        command.append(f"--backend-config=python,shm-region-prefix-name={shm_prefix}")
     command += list(extra_args)
     return command

@@ -22,7 +22,7 @@ import pytest
 import requests
 from PIL import Image
 
-from scripts.devtools import alive, descendants
+from scripts.devtools import alive, cmdline, descendants
 from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
@@ -98,24 +98,37 @@ def test_a_model_whose_onnx_is_broken(required: bool, small_repository: Path, tm
     assert r.status_code == 200, r.text
 
 
-@pytest.mark.parametrize("role", ["triton", "router", "nginx"])
+@pytest.mark.parametrize("role", ["triton", "triton and its stubs", "router", "nginx"])
 def test_a_dead_child_takes_the_stack_down(role: str, small_repository: Path, new_stack):
     stack = new_stack(small_repository)
     stack.wait_healthy(timeout=120)
     everything = [stack.proc.pid, *descendants(stack.proc.pid)]
-    victim = stack.pids()[role][0]
-    os.kill(victim, signal.SIGKILL)
+    regions = shared_memory_of(stack.pids()["triton"][0])
+    assert regions, "the python backend's shared memory is not named with this Triton's prefix"
+    pids = stack.pids()
+    victims = pids["triton"] if role == "triton and its stubs" else pids[role][:1]  # the OOM killer's kind
+    for victim in victims:
+        os.kill(victim, signal.SIGKILL)
     killed_at = time.monotonic()
     try:
         code = stack.proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         pytest.fail(f"serve still running 10 s after {role} was killed:\n{stack.log_tail()}")
     took = time.monotonic() - killed_at
-    print(f"serve exited {code} {took:.2f} s after kill -9 of {role} (pid {victim})")
+    print(f"serve exited {code} {took:.2f} s after kill -9 of {role} (pids {victims})")
     assert code != 0
     # The machine's init reaps orphans slowly: allow it a moment, zombies count as gone.
     left = [pid for pid in everything if wait_until(lambda p=pid: not alive(p), timeout=3) is None]
     assert left == [], f"left behind: {left}"
+    # a Triton (or stub) killed never frees its shared memory (RAM, in /dev/shm): serve removes it
+    assert [path.name for path in regions if path.exists()] == []
+
+
+def shared_memory_of(triton: int) -> list[Path]:
+    """The shared-memory regions of a running Triton's python backend (named with the prefix its
+    command line gives)."""
+    flag = next(arg for arg in cmdline(triton).split() if "shm-region-prefix-name=" in arg)
+    return sorted(Path("/dev/shm").glob(flag.split("shm-region-prefix-name=", 1)[1] + "*"))
 
 
 def test_what_a_caller_sees_while_a_dead_triton_takes_the_stack_down(small_repository: Path, new_stack):

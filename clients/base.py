@@ -121,8 +121,8 @@ class ModelClient(ABC, Generic[Context]):
             spec.triton_name, spec.pipeline
         )  # what must be READY in Triton for this model
         self.configure()
-        limits = self.option_limits()
-        self.options: dict[str, Option] = {o.name: self._bounded(o, limits) for o in self.OPTIONS}
+        limits, choices = self.option_limits(), self.option_choices()
+        self.options: dict[str, Option] = {o.name: self._bounded(o, limits, choices) for o in self.OPTIONS}
         self.routes = {ROUTER: Route(spec.triton_name, spec.inputs, spec.outputs, self.preprocess, self.postprocess)}
         if self.pipeline == TRITON:
             self.routes[TRITON] = self.pipeline_route()
@@ -166,18 +166,17 @@ class ModelClient(ABC, Generic[Context]):
         """Choices that depend on the model (the prompt names its folder has)."""
         return {}
 
-    def _bounded(self, option: Option, limits: Mapping[str, float]) -> Option:
+    def _bounded(self, option: Option, limits: Mapping[str, float], choices: Mapping[str, tuple[str, ...]]) -> Option:
         """The family's option with the model's default (``[postprocess] <name>``, else
         ``option_defaults``) and bound (``[postprocess] max_<name>``, and ``option_limits``), or
         choices (``option_choices``)."""
         post = self.spec.postprocess
         bounded = option
-        choices = self.option_choices()
         if option.name in choices:
             bounded = replace(option, choices=choices[option.name])
         if option.numeric:
             maximum = min(option.maximum, post.get(f"max_{option.name}", option.maximum))
-            bounded = replace(option, maximum=min(maximum, limits.get(option.name, maximum)))
+            bounded = replace(bounded, maximum=min(maximum, limits.get(option.name, maximum)))
         default = post.get(option.name, self.option_defaults().get(option.name, option.default))
         if default is None:
             return bounded

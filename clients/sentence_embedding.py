@@ -44,7 +44,7 @@ class SentenceEmbeddingClient(TextClient[None]):
 
     def preprocess(self, item: Any, where: str, options: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], None]:
         text = self.check_text(item, where)
-        prompt = self.prompts.get(options["prompt_name"]) if options["prompt_name"] else None
+        prompt = self.prompts.get(options["prompt_name"])  # None: no name given; "": a name with no text
         if prompt:  # encode() puts the prompt before the text, then tokenizes and truncates them together
             text = prompt + text
         return self.arrays([self.encode(text, None, where, options["truncation"])]), None

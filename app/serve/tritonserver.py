@@ -128,14 +128,10 @@ def shm_prefix() -> str:
 def remove_shm_regions(prefix: str, shm_dir: Path = SHM_DIR) -> int:
     """Unlink the shared-memory regions named with ``prefix`` (a stopped Triton's); how many there were.
     A region still mapped by a process lives on until that process unmaps it: only its name goes."""
-    removed = 0
-    for path in shm_dir.glob(f"{glob.escape(prefix)}*"):
-        try:
-            path.unlink()
-            removed += 1
-        except FileNotFoundError:
-            pass
-    return removed
+    regions = list(shm_dir.glob(f"{glob.escape(prefix)}*"))
+    for path in regions:
+        path.unlink(missing_ok=True)
+    return len(regions)
 
 
 def triton_command(

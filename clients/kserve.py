@@ -1,6 +1,6 @@
 """Triton's HTTP endpoint: KServe v2 requests passed to it untouched, for clients of AWS's SageMaker
 Triton image (its ``/invocations`` takes exactly these bodies), and the repository calls that load
-and unload models in multi-model mode (``app.router.multimodel``).
+and unload models in multi-model mode (``app.router.models_api``).
 
 A v2 JSON body goes to ``POST /v2/models/<model>/infer`` as it came; a
 ``application/vnd.sagemaker-triton.binary+json;json-header-size=N`` body goes with Triton's own

@@ -1,9 +1,9 @@
-"""Multi-model mode's models, framework-free (the router's ``app.router.multimodel`` maps SageMaker's
+"""Multi-model mode's models, framework-free (the router's ``app.router.models_api`` maps SageMaker's
 ``/models`` API onto it): load a model from a folder (claim its name, link its folders into Triton's
 repository under names of its own, load them, charge it the memory Triton grew by, or undo it all
 with a 4xx/5xx), unload it after the requests in flight, and hold a loaded model while a request
 uses it (``serving``, the ``ModelRepository`` question the single-model ``Registry`` answers too).
-The state is shared by the router's workers through ``app.core.multimodel.ModelStore``; each worker
+The state is shared by the router's workers through ``app.core.model_store.ModelStore``; each worker
 keeps the clients it built, keyed by the load they belong to. A model folder with a ``model.toml``
 gets its family's client; a plain Triton model is served through KServe v2 only.
 """
@@ -23,7 +23,7 @@ from app.core import machine
 from app.core.errors import ApiError, InferenceTimeout, InvalidInput, NotFound, TritonUnavailable
 from app.core.health import Readiness
 from app.core.memory import memory_overrun, memory_refusal, oom_refusal
-from app.core.multimodel import (
+from app.core.model_store import (
     LOADED,
     UNLOADING,
     BadLayout,
@@ -37,11 +37,11 @@ from app.core.multimodel import (
 from app.core.procfs import available_memory, oom_kills, process_tree_memory
 from app.core.settings import MODEL_LOAD_TIMEOUT, Settings
 from app.core.spec import SpecError, load_spec
-from clients import sizing
+from clients import sized_configs
 from clients.base import ModelClient, Triton
 from clients.kserve import TritonHttp
-from clients.registry import make_client
-from clients.repository import Model
+from clients.families import make_client
+from clients.serving import Model
 
 log = logging.getLogger("clients.multimodel")
 
@@ -124,7 +124,7 @@ class MultiModelStore:
 
     def _sized(self, name: str, found: Layout, renamed: dict[str, str]) -> dict[str, str]:
         """The configs of the model's Triton models sized for this machine beside the models loaded
-        already (``clients.sizing.size_load``), by Triton name; the plan is logged."""
+        already (``clients.sized_configs.size_load``), by Triton name; the plan is logged."""
         if self._machine is None:
             self._machine = machine.detect()
         loaded = {
@@ -136,7 +136,7 @@ class MultiModelStore:
         }
         new = {own: Path(folder) for own, folder in found.folders.items()}
         try:
-            plan, texts = sizing.size_load(self._machine, loaded, new, renamed, os.environ)
+            plan, texts = sized_configs.size_load(self._machine, loaded, new, renamed, os.environ)
         except ValueError as error:  # a GPU model on a machine without one, a bad count variable
             raise InvalidInput(f"model {name!r} cannot be sized for this machine: {error}") from None
         log.info(

@@ -3,7 +3,7 @@ models (T5, flan-t5, BART, Marian), answered as Hugging Face's ``model.generate`
 
 Payload: ``{"text": str | [str], "max_new_tokens", "min_new_tokens", "num_beams", "length_penalty",
 "early_stopping", "no_repeat_ngram_size", "repetition_penalty", "truncation"}``; each setting's
-default is the folder's ``generation_config.json``, then Hugging Face's (``app.core.generation``).
+default is the folder's ``generation_config.json``, then Hugging Face's (``app.core.generation_contract``).
 One text answers ``{"generated_text": str}``, equal to ``tokenizer.decode(model.generate(text,
 ...)[0], skip_special_tokens=True)`` for that text alone; a list answers a list, in order.
 Sampling (``"do_sample": true``) is refused: its answers would differ from call to call.
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from app.core import generation
+from app.core import generation_contract
 from app.core.access import GENERATED_TOKENS
 from app.core.errors import InvalidInput
 from app.core.spec import SpecError
@@ -37,23 +37,23 @@ TEXT_INPUTS = ("input_ids", "attention_mask")
 # Left between the end of a text's generation and the router's own deadline: the answer's way back.
 DEADLINE_MARGIN_S = 0.25
 DO_SAMPLE = "do_sample"
-GENERATION_PACKAGES = ("torch", "transformers")  # what the Triton model imports (requirements-generation.txt)
+GENERATION_PACKAGES = ("torch", "transformers")  # what the Triton model imports (requirements-generation_contract.txt)
 
 OPTIONS = (
-    Option("max_new_tokens", int, 1, generation.MAX_NEW_TOKENS),
-    Option("min_new_tokens", int, 0, generation.MAX_NEW_TOKENS),
-    Option("num_beams", int, 1, generation.MAX_BEAMS),
-    Option("length_penalty", float, -generation.MAX_PENALTY, generation.MAX_PENALTY),
+    Option("max_new_tokens", int, 1, generation_contract.MAX_NEW_TOKENS),
+    Option("min_new_tokens", int, 0, generation_contract.MAX_NEW_TOKENS),
+    Option("num_beams", int, 1, generation_contract.MAX_BEAMS),
+    Option("length_penalty", float, -generation_contract.MAX_PENALTY, generation_contract.MAX_PENALTY),
     Option("early_stopping", bool),
-    Option("no_repeat_ngram_size", int, 0, generation.MAX_NGRAM),
-    Option("repetition_penalty", float, 0.01, generation.MAX_PENALTY),
+    Option("no_repeat_ngram_size", int, 0, generation_contract.MAX_NGRAM),
+    Option("repetition_penalty", float, 0.01, generation_contract.MAX_PENALTY),
 )
 
 
 class Text2TextClient(TextClient[None]):
-    family = generation.FAMILY
+    family = generation_contract.FAMILY
     OPTIONS = (*OPTIONS, Option(DO_SAMPLE, bool, default=False), TRUNCATION)
-    SETTING_INPUTS = frozenset({*generation.SETTING_NAMES, generation.TIMEOUT_MS})
+    SETTING_INPUTS = frozenset({*generation_contract.SETTING_NAMES, generation_contract.TIMEOUT_MS})
 
     def configure(self) -> None:
         super().configure()
@@ -61,19 +61,19 @@ class Text2TextClient(TextClient[None]):
         if missing:  # Triton's python backend runs in this environment: the model would fail to load there
             raise SpecError(
                 f"{self.spec.folder}/model.toml: a text2text model runs Hugging Face's generate inside Triton, "
-                f"which needs {' and '.join(missing)} in this environment: pip install -r requirements-generation.txt "
+                f"which needs {' and '.join(missing)} in this environment: pip install -r requirements-generation_contract.txt "
                 "(the serving image: make image IMAGE_GENERATION=true)"
             )
         try:
-            self.generation = generation.read_generation_config(self.text.folder)
-        except generation.GenerationSpecError as error:
+            self.generation = generation_contract.read_generation_config(self.text.folder)
+        except generation_contract.GenerationSpecError as error:
             raise SpecError(str(error)) from None
         config = json.loads((self.text.folder / "config.json").read_text(encoding="utf-8"))
-        self.new_tokens_limit = generation.new_tokens_limit(config)
+        self.new_tokens_limit = generation_contract.new_tokens_limit(config)
         self.clean_up = cleans_up_spaces(self.text, self.tokenizer)
         self.setting_types = {t.name: t.numpy_dtype for t in self.spec.inputs}
         missing = [
-            name for name in (*generation.SETTING_NAMES, generation.TIMEOUT_MS) if name not in self.setting_types
+            name for name in (*generation_contract.SETTING_NAMES, generation_contract.TIMEOUT_MS) if name not in self.setting_types
         ]
         if missing:
             raise SpecError(f"{self.spec.folder}/model.toml: a text2text model's inputs include {missing[0]}")
@@ -84,7 +84,7 @@ class Text2TextClient(TextClient[None]):
         return {"max_new_tokens": limit, "min_new_tokens": limit}
 
     def option_defaults(self) -> Mapping[str, Any]:
-        found = generation.defaults(self.generation)
+        found = generation_contract.defaults(self.generation)
         # a folder's default past the served bound is served at the bound
         found["max_new_tokens"] = min(found["max_new_tokens"], self.new_tokens_limit)
         found["min_new_tokens"] = min(found["min_new_tokens"], found["max_new_tokens"])
@@ -106,14 +106,14 @@ class Text2TextClient(TextClient[None]):
 
     def preprocess(self, item: Any, where: str, options: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], None]:
         arrays = self.arrays([self.encode(self.check_text(item, where), None, where, options["truncation"])])
-        for name in generation.SETTING_NAMES:
+        for name in generation_contract.SETTING_NAMES:
             arrays[name] = np.array([[options[name]]], dtype=self.setting_types[name])
-        arrays[generation.TIMEOUT_MS] = np.zeros((1, 1), dtype=np.int64)  # set just before the call (_infer)
+        arrays[generation_contract.TIMEOUT_MS] = np.zeros((1, 1), dtype=np.int64)  # set just before the call (_infer)
         return arrays, None
 
     def postprocess(self, outputs: Mapping[str, np.ndarray], context: None, options: Mapping[str, Any]) -> dict:
-        ids = outputs[generation.OUTPUT_IDS][0]
-        ids = ids[ids != generation.PAD]
+        ids = outputs[generation_contract.OUTPUT_IDS][0]
+        ids = ids[ids != generation_contract.PAD]
         text = self.tokenizer.decode(ids.tolist(), skip_special_tokens=True)
         return {"generated_text": clean_up_tokenization(text) if self.clean_up else text}
 
@@ -141,11 +141,11 @@ class Text2TextClient(TextClient[None]):
             budget = min(budget, deadline - time.monotonic())
         inputs = dict(inputs)
         milliseconds = max(1, int((budget - DEADLINE_MARGIN_S) * 1000))
-        inputs[generation.TIMEOUT_MS] = np.full((len(inputs["input_ids"]), 1), milliseconds, dtype=np.int64)
+        inputs[generation_contract.TIMEOUT_MS] = np.full((len(inputs["input_ids"]), 1), milliseconds, dtype=np.int64)
         outputs, answered = super()._infer(model, inputs, output_names, version)
-        found = outputs.get(generation.OUTPUT_IDS)
+        found = outputs.get(generation_contract.OUTPUT_IDS)
         if found is not None:  # the decoder's start token is not generated
             self.calls.tokens = (
-                getattr(self.calls, "tokens", 0) + int(np.count_nonzero(found != generation.PAD)) - len(found)
+                getattr(self.calls, "tokens", 0) + int(np.count_nonzero(found != generation_contract.PAD)) - len(found)
             )
         return outputs, answered

@@ -30,7 +30,7 @@ from tritonclient.utils import (
 )
 
 from app.core.errors import ApiError, InferenceTimeout, InvalidInput, InvalidItem, ModelNotReady, TritonUnavailable
-from app.core.generation import DEADLINE_MARKER
+from app.core.generation_contract import DEADLINE_MARKER
 from app.core.settings import SERVER_TIMEOUT, TRITON_TIMEOUT, Settings
 from app.core.states import READY, UNAVAILABLE
 

@@ -302,7 +302,7 @@ def in_process_clients(repository: Path, triton: OnnxRuntimeTriton | None = None
     Triton (``triton``: the stand-in to share, whose calls a test reads)."""
     from app.core.settings import Settings
     from app.core.spec import find_specs
-    from clients.registry import make_client
+    from clients.families import make_client
 
     triton = triton or OnnxRuntimeTriton(repository)
     settings = Settings(model_repository=repository, max_image_pixels=1_000_000, max_batch_items=64)

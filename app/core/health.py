@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from app.core.errors import ApiError
-from app.core.multimodel import ModelStore
+from app.core.model_store import ModelStore
 from app.core.pipeline import triton_models
 from app.core.settings import LIVE_PING, READY_PING, Settings
 from app.core.spec import ModelSpec

@@ -5,7 +5,7 @@ after it (what Triton's processes grew by, read by ``app.core.procfs``)."""
 from __future__ import annotations
 
 from app.core.errors import InsufficientMemory
-from app.core.multimodel import Record
+from app.core.model_store import Record
 from app.core.settings import MIB
 
 

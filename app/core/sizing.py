@@ -13,7 +13,7 @@ network takes no CPU), and the plan says it is oversubscribed. A value given in 
 ``[instances]`` or by an environment variable is taken as it is, and its CPU counted first.
 
 Standard library only: ``serve`` plans at start, a multi-model load plans its model, and
-``python -m app.serve.plan`` prints a plan for any instance type.
+``python -m app.serve.sizing_plan`` prints a plan for any instance type.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ max_topk`` (default 50), at most the vocabulary. A ``token_classification`` mode
 label probabilities, the pipeline's softmax inside its graph: ``scores [batch, tokens, labels]``.
 
 A ``text2text_generation`` model (an encoder-decoder LM head: T5, BART, Marian) takes its text and
-one tensor per generation setting, and returns the generated token ids (``app.core.generation``).
+one tensor per generation setting, and returns the generated token ids (``app.core.generation_contract``).
 
 A hub id is fetched by model preparation into ``<model>/hub/``; the router reads that folder.
 """
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.core import generation
+from app.core import generation_contract
 
 SOURCE_KEY = "transformers"  # [export] transformers = "<folder or hub id>"
 HUB_FOLDER = "hub"  # where model preparation saves a hub id's files, inside the model's folder
@@ -43,7 +43,7 @@ TEXT_CLASSIFICATION = "text_classification"
 TOKEN_CLASSIFICATION = "token_classification"
 SENTENCE_EMBEDDING = "sentence_embedding"
 FILL_MASK = "fill_mask"
-TEXT2TEXT = generation.FAMILY
+TEXT2TEXT = generation_contract.FAMILY
 TEXT_FAMILIES = (TEXT_CLASSIFICATION, TOKEN_CLASSIFICATION, SENTENCE_EMBEDDING, FILL_MASK, TEXT2TEXT)
 DEFAULT_CANDIDATES = 50  # fill_mask: the candidates per position when [postprocess] max_topk names none
 DEFAULT_MAX_BATCH_SIZE = 32
@@ -320,14 +320,14 @@ def resolve(raw: Mapping[str, Any], model_folder: Path, where: str) -> tuple[dic
 
 def _inputs(text: TextModel) -> list[dict[str, Any]]:
     if text.family == TEXT2TEXT:
-        return generation.inputs()
+        return generation_contract.inputs()
     names = ["input_ids", "attention_mask"] + (["token_type_ids"] if text.token_type_ids else [])
     return [{"name": name, "dtype": "INT64", "dims": [-1]} for name in names]
 
 
 def _outputs(family: str, text: TextModel, candidates: int) -> list[dict[str, Any]]:
     if family == TEXT2TEXT:
-        return generation.outputs()
+        return generation_contract.outputs()
     if family == FILL_MASK:
         return [
             {"name": "scores", "dtype": "FP32", "dims": [-1, candidates]},

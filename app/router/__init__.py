@@ -1,7 +1,7 @@
 """The Flask router: SageMaker's ``GET /ping`` and ``POST /invocations`` in front of Triton.
 
 ``create_app(settings, registry, triton)`` is the application factory (tests hand it fakes); it
-only wires: parsing is ``app.router.requests`` (no Flask), the error bodies ``app.router.handlers``,
+only wires: parsing is ``app.router.parsing`` (no Flask), the error bodies ``app.router.handlers``,
 metrics and logs ``app.router.observability``, running the parsed calls ``app.router.batches``.
 Besides the contract's two paths it answers ``GET /execution-parameters`` (Batch Transform's
 question), ``GET /openapi.json`` (``app/router/openapi.json``, the contract as OpenAPI 3) and
@@ -24,10 +24,10 @@ from app.core.settings import Settings
 from app.router.accept import answer_type
 from app.router.batches import run_invocations
 from app.router.handlers import json_bytes, json_response, register_error_handlers
-from app.router.multimodel import register as register_multi_model
+from app.router.models_api import register as register_multi_model
 from app.router.observability import MIXED_MODELS, current
 from app.router.observability import install as install_observability
-from app.router.requests import (
+from app.router.parsing import (
     BINARY_JSON_TYPE,
     CUSTOM_ATTRIBUTES,
     JSON_HEADER_SIZE,
@@ -46,8 +46,8 @@ from app.router.requests import (
 from clients.base import ModelClient, timed
 from clients.kserve import TritonHttp
 from clients.multimodel import MultiModelStore
-from clients.registry import build_registry
-from clients.repository import Model, Registry
+from clients.families import build_registry
+from clients.serving import Model, Registry
 from clients.triton import TritonClient
 from clients.v2_checks import check_request
 

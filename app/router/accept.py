@@ -1,5 +1,5 @@
 """The media type of an ``/invocations`` answer, from the request's ``Accept`` header: Werkzeug's
-``MIMEAccept`` ranks our answer types (kept apart from ``app.router.requests``, whose pure parsing
+``MIMEAccept`` ranks our answer types (kept apart from ``app.router.parsing``, whose pure parsing
 the benchmark's tools import without the web framework)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from werkzeug.datastructures import MIMEAccept
 from werkzeug.http import parse_accept_header
 
 from app.core.errors import NotAcceptable
-from app.router.requests import ANSWER_TYPES, JSON_TYPE, JSONLINES_TYPES, Request
+from app.router.parsing import ANSWER_TYPES, JSON_TYPE, JSONLINES_TYPES, Request
 
 
 def answer_type(request: Request) -> str:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.core.errors import ApiError, LineError
-from app.router.requests import Invocation
+from app.router.parsing import Invocation
 from clients.base import WorkFailed
 
 

@@ -21,7 +21,7 @@ from app.core import access
 from app.core.errors import HTTP_STATUS_ERRORS, ApiError, InternalError, payload_too_large
 from app.core.settings import Settings
 from app.router.observability import TRACE_KEY
-from app.router.requests import JSON_TYPE
+from app.router.parsing import JSON_TYPE
 
 log = logging.getLogger("app.router")
 

@@ -28,7 +28,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from app.core import access
 from app.core.settings import PROMETHEUS_MULTIPROC_DIR
-from app.router.requests import TARGET_MODEL
+from app.router.parsing import TARGET_MODEL
 
 REQUEST_ID_HEADERS = ("X-Amzn-SageMaker-Inference-Id", "X-Request-Id")
 RESPONSE_ID_HEADER = "X-Request-Id"

@@ -29,7 +29,7 @@ from typing import IO
 
 from app.core import logs
 from app.core.health import health_policy
-from app.core.multimodel import ModelStore
+from app.core.model_store import ModelStore
 from app.core.settings import (
     MALLOC_ARENA_MAX,
     MALLOC_MMAP_THRESHOLD,
@@ -46,7 +46,7 @@ from app.core.settings import (
     triton_ports,
 )
 from app.core.spec import find_specs
-from app.serve import sizing
+from app.serve import sized_repository
 from app.serve.engines import check_engines
 from app.serve.nginx import NGINX_CONF, find_nginx, render_nginx_conf
 from app.serve.pingserver import start_ping_server
@@ -58,7 +58,7 @@ from app.serve.tritonserver import (
     stock_flags,
     triton_command,
 )
-from clients.registry import check_specs
+from clients.families import check_specs
 
 log = logging.getLogger("serve")
 
@@ -162,19 +162,19 @@ class Supervisor:
         repository, control = settings.model_repository, []
         if settings.multi_model:
             # SageMaker loads the models through /models: Triton starts on an empty repository and
-            # loads and unloads what the router links there (app.core.multimodel), each load sized then.
+            # loads and unloads what the router links there (app.core.model_store), each load sized then.
             repository, control = (
                 ModelStore(settings.multi_model_dir).create().repository,
                 ["--model-control-mode=explicit"],
             )
-            triton_repository, plan = repository, sizing.workers_plan(env)
+            triton_repository, plan = repository, sized_repository.workers_plan(env)
         elif not is_model_repository(repository):
             raise FileNotFoundError(f"{repository} holds no Triton model repository: run `make models` first")
         else:
             check_specs(repository, settings)  # a model.toml mistake: one line naming the file and the key
             check_engines(repository)  # a TensorRT plan built for another GPU type: a clear refusal
-            # Triton loads the models with the counts sized for this machine (app/core/sizing.py).
-            triton_repository, plan = sizing.sized_repository(repository, runtime_dir, env)
+            # Triton loads the models with the counts sized for this machine (app/core/sized_repository.py).
+            triton_repository, plan = sized_repository.sized_repository(repository, runtime_dir, env)
         nginx_binary = find_nginx(env)  # before anything starts: a missing NGINX fails fast
         http, grpc, metrics = triton_ports(env)
         external_triton = env.get(TRITON_GRPC_URL, "").strip()
@@ -213,7 +213,7 @@ class Supervisor:
             # glibc gives every thread that allocates its own arena (up to 8 a core): with a
             # worker's threads decoding images, resident memory climbs by tens of MB for no gain.
             MALLOC_ARENA_MAX: env.get(MALLOC_ARENA_MAX, "2"),
-            **sizing.router_env(plan),
+            **sized_repository.router_env(plan),
         }
         gunicorn_argv = [sys.executable, "-m", "gunicorn", "--config", str(GUNICORN_CONF), "app.router.wsgi:app"]
         router = Child("router", gunicorn_argv, router_env, cwd=PROJECT_ROOT)
@@ -326,10 +326,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # SageMaker runs `docker run IMAGE serve`: with `serve` as the ENTRYPOINT that is `serve serve`.
     if argv and argv[0] == "serve":
         argv = argv[1:]
-    if argv and argv[0] == "plan":  # the sizing's plan, nothing started (app/serve/plan.py)
-        from app.serve import plan
+    if argv and argv[0] == "plan":  # the sizing's plan, nothing started (app/serve/sizing_plan.py)
+        from app.serve import sizing_plan
 
-        return plan.main(argv[1:])
+        return sizing_plan.main(argv[1:])
     if argv and argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0

@@ -3,7 +3,7 @@ copies these files into the model repository as ``<model>/1/model.py``, where Tr
 
 - ``onnx_model.py``: a network served by ONNX Runtime in the python backend (the python target).
 - ``text2text_model.py``: a text2text model, Hugging Face's ``generate`` over its three ONNX graphs
-  (``generation.py``), batched across callers.
+  (``onnx_generate.py``), batched across callers.
 - ``image_steps.py``: the pre- and post-processing steps of an image model's Triton pipeline
   (``app.core.pipeline``), running the router's own family clients.
 """

@@ -43,7 +43,7 @@ from app.core.pipeline import (
 from app.core.settings import Settings
 from app.core.spec import load_spec
 from clients.detection import DetectionClient, detect, geometry
-from clients.registry import offline_client
+from clients.families import offline_client
 
 try:
     import triton_python_backend_utils as pb_utils

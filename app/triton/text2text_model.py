@@ -1,5 +1,5 @@
 """Triton python-backend model of a ``text2text_generation`` model: Hugging Face's ``generate`` over
-the version folder's three ONNX graphs (``app.triton.generation``), batched across callers.
+the version folder's three ONNX graphs (``app.triton.onnx_generate``), batched across callers.
 
 Copied as ``<model>/1/model.py`` by model preparation. The model's ``model.toml`` (beside this
 version folder) names its Hugging Face folder, whose ``config.json`` and ``generation_config.json``
@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from app.core.generation import (
+from app.core.generation_contract import (
     DEADLINE_MARKER,
     MAX_BEAMS,
     MAX_NGRAM,
@@ -37,7 +37,7 @@ from app.core.generation import (
     new_tokens_limit,
     read_generation_config,
 )
-from app.triton.generation import Deadlines, OnnxSeq2SeqLM, padded, trimmed
+from app.triton.onnx_generate import Deadlines, OnnxSeq2SeqLM, padded, trimmed
 
 try:
     import triton_python_backend_utils as pb_utils

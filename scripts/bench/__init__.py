@@ -23,7 +23,7 @@ the start-to-``/ping`` time and a router worker's resident memory after the run.
 
 The sizing section (``--sizing-only`` alone, ``--no-sizing`` to skip it) prints ``serve``'s plan for
 this machine and sets the image models' Triton pipelines, at concurrency 8, in two Tritons side by
-side: the repository as ``serve`` sizes it against every instance count 1 (``scripts.bench.sizing``).
+side: the repository as ``serve`` sizes it against every instance count 1 (``scripts.bench.sized_counts``).
 
 Writes ``build/bench/results.json`` and PNG plots into ``build/bench/``; prints every figure of
 the targets table with its target and a pass / fall-short mark. ``--quick`` is a smoke run.

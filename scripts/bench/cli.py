@@ -24,7 +24,7 @@ from scripts.bench.perf import format_perf_checks
 from scripts.bench.plan import Plan, make_plan
 from scripts.bench.report import format_figures, format_results, plot, target_figures
 from scripts.bench.run import Findings, run_against_stack, run_own_stack
-from scripts.bench.sizing import format_sizing, run_sizing
+from scripts.bench.sized_counts import format_sizing, run_sizing
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

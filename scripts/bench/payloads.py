@@ -32,11 +32,11 @@ def preprocessed_tensors(
     spec: ModelSpec, image: Path, text: str, route_name: str = ROUTER
 ) -> tuple[dict[str, Any], list[str]]:
     """The batch-1 tensors the router would send to the network itself for this sample, and the
-    outputs it asks for: the model's own client (its family in ``clients.registry``) preprocesses
+    outputs it asks for: the model's own client (its family in ``clients.families``) preprocesses
     it on its route to the network, with the model's default options (a detector whose graph
     post-processes also sends the letterbox's geometry and the options, and reads detections).
     ``route_name`` ``TRITON``: what it sends to the model's Triton pipeline instead (the encoded image)."""
-    from clients.registry import offline_client
+    from clients.families import offline_client
 
     client = offline_client(spec, Settings())
     route = client.routes[route_name]

@@ -161,7 +161,7 @@ def wire_bytes(spec: ModelSpec, item: Any, grpc_url: str, route: str = TRITON) -
     import grpc
     from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-    from clients.registry import offline_client
+    from clients.families import offline_client
     from scripts.bench.payloads import grpc_request
 
     client = offline_client(spec, Settings())

@@ -12,7 +12,7 @@ from typing import Any
 
 from scripts.bench.fixed_cost import FIXED_COST_CONCURRENCIES, FIXED_COST_ROWS
 from scripts.bench.placement import placement_sides
-from scripts.bench.sizing import sizing_steps
+from scripts.bench.sized_counts import sizing_steps
 
 
 @dataclass(frozen=True)

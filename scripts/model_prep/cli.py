@@ -22,7 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from app.triton import ONNX_MODEL
-from scripts.model_prep.options import DEFAULT_SOURCE, Options, make_options, parse_args  # noqa: F401 (the CLI's API)
+from scripts.model_prep.arguments import DEFAULT_SOURCE, Options, make_options, parse_args  # noqa: F401 (the CLI's API)
 
 VERSION = "1"
 DATA_KEYS = ("labels", "vocab")  # spec settings that name a file the router reads
@@ -301,9 +301,9 @@ def prepare_onnx_file(spec, options: Options) -> dict:
 
 
 def run(options: Options) -> int:
-    from app.core.generation import FAMILY as GENERATION_FAMILY
+    from app.core.generation_contract import FAMILY as GENERATION_FAMILY
     from app.core.spec import SPEC_FILE, SpecError, load_spec
-    from clients.registry import FAMILIES
+    from clients.families import FAMILIES
     from scripts.model_prep import tensorrt_engine, transformers_export
     from scripts.model_prep.recipes import recipes
 

@@ -25,7 +25,7 @@ pixels (``clients.images``):
 ``dali.py`` (run on the GPU, decoding on ``mixed``, by the backend's autoserialization, where this
 project is not installed), and ``build_cpu_pipeline`` runs it with DALI's CPU operators (whose
 decoder is libjpeg's: exact either way). Its parameters (``preprocess_params``) are the settings the
-family's client checked and holds (``clients.registry.offline_client``), copied into ``PARAMS`` as
+family's client checked and holds (``clients.families.offline_client``), copied into ``PARAMS`` as
 plain values. The step's config (``preprocess_config``) gives the backend the pipeline's CPU threads
 (its ``num_threads`` parameter, which overrides the file's own); scripts/gpu_check runs the file on
 a GPU as the backend does.
@@ -45,7 +45,7 @@ from app.core.settings import Settings
 from app.core.spec import ModelSpec, SpecError
 from clients.classification import ImageClassificationClient
 from clients.detection import DetectionClient
-from clients.registry import offline_client
+from clients.families import offline_client
 from scripts.model_prep.triton_config import data_type, to_text
 
 DALI_FAMILIES = (ImageClassificationClient.family, DetectionClient.family)

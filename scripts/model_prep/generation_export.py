@@ -1,5 +1,5 @@
 """A ``text2text_generation`` model's export: a Hugging Face encoder-decoder folder to the three ONNX
-graphs ``generate`` runs on (``app.core.generation``), checked, and its Triton model for any target.
+graphs ``generate`` runs on (``app.core.generation_contract``), checked, and its Triton model for any target.
 
 ``torch.onnx.export(dynamo=False, opset 17)`` of three small wrappers around
 ``AutoModelForSeq2SeqLM``, every batch and sequence axis dynamic:
@@ -13,7 +13,7 @@ graphs ``generate`` runs on (``app.core.generation``), checked, and its Triton m
 The checks, as for the other exports: ``onnx.checker`` on each graph; ONNX Runtime against torch
 (the encoder's states, each decoder graph's logits at a padded batch of two, the step at a past of
 three tokens), the max difference printed; then ``generate`` itself, greedy and beam search, driven
-over ONNX Runtime (``app.triton.generation``) against the PyTorch model's, token for token.
+over ONNX Runtime (``app.triton.onnx_generate``) against the PyTorch model's, token for token.
 
 A wrapper module is made in training mode and the export restores the wrapper's mode when it ends,
 which would switch the wrapped model to training (dropout on): each wrapper is ``.eval()``-ed before
@@ -32,10 +32,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from app.core.generation import DECODER_INIT_FILE, DECODER_STEP_FILE, ENCODER_FILE, ONNX_FILES
+from app.core.generation_contract import DECODER_INIT_FILE, DECODER_STEP_FILE, ENCODER_FILE, ONNX_FILES
 from app.core.spec import ModelSpec
 from app.triton import TEXT2TEXT_MODEL
-from app.triton.generation import DECODER_INPUTS, ENCODER_INPUTS, HIDDEN, KINDS, LOGITS, cache_names, generation_config
+from app.triton.onnx_generate import DECODER_INPUTS, ENCODER_INPUTS, HIDDEN, KINDS, LOGITS, cache_names, generation_config
 from scripts.model_prep import weights
 from scripts.model_prep.onnx_export import OPSET, REPORT_FILE, ExportError, sha256_of
 from scripts.model_prep.recipes import Tolerance
@@ -265,7 +265,7 @@ def _inputs_of(session, feed: dict) -> dict:
 
 def compare_generate(spec: ModelSpec, model: nn.Module, folder: Path, ids: torch.Tensor, mask: torch.Tensor) -> None:
     """``generate`` over the ONNX graphs equals the PyTorch model's, text by text, greedy and beam."""
-    from app.triton.generation import OnnxSeq2SeqLM
+    from app.triton.onnx_generate import OnnxSeq2SeqLM
 
     ours = OnnxSeq2SeqLM(spec.text.folder, folder, threads=1)
     for settings in ({"num_beams": 1}, {"num_beams": 2}):

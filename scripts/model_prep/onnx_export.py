@@ -272,7 +272,7 @@ def check_file(path: Path, spec: ModelSpec, seed: int, cache_dir: Path | None = 
 
 
 def _default_cache_dir() -> Path:
-    from scripts.model_prep.options import BUILD_DIR
+    from scripts.model_prep.arguments import BUILD_DIR
 
     return BUILD_DIR
 

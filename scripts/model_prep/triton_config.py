@@ -8,7 +8,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from app.core.generation import FAMILY as GENERATION_FAMILY
+from app.core.generation_contract import FAMILY as GENERATION_FAMILY
 from app.core.sizing import SIZING_PARAMETER, auto_marker
 from app.core.spec import ModelSpec
 

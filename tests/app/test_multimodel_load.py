@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from app.core import errors
-from app.core.multimodel import triton_prefix
+from app.core.model_store import triton_prefix
 from app.core.pbtxt import parse
 from app.core.settings import MIB, Settings
 from clients.multimodel import MultiModelStore as MultiModel

@@ -16,7 +16,7 @@ import pytest
 import requests
 from botocore.awsrequest import AWSResponse
 
-from app.router.requests import CUSTOM_ATTRIBUTES
+from app.router.parsing import CUSTOM_ATTRIBUTES
 from scripts.caller import invoke
 from scripts.caller.invoke_async import split_s3
 from tests.references import real_photos

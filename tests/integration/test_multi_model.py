@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 import requests
 
-from app.core.multimodel import triton_prefix
+from app.core.model_store import triton_prefix
 from app.core.settings import MIB, PROJECT_ROOT
 from scripts.devtools import Stack
 from tests.references import real_photos

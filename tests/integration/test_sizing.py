@@ -17,9 +17,9 @@ import pytest
 import requests
 
 from app.core.machine import Machine
-from app.core.multimodel import triton_prefix
+from app.core.model_store import triton_prefix
 from app.core.settings import PROJECT_ROOT
-from clients import sizing
+from clients import sized_configs
 from scripts.devtools import Stack, children_of, wait_http
 from tests.references import darknet_photos
 from tests.support import post
@@ -139,7 +139,7 @@ def sixteen(repository, tmp_path_factory, stopping):
 def test_seeing_16_vcpus_the_counts_follow_the_table(sixteen, repository):
     record = start_record(sixteen)
     print(record["message"])
-    expected = sizing.plan_repository(repository, Machine(16.0), {})[0]
+    expected = sized_configs.plan_repository(repository, Machine(16.0), {})[0]
     plan = record["sizing"]
     assert plan["machine"]["vcpus"] == 16.0 and plan["budget"] == 16 and plan["cpu_threads"] <= 16
     assert (plan["router_workers"], plan["nginx_workers"]) == (expected.router_workers, expected.nginx_workers)
@@ -190,8 +190,8 @@ def test_a_multi_model_load_is_sized_beside_what_is_loaded(repository, tmp_path,
     print(f"bert_base alone: {alone[0]} x {alone[1]}; resnet loaded beside it: {beside[0]} x {beside[1]}")
     machine = Machine(16.0)
     workers = {"MODEL_SERVER_WORKERS": str(start_record(mme)["sizing"]["router_workers"]), "NGINX_WORKERS": "1"}
-    expected_alone = sizing.plan_repository(_only(repository, tmp_path / "a", ["bert_base"]), machine, workers)[0]
-    together = sizing.plan_repository(
+    expected_alone = sized_configs.plan_repository(_only(repository, tmp_path / "a", ["bert_base"]), machine, workers)[0]
+    together = sized_configs.plan_repository(
         _only(repository, tmp_path / "b", ["bert_base", "resnet", "resnet_preprocess"]), machine, workers
     )[0]
     assert alone == (expected_alone.part("bert_base").count, expected_alone.part("bert_base").threads)

@@ -171,7 +171,7 @@ def test_model_only_tensors_are_the_clients_own(tmp_path):
     from PIL import Image
 
     from app.core.settings import Settings
-    from clients.registry import build_registry
+    from clients.families import build_registry
 
     image = tmp_path / "sample.jpg"
     Image.radial_gradient("L").convert("RGB").resize((320, 240)).save(image, "JPEG")
@@ -253,7 +253,7 @@ SIZED_CONFIG = (
 
 
 def test_count_one_sets_every_instance_count_and_nothing_else():
-    from scripts.bench.sizing import count_one_text
+    from scripts.bench.sized_counts import count_one_text
 
     config = triton_config.parse(count_one_text(SIZED_CONFIG))
     assert [(g.count, g.kind) for g in config.instance_group] == [
@@ -269,7 +269,7 @@ def test_count_one_sets_every_instance_count_and_nothing_else():
 
 
 def test_configuration_shows_instances_and_threads():
-    from scripts.bench.sizing import configuration
+    from scripts.bench.sized_counts import configuration
 
     network = (
         'name: "resnet"\nbackend: "python"\ninstance_group { count: 2 kind: KIND_CPU }\n'
@@ -284,7 +284,7 @@ def test_configuration_shows_instances_and_threads():
 
 
 def test_count_one_repository_links_the_models_and_keeps_their_threads(tmp_path):
-    from scripts.bench.sizing import configurations, count_one_repository, pipeline_members
+    from scripts.bench.sized_counts import configurations, count_one_repository, pipeline_members
 
     repository = built_test_repository()
     target = count_one_repository(repository, tmp_path / "count-1")
@@ -302,7 +302,7 @@ def test_count_one_repository_links_the_models_and_keeps_their_threads(tmp_path)
 
 
 def test_format_sizing_sets_the_sides_side_by_side():
-    from scripts.bench.sizing import COUNT_ONE_SIDE, SIZED_SIDE, format_sizing, sizing_results
+    from scripts.bench.sized_counts import COUNT_ONE_SIDE, SIZED_SIDE, format_sizing, sizing_results
 
     cells = {"resnet": {SIZED_SIDE: {"8": Cell()}, COUNT_ONE_SIDE: {"8": Cell()}}}
     cells["resnet"][SIZED_SIDE]["8"].add([0.1] * 30, 0, 2.0, 30.0)

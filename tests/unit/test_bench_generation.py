@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from scripts.bench.generation import endpoint, plan, prepare, report
+from scripts.bench.generation import plan, prepare, report, stack_side
 from scripts.bench.report import Cell
 
 
@@ -121,12 +121,12 @@ def test_the_counters_of_the_model_are_read_from_both_pages():
         'nv_inference_count{model="bench_t5_x",version="1"} 99\n'
         'nv_inference_request_success{model="bench_t5",version="1"} 12\n'
     )
-    assert endpoint.read_counters({"router": router, "triton": triton}) == {
+    assert stack_side.read_counters({"router": router, "triton": triton}) == {
         "tokens": 64.0,
         "texts": 12.0,
         "executions": 3.0,
     }
-    assert endpoint.read_counters({"router": "", "triton": ""}) == {"tokens": 0.0, "texts": 0.0, "executions": 0.0}
+    assert stack_side.read_counters({"router": "", "triton": ""}) == {"tokens": 0.0, "texts": 0.0, "executions": 0.0}
 
 
 def rows_of(**tokens_per_s: float) -> dict[str, dict]:

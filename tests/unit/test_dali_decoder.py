@@ -21,7 +21,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from app.core.settings import Settings
 from app.core.spec import SpecError
-from clients.registry import offline_client
+from clients.families import offline_client
 from scripts.model_prep import dali_pipeline
 from tests.dali_support import model_spec, variant
 from tests.references import darknet_photos

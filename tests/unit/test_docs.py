@@ -25,13 +25,13 @@ from app.core.settings import (
     Settings,
 )
 from app.core.spec import AUTO, INSTANCE_KEYS
-from app.serve import plan as plans
+from app.serve import sizing_plan as plans
 
 DOCS = PROJECT_ROOT / "docs"
 API = DOCS / "reference" / "api.md"
 CONFIGURATION = DOCS / "configuration.md"
 SIZING_PAGE = DOCS / "sizing.md"
-# Read by the sizing (clients/sizing.py, app/core/machine.py), not by Settings: not in ENV_FIELDS.
+# Read by the sizing (clients/sized_configs.py, app/core/machine.py), not by Settings: not in ENV_FIELDS.
 SIZING_VARIABLES = (SIZING_VCPUS, NGINX_WORKERS, TRITON_INSTANCES, TRITON_THREADS)
 README = PROJECT_ROOT / "README.md"
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
@@ -132,7 +132,7 @@ def test_the_sizing_page_holds_the_plan_for_every_instance_type(monkeypatch):
     table = planned_table()
     assert len(table.splitlines()) == 2 + len(machine.INSTANCE_TYPES)
     assert table in SIZING_PAGE.read_text(), (
-        "docs/sizing.md's table is not the plan: paste `python -m app.serve.plan --all --markdown`"
+        "docs/sizing.md's table is not the plan: paste `python -m app.serve.sizing_plan --all --markdown`"
     )
 
 

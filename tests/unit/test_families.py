@@ -22,7 +22,7 @@ from app.core.spec import SpecError, load_spec
 from clients import images
 from clients.base import ModelClient
 from clients.classification import ImageClassificationClient
-from clients.registry import FAMILIES
+from clients.families import FAMILIES
 from clients.vision import ImageClient
 from scripts.model_prep import cli as prepare_models
 

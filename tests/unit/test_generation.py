@@ -9,42 +9,42 @@ import numpy as np
 import pytest
 import torch
 
-from app.core import generation
-from app.triton.generation import Deadlines, padded, trimmed
+from app.core import generation_contract
+from app.triton.onnx_generate import Deadlines, padded, trimmed
 from app.triton.text2text_model import Refused, Row, check_rows, groups, rows_of
 
 
 def test_defaults_are_the_generation_configs_then_hugging_faces():
-    assert generation.defaults({}) == {s.name: s.default for s in generation.SETTINGS}
-    assert generation.defaults({})["max_new_tokens"] == 20  # generate's default with no max_length anywhere
-    found = generation.defaults(
+    assert generation_contract.defaults({}) == {s.name: s.default for s in generation_contract.SETTINGS}
+    assert generation_contract.defaults({})["max_new_tokens"] == 20  # generate's default with no max_length anywhere
+    found = generation_contract.defaults(
         {"max_length": 200, "min_length": 30, "num_beams": 4, "length_penalty": 2, "early_stopping": True}
     )
     assert found["max_new_tokens"] == 199 and found["min_new_tokens"] == 29
     assert found["num_beams"] == 4 and found["length_penalty"] == 2.0 and found["early_stopping"] is True
     # max_new_tokens wins over max_length; a value of the wrong type is not taken
-    found = generation.defaults({"max_length": 200, "max_new_tokens": 50, "early_stopping": "never"})
+    found = generation_contract.defaults({"max_length": 200, "max_new_tokens": 50, "early_stopping": "never"})
     assert found["max_new_tokens"] == 50 and found["early_stopping"] is False
 
 
 def test_the_new_tokens_bound_follows_the_decoders_positions():
-    assert generation.new_tokens_limit({"model_type": "t5", "n_positions": 512}) == generation.MAX_NEW_TOKENS
-    assert generation.new_tokens_limit({"model_type": "bart", "max_position_embeddings": 64}) == 63
-    assert generation.new_tokens_limit({"model_type": "bart", "max_position_embeddings": 1024}) == 512
+    assert generation_contract.new_tokens_limit({"model_type": "t5", "n_positions": 512}) == generation_contract.MAX_NEW_TOKENS
+    assert generation_contract.new_tokens_limit({"model_type": "bart", "max_position_embeddings": 64}) == 63
+    assert generation_contract.new_tokens_limit({"model_type": "bart", "max_position_embeddings": 1024}) == 512
 
 
 def test_end_ids_take_a_list_from_the_generation_config():
-    assert generation.end_ids({"eos_token_id": [1, 7]}, {"eos_token_id": 1}) == (1, 7)
-    assert generation.end_ids({}, {"eos_token_id": 2}) == (2,)
+    assert generation_contract.end_ids({"eos_token_id": [1, 7]}, {"eos_token_id": 1}) == (1, 7)
+    assert generation_contract.end_ids({}, {"eos_token_id": 2}) == (2,)
 
 
 def arrays(texts: int = 2, tokens: int = 5, **settings) -> dict[str, np.ndarray]:
     found = {
         "input_ids": np.full((texts, tokens), 7, dtype=np.int64),
         "attention_mask": np.ones((texts, tokens), dtype=np.int64),
-        generation.TIMEOUT_MS: np.full((texts, 1), 1000, dtype=np.int64),
+        generation_contract.TIMEOUT_MS: np.full((texts, 1), 1000, dtype=np.int64),
     }
-    for setting in generation.SETTINGS:
+    for setting in generation_contract.SETTINGS:
         value = settings.get(setting.name, setting.default)
         found[setting.name] = np.full((texts, 1), value, dtype=np.dtype(setting.dtype.lower().replace("fp", "float")))
     return found
@@ -65,7 +65,7 @@ def arrays(texts: int = 2, tokens: int = 5, **settings) -> dict[str, np.ndarray]
         ({"num_beams": np.full((2, 1), 9, dtype=np.int32)}, "num_beams must be one value a text, from 1 to 8"),
         ({"num_beams": np.full((1, 1), 2, dtype=np.int32)}, "num_beams must be one value a text"),
         ({"repetition_penalty": np.zeros((2, 1))}, "repetition_penalty"),
-        ({generation.TIMEOUT_MS: np.zeros((2, 1), dtype=np.int64)}, "timeout_ms"),
+        ({generation_contract.TIMEOUT_MS: np.zeros((2, 1), dtype=np.int64)}, "timeout_ms"),
     ],
 )
 def test_a_v2_body_with_values_generate_cannot_take_is_refused_naming_them(change, fragment):
@@ -81,7 +81,7 @@ def test_good_rows_pass_and_carry_their_tokens_settings_and_deadline():
     rows = rows_of(4, given, now=10.0)
     assert [len(r.ids) for r in rows] == [5, 3]
     assert rows[0].request == 4 and rows[0].deadline == pytest.approx(11.0)
-    assert dict(zip(generation.SETTING_NAMES, rows[0].settings))["num_beams"] == 3
+    assert dict(zip(generation_contract.SETTING_NAMES, rows[0].settings))["num_beams"] == 3
 
 
 def test_rows_are_grouped_by_their_settings_in_order_and_cut_to_the_batch():

@@ -13,7 +13,7 @@ import pytest
 
 from app.core import errors
 from app.core.memory import memory_refusal
-from app.core.multimodel import (
+from app.core.model_store import (
     LOADED,
     BadLayout,
     ModelStore,

@@ -11,7 +11,7 @@ import pytest
 
 from app.core.settings import PROJECT_ROOT
 from scripts.model_prep import cli as prepare_models
-from scripts.model_prep import options as prepare_options
+from scripts.model_prep import arguments as prepare_options
 from scripts.model_prep import triton_config, weights
 
 ROOT = PROJECT_ROOT

@@ -9,7 +9,7 @@ import pytest
 
 from app.core.errors import InvalidInput, InvalidJson, NotAcceptable, UnknownModel, UnsupportedMediaType
 from app.router.accept import answer_type
-from app.router.requests import (
+from app.router.parsing import (
     JSON_TYPE,
     Request,
     parse_custom_attributes,
@@ -18,7 +18,7 @@ from app.router.requests import (
     parse_version,
 )
 from clients.options import Option
-from clients.repository import Registry
+from clients.serving import Registry
 
 
 class Client(SimpleNamespace):

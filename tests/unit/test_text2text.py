@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from app.core.errors import InferenceTimeout, InvalidInput
-from app.core.generation import OUTPUT_IDS, PAD, SETTING_NAMES, TIMEOUT_MS
+from app.core.generation_contract import OUTPUT_IDS, PAD, SETTING_NAMES, TIMEOUT_MS
 from app.core.settings import PROJECT_ROOT
 from tests.generation_models import HEADLINE_WORDS, generation_model_folder
 from tests.text_models import CORPUS, in_process_clients, prepare_text_repository
@@ -285,7 +285,7 @@ def test_the_sizing_plan_counts_each_text2text_model_as_a_cpu_network(built):
     """generate() runs in the python backend on every target: serve's plan gives each model
     instances x threads of the CPU budget, on a GPU instance too."""
     from app.core.machine import INSTANCE_TYPES
-    from app.serve.plan import plan_for
+    from app.serve.sizing_plan import plan_for
 
     for instance_type, target in (("ml.g5.2xlarge", "tensorrt"), ("ml.c5.4xlarge", "python")):
         plan = plan_for(INSTANCE_TYPES[instance_type], built[1], target)

@@ -212,7 +212,7 @@ def test_a_folders_prompts_that_cannot_be_read_stop_naming_the_file(built, tmp_p
 def test_model_toml_may_name_another_default_prompt(built, tmp_path):
     from app.core.settings import Settings
     from app.core.spec import SpecError, load_spec
-    from clients.registry import offline_client
+    from clients.families import offline_client
 
     model = tmp_path / "embed"
     shutil.copytree(built[0] / "embed_xlmr_max", model, ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
@@ -381,10 +381,10 @@ def test_a_long_text_without_stride_is_refused_naming_stride(clients):
 
 
 def test_the_sizing_plan_counts_the_text_models(built):
-    """serve's plan (app.serve.plan) sizes each text model as a network: on a GPU instance a GPU
+    """serve's plan (app.serve.sizing_plan) sizes each text model as a network: on a GPU instance a GPU
     network, on the CPU its instances x threads within the CPU budget."""
     from app.core.machine import INSTANCE_TYPES
-    from app.serve.plan import plan_for
+    from app.serve.sizing_plan import plan_for
 
     repository = built[1]
     for instance_type, target in (("ml.g5.xlarge", "tensorrt"), ("ml.c5.4xlarge", "python")):

@@ -12,7 +12,7 @@ import tritonclient.http as triton
 
 from app.core.errors import InvalidInput, InvalidJson, UnsupportedMediaType
 from app.core.spec import TRITON_TO_NUMPY
-from app.router.requests import BINARY_JSON_PREFIX, BODY_TYPES, Request, check_media_type, is_v2, pass_through
+from app.router.parsing import BINARY_JSON_PREFIX, BODY_TYPES, Request, check_media_type, is_v2, pass_through
 from clients.kserve import refusal
 from clients.v2_checks import BINARY_JSON_TYPE, ITEM_BYTES, ModelContract, check_request
 

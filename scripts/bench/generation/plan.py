@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.core.generation import MAX_BEAMS, MAX_NEW_TOKENS
+from app.core.generation_contract import MAX_BEAMS, MAX_NEW_TOKENS
 from app.core.settings import PROJECT_ROOT
 from scripts.terminal import positive
 

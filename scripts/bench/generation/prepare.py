@@ -27,7 +27,7 @@ import random
 import shutil
 from pathlib import Path
 
-from app.core.generation import FAMILY
+from app.core.generation_contract import FAMILY
 from app.core.spec import ModelSpec, load_spec
 from scripts.bench.generation.plan import MODEL
 from scripts.bench.text.plan import WORDS

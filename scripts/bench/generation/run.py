@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from app.core.generation import end_ids
-from app.triton.generation import trimmed
-from scripts.bench.generation import endpoint, plan, prepare, report
+from app.core.generation_contract import end_ids
+from app.triton.onnx_generate import trimmed
+from scripts.bench.generation import plan, prepare, report, stack_side
 from scripts.bench.load import Load, Progress, run_load
 from scripts.bench.placement import CpuMeter
 from scripts.bench.report import Cell
@@ -79,7 +79,7 @@ def callers_of(stack: Stack, rows, texts, generate: Generate, args) -> tuple[dic
         if row.side == plan.GENERATE:
             callers[row.key] = generate.caller(texts, row.batch, settings)
             continue
-        caller = callers[row.key] = endpoint.endpoint_caller(stack.port, texts, settings, args.timeout)
+        caller = callers[row.key] = stack_side.endpoint_caller(stack.port, texts, settings, args.timeout)
         try:
             answer = json.loads(caller.send(caller.requests[0]))["result"]["generated_text"]
         except (OSError, http.client.HTTPException, RuntimeError, KeyError, TypeError) as error:
@@ -140,7 +140,7 @@ def measure(stack: Stack, rows, texts, generate: Generate, args) -> tuple[dict[s
     progress = Progress(len(steps))
 
     def counted(row: plan.Row) -> dict[str, float]:  # read outside the step's CPU interval
-        return endpoint.counters(stack) if row.side == plan.ENDPOINT else {"tokens": generate.tokens}
+        return stack_side.counters(stack) if row.side == plan.ENDPOINT else {"tokens": generate.tokens}
 
     for r, row in steps:
         first = counted(row)
@@ -159,9 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     generate = Generate(folder)
     texts = make_texts(generate.count, args.text_tokens, args.texts, seed=1)
     rows = plan.plan_rows(args.concurrency, args.batch, args.beams)
-    with endpoint.serving(args.repository, args.out, args.env) as stack:
+    with stack_side.serving(args.repository, args.out, args.env) as stack:
         cells, counts, same = measure(stack, rows, texts, generate, args)
-        sizing = endpoint.sizing_line(stack)
+        sizing = stack_side.sizing_line(stack)
     found: dict[str, Any] = report.results(rows, cells, counts, args, stack.start_to_ping_s or 0.0)
     found.update(
         sizing=sizing,

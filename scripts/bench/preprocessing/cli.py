@@ -77,7 +77,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def router_client(spec: ModelSpec, fast_path: bool | None = None):
     """The model's client as the router builds it (on the router pipeline); ``fast_path`` overrides
     a classifier's setting."""
-    from clients.registry import offline_client
+    from clients.families import offline_client
 
     if fast_path is not None:
         spec = dataclasses.replace(spec, preprocess={**spec.preprocess, "fast_path": fast_path})

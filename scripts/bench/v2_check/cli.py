@@ -21,7 +21,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import np_to_triton_dtype
 
 from app.core.settings import DEFAULT_MAX_BODY_BYTES
-from app.router.requests import BINARY_JSON_TYPE, JSON_HEADER_SIZE, Request, pass_through
+from app.router.parsing import BINARY_JSON_TYPE, JSON_HEADER_SIZE, Request, pass_through
 from clients.v2_checks import ModelContract, check_request
 from scripts.devtools import built_test_repository
 

@@ -1,4 +1,4 @@
-"""``serve plan`` (or ``python -m app.serve.plan``): the sizing's plan without starting anything, for
+"""``serve plan`` (or ``python -m app.serve.sizing_plan``): the sizing's plan without starting anything, for
 this machine or for a SageMaker instance type (``--instance-type ml.g5.xlarge``; ``--all`` for every
 one the project knows, ``--markdown`` as the documentation's table).
 
@@ -20,7 +20,7 @@ from app.core import machine as machines
 from app.core.settings import default_model_repository, is_model_repository
 from app.core.sizing import GPU_NETWORK, Plan
 from app.core.spec import SpecError, find_specs
-from clients import sizing
+from clients import sized_configs
 
 TARGETS = ("python", "onnxruntime", "tensorrt")
 
@@ -28,9 +28,9 @@ TARGETS = ("python", "onnxruntime", "tensorrt")
 def plan_for(machine: machines.Machine, repository: Path, target: str | None) -> Plan:
     """The plan for ``machine``: the repository's configs (no ``target``), else its specs for ``target``."""
     if target is None and is_model_repository(repository):
-        return sizing.plan_repository(repository, machine)[0]
+        return sized_configs.plan_repository(repository, machine)[0]
     chosen = target or ("tensorrt" if machine.gpu_count else "python")
-    return sizing.plan_models(machine, sizing.parts_from_specs(find_specs(repository), chosen, machine), os.environ)
+    return sized_configs.plan_models(machine, sized_configs.parts_from_specs(find_specs(repository), chosen, machine), os.environ)
 
 
 def _count(part) -> str:

@@ -1,6 +1,6 @@
 """The sizing at start against the counts it replaced: the image pipelines in two Tritons side by side.
 
-``serve`` sizes the repository for the machine it runs on (``app.serve.sizing``): instances and
+``serve`` sizes the repository for the machine it runs on (``app.serve.sized_repository``): instances and
 threads of every Triton model from the vCPUs and GPUs. Before it, Triton ran the counts model
 preparation wrote. This section starts, on the same repository and side by side:
 
@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from app.core.multimodel import link_folder
+from app.core.model_store import link_folder
 from app.core.pipeline import TRITON, ensemble_model
 from app.core.spec import ModelSpec
 from scripts.bench.constants import START_TIMEOUT_S
@@ -54,7 +54,7 @@ def count_one_text(text: str) -> str:
 
 def count_one_repository(repository: Path, runtime_dir: Path) -> Path:
     """``runtime_dir/repository``: links to every model folder of ``repository`` with its config at count 1."""
-    from clients.sizing import model_folders
+    from clients.sized_configs import model_folders
 
     target = runtime_dir / "repository"
     target.mkdir(parents=True)
@@ -81,7 +81,7 @@ def _threads(value: str) -> str:
 def configuration(text: str) -> str:
     """ "instances x threads" of one config.pbtxt ("2/GPU" for a GPU group; no threads where the
     backend reads none), "-" for an ensemble."""
-    from clients.sizing import THREAD_PARAMETERS
+    from clients.sized_configs import THREAD_PARAMETERS
 
     config = triton_config.parse(text)
     if config.platform == ENSEMBLE_PLATFORM:
@@ -120,8 +120,8 @@ def run_sizing(
     env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Both sides of every model with a Triton pipeline; the plan, the summaries and the configurations."""
-    from app.serve.plan import format_plan
-    from app.serve.sizing import sized_repository
+    from app.serve.sizing_plan import format_plan
+    from app.serve.sized_repository import sized_repository
 
     models = pipeline_models(specs)
     if not models:

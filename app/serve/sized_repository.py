@@ -12,10 +12,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from app.core import machine as machines
-from app.core.multimodel import link_folder
+from app.core.model_store import link_folder
 from app.core.settings import NGINX_WORKERS, WORKERS
 from app.core.sizing import CPU_NETWORK, DALI, GPU_NETWORK, PYTHON_STEP, Part, Plan
-from clients import sizing
+from clients import sized_configs
 
 log = logging.getLogger("serve.sizing")
 
@@ -30,7 +30,7 @@ def workers_plan(env: Mapping[str, str]) -> Plan:
         Part("network", "model", GPU_NETWORK if gpu else CPU_NETWORK),
         Part("preprocess", "model", DALI if gpu else PYTHON_STEP),
     ]
-    plan = replace(sizing.plan_models(machine, stand_in, env), parts=(), notes=())
+    plan = replace(sized_configs.plan_models(machine, stand_in, env), parts=(), notes=())
     log_plan(plan)
     return plan
 
@@ -38,14 +38,14 @@ def workers_plan(env: Mapping[str, str]) -> Plan:
 def sized_repository(repository: Path, runtime_dir: Path, env: Mapping[str, str]) -> tuple[Path, Plan]:
     """The repository Triton is to load, sized for this machine, and the plan."""
     machine = machines.detect(env)
-    plan, configs = sizing.plan_repository(repository, machine, env)
+    plan, configs = sized_configs.plan_repository(repository, machine, env)
     sized = {part.triton_name: part for part in plan.parts}
     target = runtime_dir / "repository"
     target.mkdir()
-    for name, folder in sizing.model_folders(repository).items():
+    for name, folder in sized_configs.model_folders(repository).items():
         found = configs.get(name)
         if found is not None and name in sized:
-            text = sizing.sized_text(found.config, sized[name])
+            text = sized_configs.sized_text(found.config, sized[name])
             link_folder(target / name, folder, lambda _, text=text: text)
         else:
             link_folder(target / name, folder, str)

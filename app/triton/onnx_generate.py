@@ -1,5 +1,5 @@
 """Hugging Face's ``generate`` over ONNX Runtime: an encoder-decoder model whose forward runs the
-three graphs model preparation exports (``app.core.generation``), so that ``GenerationMixin`` drives
+three graphs model preparation exports (``app.core.generation_contract``), so that ``GenerationMixin`` drives
 the search (greedy, beam), the stopping rules and the logits processors (penalties, n-gram blocking,
 forced tokens) exactly as it drives the PyTorch model. No generation loop is written here.
 
@@ -26,7 +26,7 @@ from torch import nn
 from transformers import AutoConfig, GenerationConfig, GenerationMixin, PreTrainedModel, StoppingCriteria
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 
-from app.core.generation import DECODER_INIT_FILE, DECODER_STEP_FILE, ENCODER_FILE, PAD, read_generation_config
+from app.core.generation_contract import DECODER_INIT_FILE, DECODER_STEP_FILE, ENCODER_FILE, PAD, read_generation_config
 
 # The tensor names of the exported graphs (scripts/model_prep/generation_export.py writes them).
 ENCODER_INPUTS = ("input_ids", "attention_mask")

@@ -1,7 +1,7 @@
 """SageMaker's multi-model container API, with ``SAGEMAKER_MULTI_MODEL=true``.
 
 - ``POST /models`` ``{"model_name", "url"}``: link the model's folders into Triton's repository
-  under names of its own (``app.core.multimodel.triton_names``: archives holding the same folder
+  under names of its own (``app.core.model_store.triton_names``: archives holding the same folder
   names load side by side), load them (steps before ensembles) and register the model: 200; 409
   when the name is loaded or being loaded; 404 when ``url`` holds no model; 400 for a bad layout,
   ``config.pbtxt`` or ``model.toml``; 507 when the instance has not the memory (checked before
@@ -26,11 +26,11 @@ from typing import Any
 from flask import Flask, Response, request
 
 from app.core.errors import InvalidInput, NotFound
-from app.core.multimodel import LOADED, Record
+from app.core.model_store import LOADED, Record
 from app.core.settings import MIB, MULTI_MODEL
 from app.router.handlers import json_response
 from app.router.observability import current
-from app.router.requests import TARGET_MODEL, parse_json_object
+from app.router.parsing import TARGET_MODEL, parse_json_object
 from clients.multimodel import MultiModelStore
 
 log = logging.getLogger("app.router")

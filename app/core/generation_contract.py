@@ -3,7 +3,7 @@ Triton model that generates (framework-free: JSON files and numbers only).
 
 A text2text model (T5, BART, Marian, flan-t5, ...) is served as ONE Triton model of the python
 backend (``app/triton/text2text_model.py``) that runs Hugging Face's own ``generate`` over three ONNX
-graphs (``app/triton/generation.py``): the encoder, the decoder's first step (which also computes the
+graphs (``app/triton/onnx_generate.py``): the encoder, the decoder's first step (which also computes the
 cross-attention keys and values) and the decoder's later steps (its key/value cache in, the step's
 keys and values out). The router tokenizes, checks and decodes; Triton batches the callers' texts.
 

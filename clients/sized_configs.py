@@ -3,7 +3,7 @@ is (``app.core.sizing``'s kinds), and the same configuration with the plan's cou
 
 Only configurations that model preparation wrote are sized: they carry the ``sizing`` parameter,
 which names the values left "auto". The others (a Triton model of the user's own) are served as
-they are. The sized text is written beside links to the model's files (``app.core.multimodel``),
+they are. The sized text is written beside links to the model's files (``app.core.model_store``),
 never into the repository, which may be read-only (``/opt/ml/model``).
 """
 
@@ -19,13 +19,13 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from app.core import sizing
-from app.core.generation import FAMILY as GENERATION_FAMILY
+from app.core.generation_contract import FAMILY as GENERATION_FAMILY
 from app.core.machine import Machine
 from app.core.pipeline import SOURCE_PARAMETER, STEP_PARAMETER, TRITON, preprocess_model
 from app.core.settings import NGINX_WORKERS, TRITON_INSTANCES, TRITON_THREADS, WORKERS
 from app.core.spec import ModelSpec
 
-log = logging.getLogger("clients.sizing")
+log = logging.getLogger("clients.sized_configs")
 
 CONFIG_FILE = "config.pbtxt"
 # Where each backend reads its threads: our python-backend network (app/triton/onnx_model.py),

@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from app.core.family import Family
+from app.core.pipeline import ROUTER, TRITON
 from app.core.spec import SpecError
 from clients import images
 from clients.options import Option
@@ -125,3 +127,11 @@ class ImageClassificationClient(ImageClient):
         probabilities = softmax(scores) if self.apply_softmax else scores.astype(np.float64)
         top = np.argsort(-probabilities, kind="stable")[: options["topk"]]
         return [{"label": self.labels[i], "index": int(i), "score": float(probabilities[i])} for i in top]
+
+
+FAMILY = Family(
+    name=ImageClassificationClient.family,
+    client=ImageClassificationClient,
+    pipelines=(TRITON, ROUTER),
+    dali=True,
+)

@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from app.core.pipeline import DETECTION_OPTIONS, DETECTIONS, IMAGE_SIZE, LETTERBOX, NUM_DETECTIONS, ROUTER
+from app.core.family import Family
+from app.core.pipeline import DETECTION_OPTIONS, DETECTIONS, IMAGE_SIZE, LETTERBOX, NUM_DETECTIONS, ROUTER, TRITON
 from app.core.spec import ModelSpec, SpecError, TensorSpec
 from clients import images
 from clients.base import Route
@@ -150,3 +151,12 @@ class DetectionClient(ImageClient):
     ) -> dict[str, Any]:
         count = int(outputs[NUM_DETECTIONS].reshape(-1)[0])
         return self.answer(outputs[DETECTIONS][:count], context)
+
+
+FAMILY = Family(
+    name=DetectionClient.family,
+    client=DetectionClient,
+    pipelines=(TRITON, ROUTER),
+    dali=True,
+    graph_postprocess=True,
+)

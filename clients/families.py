@@ -1,4 +1,10 @@
-"""Model families by name, and the registry of served models built from a repository's specs."""
+"""The families, in one table, and what reads with them: a model folder's spec and its client.
+
+Each family is one object (``app.core.family.Family``) at the end of its own module; ``FAMILIES``
+lists them, by name, as Hugging Face's ``SUPPORTED_TASKS`` lists its tasks. Adding a family is one
+module and one line here. Everything that asks what a family does asks its object
+(``family_of(spec)``); nothing compares a family's name.
+"""
 
 from __future__ import annotations
 
@@ -6,29 +12,50 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from app.core.family import Family
 from app.core.settings import Settings
-from app.core.spec import ModelSpec, SpecError, find_specs
+from app.core.spec import ModelSpec, SpecError, read_spec, read_specs
+from clients import (
+    classification,
+    detection,
+    fill_mask,
+    sentence_embedding,
+    text2text,
+    text_classification,
+    token_classification,
+)
 from clients.base import ModelClient, Triton
-from clients.classification import ImageClassificationClient
-from clients.detection import DetectionClient
-from clients.fill_mask import FillMaskClient
-from clients.sentence_embedding import SentenceEmbeddingClient
-from clients.text2text import Text2TextClient
-from clients.text_classification import TextClassificationClient
-from clients.token_classification import TokenClassificationClient
 
-FAMILIES: Mapping[str, type[ModelClient]] = {
-    cls.family: cls
-    for cls in (
-        ImageClassificationClient,
-        DetectionClient,
-        FillMaskClient,
-        TextClassificationClient,
-        TokenClassificationClient,
-        SentenceEmbeddingClient,
-        Text2TextClient,
+FAMILIES: Mapping[str, Family] = {
+    family.name: family
+    for family in (
+        classification.FAMILY,
+        detection.FAMILY,
+        text_classification.FAMILY,
+        token_classification.FAMILY,
+        sentence_embedding.FAMILY,
+        fill_mask.FAMILY,
+        text2text.FAMILY,
     )
 }
+
+
+def load_spec(folder: str | Path, families: Mapping[str, Family] = FAMILIES) -> ModelSpec:
+    """``<folder>/model.toml`` read and completed by its family (``app.core.spec.read_spec``)."""
+    return read_spec(folder, families)
+
+
+def find_specs(repository: str | Path, families: Mapping[str, Family] = FAMILIES) -> dict[str, ModelSpec]:
+    """Every model folder of a repository that carries a model.toml, by name, read as ``load_spec`` reads it."""
+    return read_specs(repository, families)
+
+
+def family_of(spec: ModelSpec, families: Mapping[str, Family] = FAMILIES) -> Family:
+    """The spec's family; an unknown family is a SpecError naming the file and the families there are."""
+    family = families.get(spec.family)
+    if family is None:
+        raise SpecError(f"{spec.folder}: family {spec.family!r} is not one of {sorted(families)}")
+    return family
 
 
 class _NoTriton:
@@ -41,24 +68,27 @@ class _NoTriton:
 def offline_client(spec: ModelSpec, settings: Settings) -> ModelClient:
     """The model's family client, without Triton: for the pipeline's python steps (which run inside
     Triton) and the benchmark's tensors."""
-    return FAMILIES[spec.family].of(spec)(spec, _NoTriton(), settings)
+    return make_client(spec, _NoTriton(), settings)
 
 
-def make_client(spec: ModelSpec, triton: Triton, settings: Settings) -> ModelClient:
+def make_client(
+    spec: ModelSpec, triton: Triton, settings: Settings, families: Mapping[str, Family] = FAMILIES
+) -> ModelClient:
     """The client of the model's family; an unknown family is a SpecError naming the file."""
-    family = FAMILIES.get(spec.family)
-    if family is None:
-        raise SpecError(f"{spec.folder}: family {spec.family!r} is not one of {sorted(FAMILIES)}")
-    return family.of(spec)(spec, triton, settings)
+    return family_of(spec, families).client.of(spec)(spec, triton, settings)
 
 
-def check_specs(repository: str | Path, settings: Settings) -> None:
+def check_specs(repository: str | Path, settings: Settings, families: Mapping[str, Family] = FAMILIES) -> None:
     """Every model.toml of the repository read as its family reads it (options, labels, tokenizer),
     with no Triton: a mistake is a SpecError naming the file and the key, before anything starts."""
-    for spec in find_specs(repository).values():
-        make_client(spec, _NoTriton(), settings)
+    for spec in find_specs(repository, families).values():
+        make_client(spec, _NoTriton(), settings, families)
 
 
-def build_registry(repository: str | Path, triton: Triton, settings: Settings) -> dict[str, ModelClient]:
+def build_registry(
+    repository: str | Path, triton: Triton, settings: Settings, families: Mapping[str, Family] = FAMILIES
+) -> dict[str, ModelClient]:
     """One client per model folder with a model.toml; an unknown family stops the start-up."""
-    return {name: make_client(spec, triton, settings) for name, spec in find_specs(repository).items()}
+    return {
+        name: make_client(spec, triton, settings, families) for name, spec in find_specs(repository, families).items()
+    }

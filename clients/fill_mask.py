@@ -31,13 +31,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tokenizers import BertWordPieceTokenizer, Tokenizer
 
 from app.core.errors import InvalidInput
+from app.core.family import Family
 from app.core.spec import ModelSpec, SpecError
+from app.core.text_spec import TextModel, resolve, whole
 from clients.base import ModelClient
 from clients.options import Option
 from clients.plain_text import Encoder
@@ -212,3 +215,39 @@ class VocabFillMaskClient(FillMaskClient):
         if self.token_type_ids_name:  # one segment: all zeros
             arrays[self.token_type_ids_name] = np.zeros(self.sequence_length, dtype=np.int64)
         return arrays, encoded
+
+
+DEFAULT_CANDIDATES = 50  # the candidates per position when [postprocess] max_topk names none
+
+
+def candidates(config: Mapping[str, Any], postprocess: Mapping[str, Any], where: str) -> int:
+    """The candidates per position the graph returns (``[postprocess] max_topk``), at most the vocabulary."""
+    vocabulary = config.get("vocab_size")
+    vocabulary = vocabulary if isinstance(vocabulary, int) and vocabulary > 0 else None
+    given = postprocess.get("max_topk")
+    if given is None:
+        return min(DEFAULT_CANDIDATES, vocabulary or DEFAULT_CANDIDATES)
+    return whole(given, f"{where}: [postprocess] max_topk", 1, vocabulary, "the vocabulary's {} tokens")
+
+
+def _outputs(text: TextModel, config: Mapping[str, Any], raw: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
+    """The best ``K`` candidates of every position, softmax and top-k inside the graph: ``scores`` and
+    ``token_ids [batch, tokens, K]`` instead of the logits of the whole vocabulary (megabytes a text)."""
+    k = candidates(config, raw.get("postprocess", {}), where)
+    return [
+        {"name": "scores", "dtype": "FP32", "dims": [-1, k]},
+        {"name": "token_ids", "dtype": "INT64", "dims": [-1, k]},
+    ]
+
+
+def complete(raw: Mapping[str, Any], folder: Path, where: str) -> tuple[dict[str, Any], TextModel]:
+    """A masked-LM folder's model.toml: its tokenizer's inputs and the candidates of every position."""
+    return resolve(raw, folder, where, outputs=_outputs)
+
+
+FAMILY = Family(
+    name=FillMaskClient.family,
+    client=FillMaskClient,
+    complete=complete,
+    export="scripts.model_prep.transformers_export:MASKED_TOPK",
+)

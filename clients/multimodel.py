@@ -36,11 +36,11 @@ from app.core.model_store import (
 )
 from app.core.procfs import available_memory, oom_kills, process_tree_memory
 from app.core.settings import MODEL_LOAD_TIMEOUT, Settings
-from app.core.spec import SpecError, load_spec
+from app.core.spec import SpecError
 from clients import sized_configs
 from clients.base import ModelClient, Triton
+from clients.families import load_spec, make_client
 from clients.kserve import TritonHttp
-from clients.families import make_client
 from clients.serving import Model
 
 log = logging.getLogger("clients.multimodel")

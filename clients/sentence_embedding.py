@@ -3,10 +3,12 @@ mean), answered as ``SentenceTransformer(folder).encode`` answers.
 
 Payload: ``{"text": str | [str], "normalize": bool, "truncation": bool, "prompt_name": str}``; one
 text answers its vector (a list of floats), a list a list of them. Pooling (``mean``, ``cls``,
-``max``, ``lasttoken``, ... as sentence-transformers names them) and the folder's own ``Normalize``
-module run inside the network's graph: Triton returns ``[batch, dim]``. ``normalize`` is
-``encode(normalize_embeddings=...)``: true L2-normalises the vector here (already done by the graph
-where the folder ends with ``Normalize``); its default is whether the folder does.
+``max``, ``lasttoken``, ... as sentence-transformers names them) runs inside the network's graph:
+Triton returns the pooled ``[batch, dim]``. ``normalize`` L2-normalises it here, as the folder's
+``Normalize`` module and ``encode(normalize_embeddings=True)`` do; its default is whether the folder
+ends with ``Normalize``, and ``"normalize": false`` answers the pooled vector of such a folder, as
+``SentenceTransformer(modules=[transformer, pooling]).encode`` does (and text-embeddings-inference's
+``normalize``): an option a caller sends is never ignored.
 ``sentence-transformers`` cuts every text to its ``max_seq_length``: send ``"truncation": true``
 for the same answers on long texts; without it a text past the limit is refused.
 ``prompt_name`` is ``encode(prompt_name=...)``: the text of that prompt of the folder
@@ -17,10 +19,13 @@ before each text; its default is the folder's ``default_prompt_name``, else none
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from app.core.family import Family
+from app.core.text_spec import TextModel, resolve
 from clients.options import Option
 from clients.text import TRUNCATION, TextClient
 
@@ -51,6 +56,26 @@ class SentenceEmbeddingClient(TextClient[None]):
 
     def postprocess(self, outputs: Mapping[str, np.ndarray], context: None, options: Mapping[str, Any]) -> list:
         vector = outputs[self.embeddings_name][0].astype(np.float32, copy=False)
-        if options["normalize"] and not self.text.normalize:
+        if options["normalize"]:
             vector = vector / max(float(np.linalg.norm(vector)), EPSILON)
         return vector.tolist()
+
+
+def complete(raw: Mapping[str, Any], folder: Path, where: str) -> tuple[dict[str, Any], TextModel]:
+    """An embedder's model.toml from its folder: sentence-transformers' modules (pooling, Normalize,
+    prompts, max_seq_length) and the pooled vector, ``embeddings [batch, dim]``."""
+    return resolve(
+        raw,
+        folder,
+        where,
+        sentence_transformers=True,
+        outputs=lambda text, *_: [{"name": "embeddings", "dtype": "FP32", "dims": [text.dimension]}],
+    )
+
+
+FAMILY = Family(
+    name=SentenceEmbeddingClient.family,
+    client=SentenceEmbeddingClient,
+    complete=complete,
+    export="scripts.model_prep.transformers_export:POOLED",
+)

@@ -19,11 +19,11 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from app.core import sizing
-from app.core.generation_contract import FAMILY as GENERATION_FAMILY
 from app.core.machine import Machine
 from app.core.pipeline import SOURCE_PARAMETER, STEP_PARAMETER, TRITON, preprocess_model
 from app.core.settings import NGINX_WORKERS, TRITON_INSTANCES, TRITON_THREADS, WORKERS
 from app.core.spec import ModelSpec
+from clients.families import family_of
 
 log = logging.getLogger("clients.sized_configs")
 
@@ -179,8 +179,8 @@ def parts_from_specs(specs: Mapping[str, ModelSpec], target: str, machine: Machi
     )
     parts = []
     for name, spec in specs.items():
-        # a text2text model is generate() in the python backend on every target: its loop takes CPU
-        kind = sizing.CPU_NETWORK if spec.family == GENERATION_FAMILY else network
+        # a family served as a python-backend loop (generate) runs it on every target: it takes CPU
+        kind = sizing.CPU_NETWORK if family_of(spec).loop else network
         threads = 0 if kind == sizing.GPU_NETWORK else spec.threads
         parts.append(sizing.Part(name, name, kind, spec.instance_count, threads))
         if spec.pipeline == TRITON:

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from app.core.errors import InvalidInput
+from app.core.family import Family
+from app.core.text_spec import TextModel, resolve
 from clients.options import Option
 from clients.text import TRUNCATION, TextClient, softmax
 
@@ -98,3 +101,22 @@ class TextClassificationClient(TextClient[None]):
             reverse=True,
         )
         return ranked[: options["topk"]]
+
+
+def complete(raw: Mapping[str, Any], folder: Path, where: str) -> tuple[dict[str, Any], TextModel]:
+    """A text classifier's model.toml from its folder: its labels (id2label), ``logits [batch, labels]``."""
+    return resolve(
+        raw,
+        folder,
+        where,
+        labels=True,
+        outputs=lambda text, *_: [{"name": "logits", "dtype": "FP32", "dims": [len(text.labels)]}],
+    )
+
+
+FAMILY = Family(
+    name=TextClassificationClient.family,
+    client=TextClassificationClient,
+    complete=complete,
+    export="scripts.model_prep.transformers_export:SEQUENCE_LOGITS",
+)

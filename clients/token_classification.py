@@ -17,12 +17,15 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
 from app.core.errors import InvalidInput
+from app.core.family import Family
+from app.core.text_spec import TextModel, resolve
 from clients.entities import STRATEGIES, Labels, entities
 from clients.entity_inputs import Vocabulary, Window
 from clients.options import Option
@@ -97,3 +100,23 @@ class TokenClassificationClient(TextClient[Tagged]):
             for row, encoding in enumerate(context.encodings)
         ]
         return entities(context.text, found, self.label_table, options["aggregation_strategy"], self.vocabulary)
+
+
+def complete(raw: Mapping[str, Any], folder: Path, where: str) -> tuple[dict[str, Any], TextModel]:
+    """A token classifier's model.toml from its folder: its labels (id2label) and each token's label
+    probabilities, the pipeline's softmax inside the graph: ``scores [batch, tokens, labels]``."""
+    return resolve(
+        raw,
+        folder,
+        where,
+        labels=True,
+        outputs=lambda text, *_: [{"name": "scores", "dtype": "FP32", "dims": [-1, len(text.labels)]}],
+    )
+
+
+FAMILY = Family(
+    name=TokenClassificationClient.family,
+    client=TokenClassificationClient,
+    complete=complete,
+    export="scripts.model_prep.transformers_export:TOKEN_PROBABILITIES",
+)

@@ -14,8 +14,9 @@ from PIL import Image
 from torchvision import transforms
 
 from app.core.settings import PROJECT_ROOT
-from app.core.spec import ModelSpec, TensorSpec, load_spec
+from app.core.spec import ModelSpec, TensorSpec
 from clients import images
+from clients.families import load_spec
 from tests import yolov5_reference
 
 # Tolerances, as the mean |DALI - reference| per photo in levels of 255 (measured on DALI's CPU

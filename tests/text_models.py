@@ -301,8 +301,7 @@ def in_process_clients(repository: Path, triton: OnnxRuntimeTriton | None = None
     """Every model of a prepared repository as its family's client, ONNX Runtime standing in for
     Triton (``triton``: the stand-in to share, whose calls a test reads)."""
     from app.core.settings import Settings
-    from app.core.spec import find_specs
-    from clients.families import make_client
+    from clients.families import find_specs, make_client
 
     triton = triton or OnnxRuntimeTriton(repository)
     settings = Settings(model_repository=repository, max_image_pixels=1_000_000, max_batch_items=64)

@@ -11,7 +11,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import np_to_triton_dtype
 
-from app.core.spec import load_spec
+from clients.families import load_spec
 
 BINARY_JSON = "application/vnd.sagemaker-triton.binary+json"
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-FAMILY = "text2text_generation"
+MAX_BATCH_SIZE = 16  # rows of one generate() (each beam is a row of the decoder's)
 ENCODER_FILE, DECODER_INIT_FILE, DECODER_STEP_FILE = "encoder.onnx", "decoder_init.onnx", "decoder_step.onnx"
 ONNX_FILES = (ENCODER_FILE, DECODER_INIT_FILE, DECODER_STEP_FILE)
 OUTPUT_IDS = "output_ids"

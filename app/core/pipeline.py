@@ -21,7 +21,7 @@ Standard library only: the router, the clients and the model-preparation scripts
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 TRITON, ROUTER = "triton", "router"
@@ -52,10 +52,6 @@ DETECTION_OPTIONS: Mapping[str, str] = {
 }
 
 
-# The families whose pre- and post-processing Triton can run (the image families).
-TRITON_FAMILIES = ("image_classification", "detection")
-
-
 def preprocess_model(name: str) -> str:
     return name + PREPROCESS_SUFFIX
 
@@ -68,17 +64,21 @@ def ensemble_model(name: str) -> str:
     return name + ENSEMBLE_SUFFIX
 
 
-def pipeline_of(raw: Mapping[str, Any], family: str, where: str) -> str:
-    """The ``pipeline`` a model.toml chose, or its family's default (``where`` names the file)."""
+def pipeline_of(
+    raw: Mapping[str, Any], family: str, pipelines: Sequence[str], triton: Sequence[str], where: str
+) -> str:
+    """The ``pipeline`` a model.toml chose, or its family's default (the first of ``pipelines``, where
+    the family's pre- and post-processing may run; ``triton``: the families Triton can run them for;
+    ``where`` names the file)."""
     if PIPELINE_KEY not in raw:
-        return DEFAULT_PIPELINE if family in TRITON_FAMILIES else ROUTER
+        return pipelines[0]
     value = str(raw[PIPELINE_KEY]).lower()
     if value not in PIPELINES:
         raise ValueError(f"{where}: {PIPELINE_KEY} must be one of {', '.join(PIPELINES)}, got {raw[PIPELINE_KEY]!r}")
-    if value == TRITON and family not in TRITON_FAMILIES:
+    if value not in pipelines:
         raise ValueError(
             f"{where}: {PIPELINE_KEY} = {TRITON!r}: the {family} family runs its pre- and "
-            f"post-processing in the router (Triton pipelines: {', '.join(TRITON_FAMILIES)})"
+            f"post-processing in the router (Triton pipelines: {', '.join(triton)})"
         )
     return value
 

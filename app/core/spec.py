@@ -3,6 +3,10 @@
 The model-preparation script writes ``config.pbtxt`` and the artifact from it; the router
 reads the family, the pre- and post-processing settings and the tensor contract from it.
 Nothing here imports more than the standard library and numpy, so both sides can use it.
+
+A file is read with the families it may name (``app.core.family``): a family completes a two-line
+model.toml from its Hugging Face folder and says where its pipeline runs. ``clients.families``
+reads with the served families (``load_spec``, ``find_specs``); so does everything above it.
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from app.core.family import Family
 from app.core.pipeline import ROUTER, pipeline_of
-from app.core.text_spec import TextModel, TextSpecError, is_text_spec, resolve
+from app.core.text_spec import SOURCE_KEY, TextModel, TextSpecError, is_text_spec
 
 SPEC_FILE = "model.toml"
 
@@ -131,8 +136,10 @@ def _instances(raw: Any, where: str) -> dict[str, int]:
     return counts
 
 
-def load_spec(folder: str | Path) -> ModelSpec:
-    """Read ``<folder>/model.toml``; the folder's name is the model's name."""
+def read_spec(folder: str | Path, families: Mapping[str, Family]) -> ModelSpec:
+    """Read ``<folder>/model.toml``, completed by its family where it names a folder to read; the
+    folder's name is the model's name. A family not in ``families`` is read as it is (the clients'
+    table refuses it, naming the families it has)."""
     folder = Path(folder)
     path = folder / SPEC_FILE
     try:
@@ -143,16 +150,24 @@ def load_spec(folder: str | Path) -> ModelSpec:
     except tomllib.TOMLDecodeError as e:
         raise SpecError(f"{path}: {e}") from None
     text = None
+    family = families.get(str(raw.get("family", "")))
     if is_text_spec(raw):
+        completing = [name for name, each in families.items() if each.complete is not None]
+        if family is None or family.complete is None:
+            raise SpecError(
+                f"{path}: [export] {SOURCE_KEY} serves the families {', '.join(completing)}, "
+                f"not {str(raw.get('family', ''))!r}"
+            )
         try:
-            raw, text = resolve(raw, folder, str(path))
+            raw, text = family.complete(raw, folder, str(path))
         except TextSpecError as error:
             raise SpecError(str(error)) from None
     for key in ("family", "max_batch_size"):
         if key not in raw:
             raise SpecError(f"{path}: missing {key!r}")
     try:
-        pipeline = pipeline_of(raw, str(raw["family"]), str(path))
+        triton = [name for name, each in families.items() if each.triton_pipeline]
+        pipeline = pipeline_of(raw, str(raw["family"]), family.pipelines if family else (ROUTER,), triton, str(path))
     except ValueError as error:
         raise SpecError(str(error)) from None
     required = raw.get("required", True)
@@ -177,11 +192,11 @@ def load_spec(folder: str | Path) -> ModelSpec:
     )
 
 
-def find_specs(repository: str | Path) -> dict[str, ModelSpec]:
+def read_specs(repository: str | Path, families: Mapping[str, Family]) -> dict[str, ModelSpec]:
     """Every model folder of a repository that carries a model.toml, by name."""
     repository = Path(repository)
     return {
-        folder.name: load_spec(folder)
+        folder.name: read_spec(folder, families)
         for folder in sorted(repository.iterdir())
         if folder.is_dir() and (folder / SPEC_FILE).is_file()
     }

@@ -1,7 +1,7 @@
 """The text families' model.toml: two lines, the rest read from a Hugging Face folder.
 
 ```toml
-family = "text_classification"   # or token_classification, sentence_embedding, fill_mask, text2text_generation
+family = "text_classification"   # a family that reads a folder (clients.families)
 [export]
 transformers = "hf"              # a save_pretrained folder inside models/<name>/, or a hub id
 ```
@@ -15,14 +15,8 @@ embeddings), the pooling and normalisation of a sentence-transformers folder (``
 has more than one token type). ``max_batch_size``, ``[batching]``, ``[[inputs]]``, ``[[outputs]]``
 and ``[preprocess] sequence_length`` in model.toml override what is derived.
 
-A ``fill_mask`` model (a masked-LM head) returns the best ``K`` candidates of every position, with
-softmax and top-k inside its graph: ``scores`` and ``token_ids [batch, tokens, K]`` instead of the
-logits of the whole vocabulary at every position (megabytes a text). ``K`` is ``[postprocess]
-max_topk`` (default 50), at most the vocabulary. A ``token_classification`` model returns each token's
-label probabilities, the pipeline's softmax inside its graph: ``scores [batch, tokens, labels]``.
-
-A ``text2text_generation`` model (an encoder-decoder LM head: T5, BART, Marian) takes its text and
-one tensor per generation setting, and returns the generated token ids (``app.core.generation_contract``).
+What a family reads besides (labels, sentence-transformers' modules), its own checks and its tensors
+are the family's (``resolve``'s arguments, given by its module in ``clients/``).
 
 A hub id is fetched by model preparation into ``<model>/hub/``; the router reads that folder.
 """
@@ -30,24 +24,14 @@ A hub id is fetched by model preparation into ``<model>/hub/``; the router reads
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.core import generation_contract
-
 SOURCE_KEY = "transformers"  # [export] transformers = "<folder or hub id>"
 HUB_FOLDER = "hub"  # where model preparation saves a hub id's files, inside the model's folder
-TEXT_CLASSIFICATION = "text_classification"
-TOKEN_CLASSIFICATION = "token_classification"
-SENTENCE_EMBEDDING = "sentence_embedding"
-FILL_MASK = "fill_mask"
-TEXT2TEXT = generation_contract.FAMILY
-TEXT_FAMILIES = (TEXT_CLASSIFICATION, TOKEN_CLASSIFICATION, SENTENCE_EMBEDDING, FILL_MASK, TEXT2TEXT)
-DEFAULT_CANDIDATES = 50  # fill_mask: the candidates per position when [postprocess] max_topk names none
 DEFAULT_MAX_BATCH_SIZE = 32
-GENERATION_MAX_BATCH_SIZE = 16  # text2text: rows of one generate() (each beam is a row of the decoder's)
 DEFAULT_QUEUE_DELAY_US = 2000
 # A tokenizer that knows no limit says so with a huge model_max_length (int(1e30)).
 NO_LIMIT = 1_000_000
@@ -210,18 +194,7 @@ def _prompts(folder: Path) -> tuple[tuple[tuple[str, str], ...], str | None]:
     return tuple(prompts.items()), default
 
 
-def _candidates(config: Mapping[str, Any], postprocess: Mapping[str, Any], where: str) -> int:
-    """fill_mask: the candidates per position its graph returns (``[postprocess] max_topk``), at most
-    the vocabulary."""
-    vocabulary = config.get("vocab_size")
-    vocabulary = vocabulary if isinstance(vocabulary, int) and vocabulary > 0 else None
-    given = postprocess.get("max_topk")
-    if given is None:
-        return min(DEFAULT_CANDIDATES, vocabulary or DEFAULT_CANDIDATES)
-    return _whole(given, f"{where}: [postprocess] max_topk", 1, vocabulary, "the vocabulary's {} tokens")
-
-
-def _whole(value: Any, where: str, minimum: int, maximum: int | None, bound: str) -> int:
+def whole(value: Any, where: str, minimum: int, maximum: int | None, bound: str) -> int:
     """A model.toml setting that must be a whole number from ``minimum`` up to ``maximum`` (None: no
     upper bound; ``bound`` names it, with ``{}`` for the number)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -232,17 +205,17 @@ def _whole(value: Any, where: str, minimum: int, maximum: int | None, bound: str
 
 
 def _sequence_length(
-    config: Mapping[str, Any], folder: Path, family: str, preprocess: Mapping[str, Any], where: str
+    config: Mapping[str, Any], folder: Path, sentence_transformers: bool, preprocess: Mapping[str, Any], where: str
 ) -> int:
     limit = position_limit(config)
     given = preprocess.get("sequence_length")
     if given is not None:
-        return _whole(given, f"{where}: [preprocess] sequence_length", 2, limit, "the model's {} positions")
+        return whole(given, f"{where}: [preprocess] sequence_length", 2, limit, "the model's {} positions")
     candidates = [limit] if limit is not None else []
     tokenizer_limit = _read_json(folder / "tokenizer_config.json", required=False).get("model_max_length")
     if isinstance(tokenizer_limit, (int, float)) and 0 < tokenizer_limit < NO_LIMIT:
         candidates.append(int(tokenizer_limit))
-    if family == SENTENCE_EMBEDDING:
+    if sentence_transformers:
         st_limit = _read_json(folder / "sentence_bert_config.json", required=False).get("max_seq_length")
         if isinstance(st_limit, int) and st_limit > 0:
             candidates = [st_limit] + ([limit] if limit is not None else [])
@@ -254,14 +227,29 @@ def _sequence_length(
     return min(candidates)
 
 
-def resolve(raw: Mapping[str, Any], model_folder: Path, where: str) -> tuple[dict[str, Any], TextModel]:
+# A family's tensors from what was read: (the text model, config.json, model.toml as given, where) -> tensors
+Tensors = Callable[["TextModel", Mapping[str, Any], Mapping[str, Any], str], list[dict[str, Any]]]
+
+
+def resolve(
+    raw: Mapping[str, Any],
+    model_folder: Path,
+    where: str,
+    *,
+    outputs: Tensors,
+    inputs: Tensors | None = None,
+    labels: bool = False,
+    sentence_transformers: bool = False,
+    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+    check: Callable[[Mapping[str, Any], Path], None] | None = None,
+) -> tuple[dict[str, Any], TextModel]:
     """The model.toml of a text model completed from its folder: ``raw`` with ``max_batch_size``,
-    ``inputs`` and ``outputs`` filled in where it gives none, and what the family reads."""
+    ``inputs`` and ``outputs`` filled in where it gives none, and what the family reads. The family
+    says what it reads besides (``labels``: config.json's id2label; ``sentence_transformers``: the
+    pooling, normalisation, prompts and sequence limit of a sentence-transformers folder), refuses
+    what it cannot serve (``check(config, folder)``) and gives its tensors (``inputs``: the
+    tokenizer's unless given)."""
     family = str(raw.get("family", ""))
-    if family not in TEXT_FAMILIES:
-        raise TextSpecError(
-            f"{where}: [export] {SOURCE_KEY} serves the families {', '.join(TEXT_FAMILIES)}, not {family!r}"
-        )
     source = raw["export"][SOURCE_KEY]
     if not isinstance(source, str) or not source.strip():
         raise TextSpecError(f"{where}: [export] {SOURCE_KEY} must name a folder of the model's, or a hub id")
@@ -281,15 +269,12 @@ def resolve(raw: Mapping[str, Any], model_folder: Path, where: str) -> tuple[dic
             ".save_pretrained(folder) writes it)"
         )
     config = _read_json(folder / "config.json")
-    if family == TEXT2TEXT and config.get("is_encoder_decoder") is not True:
-        raise TextSpecError(
-            f"{folder / 'config.json'}: the {TEXT2TEXT} family serves encoder-decoder models (T5, BART, Marian: "
-            f"is_encoder_decoder true); this is a {config.get('model_type', 'model')!r} model"
-        )
+    if check is not None:
+        check(config, folder)
     preprocess = raw.get("preprocess", {})
     pooling, normalize, dimension, modules = ("", False, None, ())
     prompts, default_prompt_name = (), None
-    if family == SENTENCE_EMBEDDING:
+    if sentence_transformers:
         pooling, normalize, dimension, modules = _pooling(folder)
         prompts, default_prompt_name = _prompts(folder)
     hidden = int(config.get("hidden_size") or config.get("d_model") or config.get("dim") or 0)
@@ -298,9 +283,9 @@ def resolve(raw: Mapping[str, Any], model_folder: Path, where: str) -> tuple[dic
         family=family,
         source=source,
         model_type=str(config.get("model_type", "")),
-        labels=_labels(config, folder / "config.json") if family in (TEXT_CLASSIFICATION, TOKEN_CLASSIFICATION) else (),
+        labels=_labels(config, folder / "config.json") if labels else (),
         problem_type=str(config.get("problem_type") or ""),
-        sequence_length=_sequence_length(config, folder, family, preprocess, where),
+        sequence_length=_sequence_length(config, folder, sentence_transformers, preprocess, where),
         token_type_ids=int(config.get("type_vocab_size") or 0) >= 2,
         pooling=pooling,
         normalize=normalize,
@@ -310,31 +295,14 @@ def resolve(raw: Mapping[str, Any], model_folder: Path, where: str) -> tuple[dic
         default_prompt_name=default_prompt_name,
     )
     completed = dict(raw)
-    completed.setdefault("max_batch_size", GENERATION_MAX_BATCH_SIZE if family == TEXT2TEXT else DEFAULT_MAX_BATCH_SIZE)
+    completed.setdefault("max_batch_size", max_batch_size)
     completed.setdefault("batching", {"max_queue_delay_microseconds": DEFAULT_QUEUE_DELAY_US})
-    completed.setdefault("inputs", _inputs(text))
-    candidates = _candidates(config, raw.get("postprocess", {}), where) if family == FILL_MASK else 0
-    completed.setdefault("outputs", _outputs(family, text, candidates))
+    completed.setdefault("inputs", (inputs or tokenizer_inputs)(text, config, raw, where))
+    completed.setdefault("outputs", outputs(text, config, raw, where))
     return completed, text
 
 
-def _inputs(text: TextModel) -> list[dict[str, Any]]:
-    if text.family == TEXT2TEXT:
-        return generation_contract.inputs()
+def tokenizer_inputs(text: TextModel, *_: Any) -> list[dict[str, Any]]:
+    """The encoder's inputs: the tokenizer's ids and mask, and its token types where the model has two."""
     names = ["input_ids", "attention_mask"] + (["token_type_ids"] if text.token_type_ids else [])
     return [{"name": name, "dtype": "INT64", "dims": [-1]} for name in names]
-
-
-def _outputs(family: str, text: TextModel, candidates: int) -> list[dict[str, Any]]:
-    if family == TEXT2TEXT:
-        return generation_contract.outputs()
-    if family == FILL_MASK:
-        return [
-            {"name": "scores", "dtype": "FP32", "dims": [-1, candidates]},
-            {"name": "token_ids", "dtype": "INT64", "dims": [-1, candidates]},
-        ]
-    if family == TEXT_CLASSIFICATION:
-        return [{"name": "logits", "dtype": "FP32", "dims": [len(text.labels)]}]
-    if family == TOKEN_CLASSIFICATION:  # the pipeline's softmax, in the graph
-        return [{"name": "scores", "dtype": "FP32", "dims": [-1, len(text.labels)]}]
-    return [{"name": "embeddings", "dtype": "FP32", "dims": [text.dimension]}]

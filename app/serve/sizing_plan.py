@@ -19,8 +19,9 @@ from pathlib import Path
 from app.core import machine as machines
 from app.core.settings import default_model_repository, is_model_repository
 from app.core.sizing import GPU_NETWORK, Plan
-from app.core.spec import SpecError, find_specs
+from app.core.spec import SpecError
 from clients import sized_configs
+from clients.families import find_specs
 
 TARGETS = ("python", "onnxruntime", "tensorrt")
 
@@ -30,7 +31,9 @@ def plan_for(machine: machines.Machine, repository: Path, target: str | None) ->
     if target is None and is_model_repository(repository):
         return sized_configs.plan_repository(repository, machine)[0]
     chosen = target or ("tensorrt" if machine.gpu_count else "python")
-    return sized_configs.plan_models(machine, sized_configs.parts_from_specs(find_specs(repository), chosen, machine), os.environ)
+    return sized_configs.plan_models(
+        machine, sized_configs.parts_from_specs(find_specs(repository), chosen, machine), os.environ
+    )
 
 
 def _count(part) -> str:

@@ -45,7 +45,6 @@ from app.core.settings import (
     is_model_repository,
     triton_ports,
 )
-from app.core.spec import find_specs
 from app.serve import sized_repository
 from app.serve.engines import check_engines
 from app.serve.nginx import NGINX_CONF, find_nginx, render_nginx_conf
@@ -58,7 +57,7 @@ from app.serve.tritonserver import (
     stock_flags,
     triton_command,
 )
-from clients.families import check_specs
+from clients.families import check_specs, find_specs
 
 log = logging.getLogger("serve")
 

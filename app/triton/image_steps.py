@@ -41,9 +41,8 @@ from app.core.pipeline import (
     STEP_PARAMETER,
 )
 from app.core.settings import Settings
-from app.core.spec import load_spec
 from clients.detection import DetectionClient, detect, geometry
-from clients.families import offline_client
+from clients.families import load_spec, offline_client
 
 try:
     import triton_python_backend_utils as pb_utils

@@ -181,8 +181,8 @@ class Generator:
 
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
-        from app.core.spec import load_spec
         from app.triton.onnx_model import intra_op_threads, volunteer_for_the_oom_killer
+        from clients.families import load_spec
 
         volunteer_for_the_oom_killer()
         config = json.loads(args["model_config"])

@@ -18,6 +18,8 @@ from app.core.settings import Settings
 from app.core.spec import ModelSpec
 from scripts.bench.constants import BINARY_JSON, CUSTOM_ATTRIBUTES
 
+TEXT_FIELD = "text"  # the input field of the families that read texts (clients.text)
+
 
 @dataclass(frozen=True)
 class HttpRequest:
@@ -40,15 +42,24 @@ def preprocessed_tensors(
 
     client = offline_client(spec, Settings())
     route = client.routes[route_name]
-    item = text if client.input_field == "text" else image.read_bytes()
+    item = text if client.input_field == TEXT_FIELD else image.read_bytes()
     arrays, _ = route.prepare(item, "the sample", client.parse_options({}))
     return client._stack([arrays], route.inputs), [t.name for t in route.outputs]
 
 
-def product_requests(model: str, family: str, host: str, port: int, image: bytes, text: str) -> dict[str, HttpRequest]:
+def takes_text(spec: ModelSpec) -> bool:
+    """Whether the model's family reads texts (its sample is the text), not images."""
+    from clients.families import family_of
+
+    return family_of(spec).client.input_field == TEXT_FIELD
+
+
+def product_requests(
+    model: str, spec: ModelSpec, host: str, port: int, image: bytes, text: str
+) -> dict[str, HttpRequest]:
     """A-json and A-raw for one model."""
-    if family == "fill_mask":
-        payload: dict[str, Any] = {"text": text}
+    if takes_text(spec):
+        payload: dict[str, Any] = {TEXT_FIELD: text}
         raw, raw_type = text.encode(), "text/plain; charset=utf-8"
     else:
         payload = {"img": base64.b64encode(image).decode("ascii")}

@@ -31,7 +31,8 @@ from typing import Any
 from app.core.pipeline import PIPELINE_KEY, ROUTER, TRITON, ensemble_model, postprocess_model, preprocess_model
 from app.core.procfs import process_stat
 from app.core.settings import Settings
-from app.core.spec import ModelSpec, load_spec
+from app.core.spec import ModelSpec
+from clients.families import load_spec
 from scripts.bench.constants import PYSTEP_SIDE, ROUTER_SIDE, TRITON_SIDE
 from scripts.devtools import Stack
 from scripts.model_prep import detector_graph, pipeline_config, triton_config

@@ -46,7 +46,7 @@ def host_port(text: str) -> tuple[str, int]:
 
 def make_plan(args: argparse.Namespace) -> Plan | None:
     """The plan for the arguments; None (with the reason printed) when the sample image is missing."""
-    from app.core.spec import load_spec
+    from clients.families import load_spec
 
     if not args.image.is_file():
         print(f"{args.image} not found: run `make samples`, or pass --image", file=sys.stderr)

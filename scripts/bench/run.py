@@ -15,7 +15,7 @@ from typing import Any
 from scripts.bench.constants import IDENTITY, IDENTITY_TEXT, NOBATCH_SUFFIX, PYSTEP_SIDE, TRITON_SIDE
 from scripts.bench.fixed_cost import FIXED_COST_CONCURRENCIES, run_fixed_cost
 from scripts.bench.load import GrpcCaller, HttpCaller, Progress, bench_model, send_mixed
-from scripts.bench.payloads import grpc_request, peer_requests, preprocessed_tensors, product_requests
+from scripts.bench.payloads import grpc_request, peer_requests, preprocessed_tensors, product_requests, takes_text
 from scripts.bench.peers import rss_mb, start_own_stack, start_peer
 from scripts.bench.perf import perf_analyzer_check
 from scripts.bench.placement import CpuMeter, wire_bytes
@@ -44,7 +44,7 @@ def run_against_stack(
     for model in plan.against:
         spec = plan.specs[model]
         tensors, outputs = preprocessed_tensors(spec, args.image, args.text)
-        requests = product_requests(model, spec.family, plan.host, plan.port, plan.image, args.text)
+        requests = product_requests(model, spec, plan.host, plan.port, plan.image, args.text)
         callers: dict[str, Callable[[], None]] = {side: HttpCaller(r, args.timeout) for side, r in requests.items()}
         closers = [GrpcCaller(args.triton_grpc, grpc_request(model, tensors, outputs), args.timeout)]
         callers["B"] = closers[0]
@@ -98,11 +98,11 @@ def run_own_stack(plan: Plan, args: argparse.Namespace, stack_repo: Path, found:
 
 def _identity(plan: Plan, args, stack, stack_repo: Path, found: Findings, progress: Progress) -> dict[str, Any]:
     """The identity model's sides (the product's fixed cost against Triton's); returns its tensors."""
-    from app.core.spec import load_spec
+    from clients.families import load_spec
 
     spec = load_spec(stack_repo / IDENTITY)
     tensors, _ = preprocessed_tensors(spec, args.image, IDENTITY_TEXT)
-    requests = product_requests(IDENTITY, spec.family, "127.0.0.1", stack.port, b"", IDENTITY_TEXT)
+    requests = product_requests(IDENTITY, spec, "127.0.0.1", stack.port, b"", IDENTITY_TEXT)
     callers = {side: HttpCaller(r, args.timeout) for side, r in requests.items()}
     b = GrpcCaller(
         f"127.0.0.1:{stack.triton_ports[1]}",
@@ -128,7 +128,7 @@ def _router_memory(plan: Plan, args, stack, found: Findings) -> None:
         mixed = [
             HttpCaller(r, args.timeout)
             for m in plan.models
-            for r in product_requests(m, plan.specs[m].family, "127.0.0.1", stack.port, plan.image, args.text).values()
+            for r in product_requests(m, plan.specs[m], "127.0.0.1", stack.port, plan.image, args.text).values()
         ]
         print(
             f"{args.rss_requests} mixed requests ({', '.join(plan.models)}; JSON and raw body) for the "
@@ -152,7 +152,7 @@ def bench_placements(stack, plan: Plan, args, found: Findings, progress: Progres
     """Both placements of each image model's processing on the benchmark's own stack
     (``scripts.bench.placement``), with the CPU of its processes and the bytes to and from Triton."""
     from app.core.pipeline import ROUTER, TRITON
-    from app.core.spec import load_spec
+    from clients.families import load_spec
 
     meter = CpuMeter(stack)
     grpc_url = f"127.0.0.1:{stack.triton_ports[1]}"
@@ -160,13 +160,13 @@ def bench_placements(stack, plan: Plan, args, found: Findings, progress: Progres
         spec = plan.specs[model]
         callers = {
             side: HttpCaller(
-                product_requests(name, spec.family, "127.0.0.1", stack.port, plan.image, args.text)["A-raw"],
+                product_requests(name, spec, "127.0.0.1", stack.port, plan.image, args.text)["A-raw"],
                 args.timeout,
             )
             for side, name in sides
         }
         bench_model(model, callers, plan.concurrencies, args, found.cells, progress, meter)
-        item = args.text if spec.family == "fill_mask" else plan.image
+        item = args.text if takes_text(spec) else plan.image
         for side, name in _measured_sides(sides):
             # P-router calls its own copy (for a detector, the raw network), not the served model's network
             served = spec if name == model else load_spec(stack.repository / name)

@@ -30,8 +30,9 @@ from typing import Any
 from app.core.machine import detect
 from app.core.pipeline import preprocess_model
 from app.core.settings import MODEL_REPOSITORY, PROJECT_ROOT
-from app.core.spec import ModelSpec, SpecError, load_spec
+from app.core.spec import ModelSpec, SpecError
 from app.serve.sizing_plan import format_plan
+from clients.families import load_spec
 from clients.sized_configs import parts_from_specs, plan_models
 from scripts.gpu_check import serialized
 from scripts.model_prep import dali_pipeline

@@ -17,8 +17,9 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from app.triton import ONNX_MODEL
@@ -300,10 +301,21 @@ def prepare_onnx_file(spec, options: Options) -> dict:
     return {"model": spec.name, "weights": choice.source, "max_abs_diff": {}}
 
 
+@dataclass(frozen=True)
+class Steps:
+    """What a family's export (``Family.export``) calls to write its model: the shared preparation of
+    one checked graph (``prepare``), and a text2text model's three graphs (``prepare_generation``)."""
+
+    prepare: Callable[..., dict]
+    prepare_generation: Callable[..., dict]
+
+
+STEPS = Steps(prepare=prepare, prepare_generation=prepare_generation)
+
+
 def run(options: Options) -> int:
-    from app.core.generation_contract import FAMILY as GENERATION_FAMILY
-    from app.core.spec import SPEC_FILE, SpecError, load_spec
-    from clients.families import FAMILIES
+    from app.core.spec import SPEC_FILE, SpecError
+    from clients.families import FAMILIES, load_spec
     from scripts.model_prep import tensorrt_engine, transformers_export
     from scripts.model_prep.recipes import recipes
 
@@ -317,15 +329,13 @@ def run(options: Options) -> int:
     for name in options.models:
         transformers_export.fetch_hub(options.source / name)
         spec = load_spec(options.source / name)
-        if spec.family not in FAMILIES:
+        family = FAMILIES.get(spec.family)
+        if family is None:
             raise SpecError(
                 f"{spec.folder / SPEC_FILE}: family {spec.family!r} is not one of {', '.join(sorted(FAMILIES))}"
             )
-        if spec.family == GENERATION_FAMILY:
-            prepare_generation(spec, options)
-            continue
-        if spec.text is not None:
-            prepare(spec, transformers_export.recipe(spec), options, transformers_export.choose_weights(spec, options))
+        if spec.text is not None:  # a folder of the family's: its own export (Family.export)
+            family.exporter().prepare(spec, options, STEPS)
             continue
         builder, onnx_file = spec.export.get("builder"), spec.export.get(ONNX_KEY)
         if (builder is None) == (onnx_file is None):

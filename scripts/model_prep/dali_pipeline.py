@@ -43,12 +43,9 @@ from tritonclient.grpc import model_config_pb2 as mc
 from app.core.pipeline import IMAGE, IMAGE_LENGTH, IMAGE_SIZE, LETTERBOX, preprocess_model
 from app.core.settings import Settings
 from app.core.spec import ModelSpec, SpecError
-from clients.classification import ImageClassificationClient
-from clients.detection import DetectionClient
-from clients.families import offline_client
+from clients.families import FAMILIES, family_of, offline_client
 from scripts.model_prep.triton_config import data_type, to_text
 
-DALI_FAMILIES = (ImageClassificationClient.family, DetectionClient.family)
 DALI_TYPES = {"FP32": "FLOAT", "FP16": "FLOAT16", "UINT8": "UINT8"}  # Triton dtype -> nvidia.dali.types
 PIPELINE_FILE = "dali.py"  # what the DALI backend autoserializes from the version folder
 GPU_THREADS = 4  # CPU threads of the GPU pipeline (Huffman decoding, argument arithmetic)
@@ -149,10 +146,11 @@ def preprocess_params(spec: ModelSpec) -> dict[str, Any]:
     """The plain values ``preprocess_graph`` takes, from the settings the family's client checked
     (``clients.vision``, ``clients.classification``, ``clients.detection``): a SpecError names the
     file and the key of a value the model cannot take, as at the router's start."""
-    if spec.family not in DALI_FAMILIES:
+    family = family_of(spec)
+    if not family.dali:
         raise SpecError(
             f"{spec.folder}/model.toml: family {spec.family}: no DALI preprocessing for it "
-            f"(families: {', '.join(DALI_FAMILIES)})"
+            f"(families: {', '.join(name for name, each in FAMILIES.items() if each.dali)})"
         )
     client = offline_client(spec, Settings())
     params: dict[str, Any] = {
@@ -161,7 +159,7 @@ def preprocess_params(spec: ModelSpec) -> dict[str, Any]:
         "channels": client.channels,
         "layout": client.layout[1:],
         "dtype": DALI_TYPES[client.dtype],
-        "image_size": isinstance(client, DetectionClient),
+        "image_size": family.graph_postprocess,  # the letterbox's geometry, for the graph's box scaling
         "letterbox": client.letterbox,
         "decoder": client.decoder,
     }
@@ -185,7 +183,7 @@ def preprocess_params(spec: ModelSpec) -> dict[str, Any]:
 def _outputs(spec: ModelSpec) -> list[tuple[str, str, Sequence[int]]]:
     """(name, Triton dtype, dims) of the step's outputs, in the pipeline's order."""
     outputs = [(spec.inputs[0].name, spec.inputs[0].dtype, spec.inputs[0].dims)]
-    if spec.family == DetectionClient.family:
+    if family_of(spec).graph_postprocess:
         outputs.extend([(IMAGE_SIZE, "INT64", (2,)), (LETTERBOX, "FP32", (3,))])
     return outputs
 

@@ -32,6 +32,7 @@ import numpy as np
 from app.core.pipeline import DETECTIONS, IMAGE_SIZE, LETTERBOX, NUM_DETECTIONS, TRITON
 from app.core.spec import ModelSpec, TensorSpec
 from clients.detection import DETECTION_TENSORS, GEOMETRY_TENSORS, OPTION_TENSORS, DetectionClient, network_inputs
+from clients.families import family_of
 from clients.images import MAX_NMS, MAX_WH
 
 PREFIX = "postprocess/"  # every node and tensor the postprocessing adds
@@ -43,7 +44,7 @@ MAX_KEPT = next(option.maximum for option in DetectionClient.OPTIONS if option.n
 def appends(spec: ModelSpec) -> bool:
     """Whether the network is served with the postprocessing in its graph: a detector on the Triton
     pipeline. On the router's pipeline the router runs NMS on the raw output (``clients.detection``)."""
-    return spec.family == DetectionClient.family and spec.pipeline == TRITON
+    return family_of(spec).graph_postprocess and spec.pipeline == TRITON
 
 
 def served_tensors(spec: ModelSpec) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:

@@ -35,7 +35,15 @@ from torch import nn
 from app.core.generation_contract import DECODER_INIT_FILE, DECODER_STEP_FILE, ENCODER_FILE, ONNX_FILES
 from app.core.spec import ModelSpec
 from app.triton import TEXT2TEXT_MODEL
-from app.triton.onnx_generate import DECODER_INPUTS, ENCODER_INPUTS, HIDDEN, KINDS, LOGITS, cache_names, generation_config
+from app.triton.onnx_generate import (
+    DECODER_INPUTS,
+    ENCODER_INPUTS,
+    HIDDEN,
+    KINDS,
+    LOGITS,
+    cache_names,
+    generation_config,
+)
 from scripts.model_prep import weights
 from scripts.model_prep.onnx_export import OPSET, REPORT_FILE, ExportError, sha256_of
 from scripts.model_prep.recipes import Tolerance
@@ -335,3 +343,14 @@ def write_version(version: Path, cache: Path, link, graphs: bool = True) -> None
     for name in ONNX_FILES if graphs else ():
         link(cache / name, version / name)
     shutil.copyfile(TEXT2TEXT_MODEL, version / "model.py")
+
+
+class EncoderDecoder:
+    """The text2text family's export (``Family.export``): three checked graphs and the python-backend
+    model that runs ``generate`` over them (``steps``: ``scripts.model_prep.cli.STEPS``)."""
+
+    def prepare(self, spec, options, steps) -> dict:
+        return steps.prepare_generation(spec, options)
+
+
+ENCODER_DECODER = EncoderDecoder()

@@ -37,10 +37,10 @@ from clients.detection import (  # what the router sends and reads: one definiti
     GEOMETRY_TENSORS,
     OPTION_TENSORS,
 )
+from clients.families import family_of
 from clients.vision import IMAGE_TENSORS
 from scripts.model_prep.triton_config import Tuning, data_type
 
-DETECTION_FAMILY = "detection"
 VERSION = "1"
 STEP_FILE, DALI_FILE = "model.py", "dali.py"
 # An ensemble has no model file, but Triton needs its version folder: a file in it keeps the folder
@@ -56,7 +56,8 @@ DEFAULT_STEP_INSTANCES = 2
 
 
 def has_postprocess(spec: ModelSpec) -> bool:
-    return spec.family == DETECTION_FAMILY
+    """Whether the family's post-processing joins its graph, fed the letterbox's geometry (a detector)."""
+    return family_of(spec).graph_postprocess
 
 
 def _add(fields, tensors) -> None:

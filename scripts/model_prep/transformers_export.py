@@ -3,13 +3,13 @@
 No well-kept exporter fits the pinned transformers (``optimum-onnx`` needs transformers < 4.58), so
 the graph is ``torch.onnx.export(dynamo=False)`` of a small wrapper with dynamic batch and sequence
 axes, checked as the other exports are (``onnx.checker``, tensors against the spec, ONNX Runtime
-against torch with the max difference printed):
+against torch with the max difference printed). Each family names its ``Head`` (``Family.export``):
 
 - ``text_classification``: ``AutoModelForSequenceClassification`` -> ``logits [batch, labels]``;
 - ``token_classification``: ``AutoModelForTokenClassification``, then the pipeline's softmax over the
   labels inside the graph -> ``scores [batch, tokens, labels]``;
-- ``sentence_embedding``: ``AutoModel``, then sentence-transformers' pooling and, where the folder
-  has one, its ``Normalize`` module, inside the graph -> ``embeddings [batch, dim]``;
+- ``sentence_embedding``: ``AutoModel``, then sentence-transformers' pooling inside the graph ->
+  ``embeddings [batch, dim]`` (a folder's ``Normalize`` module runs in the router);
 - ``fill_mask``: ``AutoModelForMaskedLM``, then softmax and top-k inside the graph (``SoftmaxTopK``)
   -> ``scores`` and ``token_ids [batch, tokens, K]``, checked by their probabilities (``topk_compare``:
   near-equal candidates may swap places between torch and ONNX Runtime).
@@ -24,6 +24,8 @@ from __future__ import annotations
 import hashlib
 import shutil
 import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,16 +33,7 @@ import torch
 from torch import nn
 
 from app.core.spec import SPEC_FILE, ModelSpec
-from app.core.text_spec import (
-    FILL_MASK,
-    HUB_FOLDER,
-    ROUTER_FILES,
-    SENTENCE_EMBEDDING,
-    SOURCE_KEY,
-    TEXT_CLASSIFICATION,
-    TOKEN_CLASSIFICATION,
-    is_local,
-)
+from app.core.text_spec import HUB_FOLDER, ROUTER_FILES, SOURCE_KEY, is_local
 from scripts.model_prep import weights
 from scripts.model_prep.recipes import Recipe, RecipeError, SoftmaxTopK, Tolerance, generic_compare, topk_compare
 
@@ -53,6 +46,8 @@ WEIGHT_FILES = (
 )
 # Logits and embeddings: float32 kernels of torch and ONNX Runtime sum in different orders.
 TEXT_TOLERANCE = Tolerance(atol=1e-5, rtol=1e-4)
+# The wrappers' revision, part of the export cache's key: a graph exported by older wrappers is not reused.
+GRAPH_REVISION = 2  # 2: a sentence embedding's graph ends at the pooling (Normalize runs in the router)
 SAMPLE_TOKENS = 24  # the longest row of the export's check (rows are padded to it, later rows shorter)
 
 
@@ -86,7 +81,7 @@ def has_weights(folder: Path) -> bool:
 
 def config_digest(spec: ModelSpec) -> str:
     """What the graph depends on besides the weights: the folder's settings and the spec's tensors."""
-    digest = hashlib.sha256(repr((spec.family, spec.inputs, spec.outputs)).encode())
+    digest = hashlib.sha256(repr((spec.family, spec.inputs, spec.outputs, GRAPH_REVISION)).encode())
     folder = spec.text.folder
     for name in ("config.json", "modules.json", *(f"{m}/config.json" for m in spec.text.modules)):
         if (folder / name).is_file():
@@ -108,17 +103,17 @@ def choose_weights(spec: ModelSpec, options) -> weights.WeightsChoice:
 
 
 class Pooled(nn.Module):
-    """An encoder, then sentence-transformers' pooling of its token embeddings (and its Normalize)."""
+    """An encoder, then sentence-transformers' pooling of its token embeddings (a folder's Normalize
+    module is the router's: ``"normalize": false`` answers the pooled vector)."""
 
-    def __init__(self, encoder: nn.Module, mode: str, normalize: bool):
+    def __init__(self, encoder: nn.Module, mode: str):
         super().__init__()
-        self.encoder, self.mode, self.normalize = encoder, mode, normalize
+        self.encoder, self.mode = encoder, mode
 
     def forward(self, input_ids, attention_mask, token_type_ids=None):
         extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
         tokens = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
-        vector = pool(tokens, attention_mask, self.mode)
-        return nn.functional.normalize(vector, p=2, dim=1) if self.normalize else vector
+        return pool(tokens, attention_mask, self.mode)
 
 
 def pool(tokens: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
@@ -174,44 +169,61 @@ class Probabilities(nn.Module):
         return torch.softmax(self.logits(*inputs), dim=-1)
 
 
-def _auto_class(spec: ModelSpec):
+@dataclass(frozen=True)
+class Head:
+    """How a text family's folder becomes its graph: the transformers class that loads it, the wrapper
+    that puts the family's own last steps into the graph, and how ONNX Runtime's answers are compared
+    with torch's. A family names its head (``Family.export``); model preparation calls ``prepare``."""
+
+    auto_class: str  # transformers' Auto class for the folder
+    wrap: Callable[[ModelSpec, nn.Module], nn.Module]
+    compare: Callable = generic_compare
+
+    def prepare(self, spec: ModelSpec, options, steps) -> dict:
+        """One checked graph, written for the target (``steps``: ``scripts.model_prep.cli.STEPS``)."""
+        return steps.prepare(spec, recipe(spec, self), options, choose_weights(spec, options))
+
+
+SEQUENCE_LOGITS = Head("AutoModelForSequenceClassification", lambda spec, model: Logits(model))
+TOKEN_PROBABILITIES = Head("AutoModelForTokenClassification", lambda spec, model: Probabilities(Logits(model)))
+# sentence-transformers' pooling; its Normalize module runs in the router (the "normalize" option)
+POOLED = Head("AutoModel", lambda spec, model: Pooled(model, spec.text.pooling))
+# the candidates per position: the outputs' last dimension
+MASKED_TOPK = Head(
+    "AutoModelForMaskedLM", lambda spec, model: SoftmaxTopK(Logits(model), spec.outputs[0].dims[-1]), topk_compare
+)
+
+
+def _model_class(head: Head):
     import transformers
 
-    if spec.family == SENTENCE_EMBEDDING:
-        return transformers.AutoModel
-    if spec.family == TEXT_CLASSIFICATION:
-        return transformers.AutoModelForSequenceClassification
-    if spec.family == FILL_MASK:
-        return transformers.AutoModelForMaskedLM
-    return transformers.AutoModelForTokenClassification
+    return getattr(transformers, head.auto_class)
 
 
-def _wrap(spec: ModelSpec, model: nn.Module) -> nn.Module:
+def _wrapped(spec: ModelSpec, head: Head, model: nn.Module) -> nn.Module:
     model.eval()
-    if spec.family == SENTENCE_EMBEDDING:
-        wrapper = Pooled(model, spec.text.pooling, spec.text.normalize)
-    elif spec.family == FILL_MASK:  # the candidates per position: the outputs' last dimension
-        wrapper = SoftmaxTopK(Logits(model), spec.outputs[0].dims[-1])
-    elif spec.family == TOKEN_CLASSIFICATION:
-        wrapper = Probabilities(Logits(model))
-    else:
-        wrapper = Logits(model)
-    return wrapper.eval()  # a new module is in training mode: dropout would be on in the export
+    return head.wrap(spec, model).eval()  # a new module is in training mode: dropout would be on in the export
 
 
-def _from_config(spec: ModelSpec) -> nn.Module:
-    from transformers import AutoConfig
+def _from_config(head: Head) -> Callable[[ModelSpec], nn.Module]:
+    def build(spec: ModelSpec) -> nn.Module:
+        from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(str(spec.text.folder), attn_implementation="eager")
-    return _wrap(spec, _auto_class(spec).from_config(config, attn_implementation="eager"))
+        config = AutoConfig.from_pretrained(str(spec.text.folder), attn_implementation="eager")
+        return _wrapped(spec, head, _model_class(head).from_config(config, attn_implementation="eager"))
+
+    return build
 
 
-def _from_folder(spec: ModelSpec, path: Path) -> nn.Module:
-    try:
-        model = _auto_class(spec).from_pretrained(str(path), attn_implementation="eager")
-    except (OSError, ValueError) as error:
-        raise RecipeError(f"[{spec.name}] {path}: transformers cannot load it: {error}") from None
-    return _wrap(spec, model)
+def _from_folder(head: Head) -> Callable[[ModelSpec, Path], nn.Module]:
+    def load(spec: ModelSpec, path: Path) -> nn.Module:
+        try:
+            model = _model_class(head).from_pretrained(str(path), attn_implementation="eager")
+        except (OSError, ValueError) as error:
+            raise RecipeError(f"[{spec.name}] {path}: transformers cannot load it: {error}") from None
+        return _wrapped(spec, head, model)
+
+    return load
 
 
 def _no_download(spec: ModelSpec, downloads: Path) -> nn.Module:
@@ -243,18 +255,18 @@ def _no_files(spec: ModelSpec) -> list[Path]:
     return []
 
 
-def recipe(spec: ModelSpec) -> Recipe:
-    """The export recipe of a text model (its weights are chosen by ``choose_weights``)."""
+def recipe(spec: ModelSpec, head: Head) -> Recipe:
+    """The export recipe of a text model through its family's head (its weights: ``choose_weights``)."""
     return Recipe(
         pretrained_url=HUB_URL,
-        random=_from_config,
-        small=_from_config,
+        random=_from_config(head),
+        small=_from_config(head),
         pretrained=_no_download,
-        from_file=_from_folder,
+        from_file=_from_folder(head),
         sample_inputs=sample_inputs,
         tolerance=TEXT_TOLERANCE,
         data_files=_no_files,
-        compare=topk_compare if spec.family == FILL_MASK else generic_compare,
+        compare=head.compare,
     )
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from app.core.generation_contract import FAMILY as GENERATION_FAMILY
 from app.core.sizing import SIZING_PARAMETER, auto_marker
 from app.core.spec import ModelSpec
+from clients.families import family_of
 
 PYTHON, ONNXRUNTIME, TENSORRT = "python", "onnxruntime", "tensorrt"
 TARGETS = (PYTHON, ONNXRUNTIME, TENSORRT)
@@ -51,7 +51,7 @@ class Tuning:
 
 
 def model_config(spec: ModelSpec, target: str, tuning: Tuning, weights_source: str) -> mc.ModelConfig:
-    if spec.family == GENERATION_FAMILY:
+    if family_of(spec).loop:
         return generation_config(spec, target, tuning, weights_source)
     config = mc.ModelConfig(name=spec.name, max_batch_size=tuning.max_batch_size)
     if target == PYTHON:

@@ -129,7 +129,7 @@ def send_largest_batches(url: str, repository: Path) -> None:
     buffers now, not during the measured part."""
     import requests
 
-    from app.core.spec import find_specs
+    from clients.families import find_specs
 
     image = base64.b64encode(jpeg(480, 360, 2)).decode()
     inputs = {"resnet": ("img", image), "yolov5": ("img", image), "bert_base": ("text", "A [MASK] of words.")}

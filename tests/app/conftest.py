@@ -26,9 +26,9 @@ from app.core.pipeline import (
     triton_models,
 )
 from app.core.settings import Settings
-from app.core.spec import find_specs
 from app.router import create_app
 from app.triton.image_steps import load_client, postprocess_batch, preprocess_batch
+from clients.families import find_specs
 from tests.support import make_spec_repository
 
 

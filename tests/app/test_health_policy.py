@@ -7,8 +7,9 @@ from dataclasses import replace
 import pytest
 
 from app.core.settings import LIVE_PING, Settings
-from app.core.spec import SpecError, load_spec
+from app.core.spec import SpecError
 from app.router import create_app
+from clients.families import load_spec
 from tests.support import make_spec_repository
 
 

@@ -27,10 +27,10 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import model_config_pb2 as mc
 
 from app.core.pipeline import DETECTIONS, IMAGE_SIZE, LETTERBOX, NUM_DETECTIONS
-from app.core.spec import load_spec
 from app.triton import ONNX_MODEL
 from clients import images
 from clients.detection import DETECTION_TENSORS, GEOMETRY_TENSORS, OPTION_TENSORS
+from clients.families import load_spec
 from scripts.model_prep import detector_graph, triton_config
 from tests import yolov5_reference
 from tests.references import real_photos

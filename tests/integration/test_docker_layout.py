@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from app.core.settings import PROJECT_ROOT
-from app.core.spec import find_specs
+from clients.families import find_specs
 from scripts.devtools import Stack
 
 pytestmark = pytest.mark.integration

@@ -11,8 +11,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from app.core.pipeline import triton_models
-from app.core.spec import ModelSpec, find_specs
+from app.core.spec import ModelSpec
 from clients.detection import geometry, option_arrays
+from clients.families import find_specs
 from scripts.model_prep import detector_graph
 from tests.triton_calls import grpc_inputs
 

@@ -21,9 +21,8 @@ from PIL import Image
 
 from app.core.pipeline import DETECTIONS, NUM_DETECTIONS
 from app.core.settings import Settings
-from app.core.spec import load_spec
 from clients.detection import network_inputs
-from clients.families import offline_client
+from clients.families import load_spec, offline_client
 from scripts.model_prep import cli as prepare_models
 from scripts.model_prep import onnx_export, triton_config
 from tests.references import darknet_photos

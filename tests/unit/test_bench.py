@@ -15,7 +15,7 @@ import onnx
 import pytest
 
 from app.core.procfs import process_stat
-from app.core.spec import load_spec
+from clients.families import load_spec
 from scripts.bench.load import window_work
 from scripts.bench.payloads import preprocessed_tensors
 from scripts.bench.peers import _without_dynamic_batching
@@ -222,7 +222,7 @@ def test_cell_cpu_is_per_request_done():
 
 
 def test_the_bench_stack_serves_both_placements(tmp_path):
-    from app.core.spec import find_specs
+    from clients.families import find_specs
     from scripts.bench.peers import write_bench_repositories
 
     repository = built_test_repository()

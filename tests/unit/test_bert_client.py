@@ -13,7 +13,7 @@ from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast, FillMas
 
 from app.core.errors import InvalidInput
 from app.core.settings import PROJECT_ROOT, Settings
-from app.core.spec import load_spec
+from clients.families import load_spec
 from clients.fill_mask import VocabFillMaskClient
 
 VOCAB_SOURCES = (

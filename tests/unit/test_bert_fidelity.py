@@ -14,7 +14,7 @@ import torch
 from transformers import BertTokenizerFast, FillMaskPipeline
 
 from app.core.settings import Settings
-from app.core.spec import load_spec
+from clients.families import load_spec
 from clients.fill_mask import VocabFillMaskClient
 from scripts.devtools import built_test_repository
 from scripts.model_prep.recipes import recipes

@@ -15,8 +15,9 @@ import onnxruntime as ort
 import pytest
 
 from app.core.pipeline import DETECTIONS, NUM_DETECTIONS
-from app.core.spec import TensorSpec, load_spec
+from app.core.spec import TensorSpec
 from clients.detection import geometry, network_inputs
+from clients.families import load_spec
 from scripts.model_prep import detector_graph, tensorrt_operators, triton_config
 from tests.support import assert_same_detections, planted_output, reference_detections
 from tests.triton_calls import option_tensors

@@ -18,11 +18,11 @@ from PIL import Image
 from tritonclient.grpc import model_config_pb2 as mc
 
 from app.core.settings import Settings
-from app.core.spec import SpecError, load_spec
+from app.core.spec import SpecError
 from clients import images
 from clients.base import ModelClient
 from clients.classification import ImageClassificationClient
-from clients.families import FAMILIES
+from clients.families import FAMILIES, load_spec
 from clients.vision import ImageClient
 from scripts.model_prep import cli as prepare_models
 
@@ -102,7 +102,7 @@ def tiny_classifier(classes: int = 10, side: int = 160, dtype=TensorProto.FLOAT)
 
 def client_for(folder: Path):
     spec = load_spec(folder)
-    return FAMILIES[spec.family].of(spec)(spec, triton=None, settings=Settings())
+    return FAMILIES[spec.family].client.of(spec)(spec, triton=None, settings=Settings())
 
 
 def photo(width: int = 300, height: int = 200) -> bytes:
@@ -253,7 +253,7 @@ def test_the_base_checks_the_keys_once_then_configures_then_bounds_the_options(t
 
 
 def test_families_have_no_constructor_of_their_own():
-    for cls in (ImageClient, *FAMILIES.values()):
+    for cls in (ImageClient, *(family.client for family in FAMILIES.values())):
         assert "__init__" not in vars(cls), f"{cls.__name__} reads its settings in configure(), not __init__"
         assert cls.configure is not ModelClient.configure
 

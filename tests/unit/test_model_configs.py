@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
-from app.core.spec import find_specs
+from clients.families import find_specs
 from scripts.model_prep import cli as prepare_models
 from scripts.model_prep import detector_graph, triton_config
 from scripts.model_prep.onnx_export import graph_tensors

@@ -16,8 +16,8 @@ from torchvision import transforms
 
 from app.core.pipeline import ROUTER
 from app.core.settings import Settings
-from app.core.spec import load_spec
 from clients.classification import ImageClassificationClient
+from clients.families import load_spec
 from scripts.devtools import built_test_repository
 from tests.references import OnnxTriton, real_photos
 

@@ -11,7 +11,7 @@ from app.core import sizing
 from app.core.machine import INSTANCE_TYPES, Gpu, Machine
 from app.core.settings import PROJECT_ROOT
 from app.core.sizing import CPU_NETWORK, DALI, GPU_NETWORK, PYTHON_STEP, Part, plan
-from app.core.spec import load_spec
+from clients.families import load_spec
 from clients.sized_configs import fixed, parts_from_specs
 
 H100, A10G = Gpu("NVIDIA H100 80GB HBM3", True), Gpu("NVIDIA A10G", False)

@@ -13,7 +13,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from app.core.spec import TensorSpec, load_spec
+from app.core.spec import TensorSpec
+from clients.families import load_spec
 from scripts.model_prep import onnx_export
 from scripts.model_prep.onnx_export import ExportError, check_file, graph_mismatches, graph_tensors
 

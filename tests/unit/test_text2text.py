@@ -55,8 +55,8 @@ class GeneratorTriton:
         self.outputs: list[np.ndarray] = []
 
     def generator(self, model: str):
-        from app.core.spec import load_spec
         from app.triton.text2text_model import Generator
+        from clients.families import load_spec
 
         if model not in self.generators:
             spec = load_spec(self.repository / model)

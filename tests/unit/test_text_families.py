@@ -141,6 +141,7 @@ def test_bad_classification_input_is_refused_naming_the_field(clients, payload, 
 @pytest.mark.parametrize("name", EMBEDDERS)
 def test_embeddings_equal_sentence_transformers(built, clients, name):
     from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Normalize
 
     model = SentenceTransformer(folder(built, name), device="cpu")
     # sentence-transformers cuts every text to its max_seq_length (the Unigram model's last line is past it)
@@ -148,10 +149,18 @@ def test_embeddings_equal_sentence_transformers(built, clients, name):
     theirs = model.encode(CORPUS, batch_size=32)
     assert np.asarray(ours).shape == theirs.shape
     np.testing.assert_allclose(ours, theirs, rtol=0, atol=ATOL)
-    for normalize in (True, False):
+    # "normalize": false answers the pooled vector, also of a folder that ends with Normalize: what the
+    # pipeline answers without that module (as text-embeddings-inference's normalize does); true, unit vectors
+    pooled = SentenceTransformer(
+        modules=[module for module in model if not isinstance(module, Normalize)],
+        prompts=model.prompts,
+        default_prompt_name=model.default_prompt_name,
+    )
+    for normalize, reference in ((True, model), (False, pooled)):
         ours, _ = clients[name].inference({"text": CORPUS[:3], "normalize": normalize})
-        theirs = model.encode(CORPUS[:3], normalize_embeddings=normalize)
+        theirs = reference.encode(CORPUS[:3], normalize_embeddings=normalize)
         np.testing.assert_allclose(ours, theirs, rtol=0, atol=ATOL)
+        assert np.allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5) == normalize  # the option is never ignored
     one, _ = clients[name].inference({"text": CORPUS[2]})
     assert isinstance(one, list) and isinstance(one[0], float)
 
@@ -199,7 +208,8 @@ def test_prompts_equal_sentence_transformers_and_the_folders_default_applies(bui
     ],
 )
 def test_a_folders_prompts_that_cannot_be_read_stop_naming_the_file(built, tmp_path, settings, fragment):
-    from app.core.spec import SpecError, load_spec
+    from app.core.spec import SpecError
+    from clients.families import load_spec
 
     model = tmp_path / "embed"
     shutil.copytree(built[0] / "embed_xlmr_max", model, ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
@@ -211,8 +221,8 @@ def test_a_folders_prompts_that_cannot_be_read_stop_naming_the_file(built, tmp_p
 
 def test_model_toml_may_name_another_default_prompt(built, tmp_path):
     from app.core.settings import Settings
-    from app.core.spec import SpecError, load_spec
-    from clients.families import offline_client
+    from app.core.spec import SpecError
+    from clients.families import load_spec, offline_client
 
     model = tmp_path / "embed"
     shutil.copytree(built[0] / "embed_xlmr_max", model, ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))

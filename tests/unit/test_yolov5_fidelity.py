@@ -20,9 +20,9 @@ import torch
 from PIL import Image
 
 from app.core.settings import Settings
-from app.core.spec import load_spec
 from clients import images
 from clients.detection import DetectionClient
+from clients.families import load_spec
 from clients.vision import Displayed
 from scripts.devtools import built_test_repository
 from scripts.model_prep import detector_graph

@@ -27,8 +27,9 @@ import random
 import shutil
 from pathlib import Path
 
-from app.core.generation_contract import FAMILY
-from app.core.spec import ModelSpec, load_spec
+from app.core.spec import ModelSpec
+from clients.families import load_spec
+from clients.text2text import FAMILY
 from scripts.bench.generation.plan import MODEL
 from scripts.bench.text.plan import WORDS
 from scripts.bench.text.prepare import write_model_toml
@@ -138,7 +139,7 @@ def model_source(models: Path, small: bool) -> Path:
         print(f"building {model / 'hf'} (t5-small's architecture, random weights, a padded Unigram tokenizer) ...")
         t5_small_folder(model / "hf")
         stamp.write_text(BUILD)
-    write_model_toml(model, FAMILY)
+    write_model_toml(model, FAMILY.name)
     return model
 
 

@@ -35,12 +35,12 @@ import numpy as np
 
 from app.core.pipeline import ROUTER
 from app.core.settings import MODEL_REPOSITORY, PROJECT_ROOT, Settings
-from app.core.spec import ModelSpec, load_spec
+from app.core.spec import ModelSpec
+from clients.families import family_of, load_spec
 from scripts.bench.load import run_load
 from scripts.terminal import text_table
 
 SAMPLES = PROJECT_ROOT / "build" / "samples"
-IMAGE_FAMILIES = ("image_classification", "detection")
 ROUTER_SIDE, EXACT_SIDE, DALI_SIDE = "router", "router-exact", "dali-cpu"
 
 
@@ -215,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     photos = [p.read_bytes() for p in paths]
     specs = [load_spec(args.repository / m) for m in args.models.split(",") if m]
     for spec in specs:
-        if spec.family not in IMAGE_FAMILIES:
+        if not family_of(spec).dali:  # the image families: their preprocessing runs in DALI too
             print(f"{spec.name}: family {spec.family} has no image preprocessing", file=sys.stderr)
             return 2
     print(

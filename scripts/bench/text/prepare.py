@@ -24,7 +24,8 @@ from collections.abc import Callable
 from importlib.resources import files
 from pathlib import Path
 
-from app.core.spec import ModelSpec, load_spec
+from app.core.spec import ModelSpec
+from clients.families import load_spec
 from scripts.bench.text.plan import FILL_MASK, MODELS, SENTENCE_EMBEDDING, TEXT_CLASSIFICATION, TOKEN_CLASSIFICATION
 from scripts.devtools import built_test_repository
 

@@ -1,0 +1,75 @@
+"""What a model family is, in one object: everything that varies by family, held by its own module.
+
+Each family's module in ``clients/`` (``clients/classification.py``, ``clients/fill_mask.py``, ...)
+ends with one ``Family``; ``clients.families.FAMILIES`` lists them, and nothing else in the tree
+asks a family's name what to do: it asks the family. As Hugging Face's ``SUPPORTED_TASKS`` holds a
+task's pipeline class, its model class and its modality, a ``Family`` holds:
+
+- ``client``: the ``ModelClient`` subclass serving it (options, pre- and post-processing);
+- ``complete``: how a two-line ``model.toml`` is completed from a Hugging Face folder (``[export]
+  transformers``: its tensors, batch size and what the family reads there); None: model.toml
+  describes the tensors itself;
+- ``export``: how a folder of the family becomes its network, named lazily (``"module:attribute"``,
+  an object with ``prepare(spec, options, steps)``: ``scripts.model_prep``) so that the router never
+  imports torch; a model.toml that describes its tensors brings its network itself (``[export]
+  builder`` or ``onnx``), whatever its family;
+- ``pipelines``: where its pre- and post-processing may run (``app.core.pipeline``), the default first;
+  ``dali``: its Triton pipeline's preprocessing also runs as NVIDIA DALI on a GPU;
+  ``graph_postprocess``: on the Triton pipeline its post-processing joins the network's graph
+  (a detector's NMS), so its preprocessing step also answers the letterbox's geometry;
+- ``loop``: the network is a python-backend loop (``generate``) on every target, which the sizing
+  plan counts as a network on the CPU;
+- ``result``: the JSON schema of one item's result (the OpenAPI document's);
+- ``counters``: metrics of its own, a count its client reports per request (``timings[key]``),
+  exported as a counter by model.
+
+Framework-free (standard library only): the shared layer reads it, the layers above fill it in.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.core.pipeline import ROUTER, TRITON
+
+
+@dataclass(frozen=True)
+class Counter:
+    """A family's own metric: the count its client puts in a request's ``timings[key]``."""
+
+    key: str  # the timings' key, and the access log line's field
+    metric: str  # the router's Prometheus counter, labelled by model
+    help: str
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    client: Any  # the clients.base.ModelClient subclass (the layer above fills it in)
+    # (raw model.toml, model folder, where) -> (the model.toml completed, what the family read); None: no folder to read
+    complete: Callable[[Mapping[str, Any], Path, str], tuple[dict[str, Any], Any]] | None = None
+    export: str = ""  # "module:attribute": an object with prepare(spec, options, steps) (model preparation)
+    pipelines: tuple[str, ...] = (ROUTER,)  # where pre- and post-processing may run; the default first
+    dali: bool = False
+    graph_postprocess: bool = False
+    loop: bool = False
+    result: Mapping[str, Any] = field(default_factory=dict)
+    counters: tuple[Counter, ...] = ()
+
+    @property
+    def default_pipeline(self) -> str:
+        return self.pipelines[0]
+
+    @property
+    def triton_pipeline(self) -> bool:
+        """Whether Triton can run its pre- and post-processing (an ensemble)."""
+        return TRITON in self.pipelines
+
+    def exporter(self) -> Any:
+        """The object that prepares the family's network, imported now (model preparation only)."""
+        module, _, attribute = self.export.partition(":")
+        return getattr(importlib.import_module(module), attribute)

@@ -24,8 +24,8 @@ import pytest
 from app.core.errors import InvalidInput
 from app.core.settings import Settings
 from app.core.spec import SpecError, load_spec
-from clients.fill_mask import FolderFillMaskClient
 from clients.families import make_client
+from clients.fill_mask import FolderFillMaskClient
 from tests.text_models import CORPUS, OnnxRuntimeTriton, in_process_clients, model_folder, prepare_text_repository
 
 ATOL = 1e-4

@@ -108,6 +108,10 @@ class ModelClient(ABC, Generic[Context]):
     POSTPROCESS_KEYS: ClassVar[frozenset[str]] = frozenset()  # besides each option and max_<option>
     # Payload fields besides the input field and the options (a text pair's second texts).
     EXTRA_FIELDS: ClassVar[frozenset[str]] = frozenset()
+    # The JSON schema of one item of the input field (and the extra fields); of one input's result
+    # (app.router.openapi builds the OpenAPI document from them; {}: any JSON value).
+    INPUT_SCHEMA: ClassVar[Mapping[str, Any]] = {"type": "string"}
+    RESULT_SCHEMA: ClassVar[Mapping[str, Any]] = {}
 
     def __init__(self, spec: ModelSpec, triton: Triton, settings: Settings) -> None:
         self.check_settings(spec)  # before any is read: a misspelt key is named as such

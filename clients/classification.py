@@ -26,7 +26,7 @@ back instead of every class's score). ``topk`` is then at most K.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -56,6 +56,17 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 
 class ImageClassificationClient(ImageClient):
     family = "image_classification"
+    RESULT_SCHEMA: ClassVar[Mapping[str, Any]] = {
+        "type": "array",
+        "description": "image_classification, for one image: the topk classes, best first; score a softmax "
+        "probability (the raw score where model.toml's [postprocess] softmax is false).",
+        "items": {
+            "type": "object",
+            "required": ["label", "index", "score"],
+            "additionalProperties": False,
+            "properties": {"label": {"type": "string"}, "index": {"type": "integer"}, "score": {"type": "number"}},
+        },
+    }
     OPTIONS = (Option("topk", int, 1, 1000, default=3),)
     PREPROCESS_KEYS = ImageClient.INPUT_KEYS | {"resize", "crop", "letterbox", "pad_color", "fast_path"}
     POSTPROCESS_KEYS = frozenset({"labels", "softmax"})

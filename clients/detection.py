@@ -18,7 +18,7 @@ boxes ``[x1, y1, x2, y2]`` in the pixels of the image as displayed, clipped to i
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -69,6 +69,31 @@ def detect(output: np.ndarray, size: int, displayed: tuple[int, int], options: M
 
 class DetectionClient(ImageClient):
     family = "detection"
+    RESULT_SCHEMA: ClassVar[Mapping[str, Any]] = {
+        "type": "object",
+        "description": "detection, for one image: its size as displayed (after its EXIF orientation) and its "
+        "detections, best first, each box [x1, y1, x2, y2] in the pixels of that image, clipped to it.",
+        "required": ["width", "height", "detections"],
+        "additionalProperties": False,
+        "properties": {
+            "width": {"type": "integer"},
+            "height": {"type": "integer"},
+            "detections": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["label", "class_id", "score", "box"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "label": {"type": "string"},
+                        "class_id": {"type": "integer"},
+                        "score": {"type": "number"},
+                        "box": {"type": "array", "minItems": 4, "maxItems": 4, "items": {"type": "number"}},
+                    },
+                },
+            },
+        },
+    }
     OPTIONS = (
         Option("conf_threshold", float, 0.0, 1.0, default=0.25),
         Option("iou_threshold", float, 0.0, 1.0, default=0.45),

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from tokenizers import BertWordPieceTokenizer, Tokenizer
@@ -70,12 +70,33 @@ def load_tokenizer(spec: ModelSpec) -> Tokenizer:
     return Tokenizer.from_str(BertWordPieceTokenizer(str(path), lowercase=lowercase).to_str())
 
 
+CANDIDATES = {  # one mask's, best first: what FillMaskPipeline answers for a text with one mask
+    "type": "array",
+    "items": {
+        "type": "object",
+        "required": ["score", "token", "token_str", "sequence"],
+        "additionalProperties": False,
+        "properties": {
+            "score": {"type": "number"},
+            "token": {"type": "integer"},
+            "token_str": {"type": "string"},
+            "sequence": {"type": "string"},
+        },
+    },
+}
+
+
 class FillMaskClient(ModelClient[Encoded]):
     """The family: the candidates of each mask, answered as the pipeline answers. ``of(spec)`` is the
     client class of the model's way (a Hugging Face folder, or a vocab.txt); the ways read their
     tokenizer, its mask and padding tokens and whether it cleans up spaces in ``configure``."""
 
     family = "fill_mask"
+    RESULT_SCHEMA: ClassVar[Mapping[str, Any]] = {
+        "description": "fill_mask, for one text: the topk candidates of its mask, best first, or a list of "
+        "such lists, one per mask in order, for a text with several (as FillMaskPipeline nests them).",
+        "anyOf": [CANDIDATES, {"type": "array", "items": CANDIDATES}],
+    }
     input_field = "text"
     content_types = frozenset({"text/plain"})
     OPTIONS = (Option("topk", int, 1, 1000, default=5),)  # bounded by the model's candidates (max_topk)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -34,6 +34,11 @@ EPSILON = 1e-12  # torch.nn.functional.normalize's floor on the norm
 
 class SentenceEmbeddingClient(TextClient[None]):
     family = "sentence_embedding"
+    RESULT_SCHEMA: ClassVar[Mapping[str, Any]] = {
+        "type": "array",
+        "description": "sentence_embedding, for one text: its vector (SentenceTransformer.encode).",
+        "items": {"type": "number"},
+    }
     OPTIONS = (Option("normalize", bool, default=False), TRUNCATION, Option("prompt_name", str))
 
     def configure(self) -> None:

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -55,6 +55,14 @@ OPTIONS = (
 
 class Text2TextClient(TextClient[None]):
     family = "text2text_generation"
+    RESULT_SCHEMA: ClassVar[Mapping[str, Any]] = {
+        "type": "object",
+        "description": "text2text_generation, for one text: what Hugging Face's generate gives for that text "
+        "alone, decoded (tokenizer.decode(model.generate(text, ...)[0], skip_special_tokens=True)).",
+        "required": ["generated_text"],
+        "additionalProperties": False,
+        "properties": {"generated_text": {"type": "string"}},
+    }
     OPTIONS = (*OPTIONS, Option(DO_SAMPLE, bool, default=False), TRUNCATION)
     SETTING_INPUTS = frozenset({*generation_contract.SETTING_NAMES, generation_contract.TIMEOUT_MS})
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -53,6 +53,16 @@ class Pair:
 
 class TextClassificationClient(TextClient[None]):
     family = "text_classification"
+    RESULT_SCHEMA: ClassVar[Mapping[str, Any]] = {
+        "type": "array",
+        "description": "text_classification, for one text: the topk labels, best first "
+        "(TextClassificationPipeline(text, top_k=k)).",
+        "items": {
+            "type": "object",
+            "required": ["label", "score"],
+            "properties": {"label": {"type": "string"}, "score": {"type": "number"}},
+        },
+    }
     EXTRA_FIELDS = frozenset({PAIR_FIELD})
     OPTIONS = (
         Option("topk", int, 1, 1000, default=1),

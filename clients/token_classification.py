@@ -18,7 +18,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from tokenizers import Encoding, Tokenizer
@@ -48,6 +48,24 @@ class Tagged:
 
 class TokenClassificationClient(TextClient[Tagged]):
     family = "token_classification"
+    RESULT_SCHEMA: ClassVar[Mapping[str, Any]] = {
+        "type": "array",
+        "description": "token_classification, for one text: its entities (TokenClassificationPipeline); entity "
+        "and index with aggregation_strategy none, entity_group otherwise; start and end are character offsets.",
+        "items": {
+            "type": "object",
+            "required": ["score", "word", "start", "end"],
+            "properties": {
+                "entity": {"type": "string"},
+                "entity_group": {"type": "string"},
+                "score": {"type": "number"},
+                "index": {"type": "integer"},
+                "word": {"type": "string"},
+                "start": {"type": "integer"},
+                "end": {"type": "integer"},
+            },
+        },
+    }
     SPANS = True  # an entity's "start" and "end"
     OPTIONS = (
         Option("aggregation_strategy", str, default=NONE, choices=STRATEGIES),

@@ -116,6 +116,7 @@ class ImageClient(ModelClient[Any]):
     """An image model: ``img`` in, decoded with the pixel limit, fed as the spec's input tensor."""
 
     input_field = "img"
+    INPUT_SCHEMA: ClassVar[Mapping[str, Any]] = {"type": "string", "format": "byte"}  # base64 JPEG or PNG
     content_types = IMAGE_CONTENT_TYPES
     INPUT_KEYS: ClassVar[frozenset[str]] = frozenset({"layout", "channels", "decoder", *NORMALISATION_KEYS})
     DEFAULT_SCALE: ClassVar[float | None] = None  # the family's scale when the spec gives no normalisation

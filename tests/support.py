@@ -23,7 +23,8 @@ from PIL import Image
 from tritonclient.grpc import model_config_pb2 as mc
 
 from app.core.settings import PROJECT_ROOT
-from app.router import OPENAPI_PATH
+from app.router.openapi import openapi_document
+from clients.families import FAMILIES
 from scripts.model_prep import cli as prepare_models
 from scripts.model_prep import triton_config
 
@@ -82,7 +83,8 @@ def post(stack, body, content_type="application/json", attributes=None) -> reque
 
 @lru_cache(maxsize=1)
 def openapi_description() -> dict:
-    return json.loads(OPENAPI_PATH.read_text())
+    """The contract as the router serves it at /openapi.json (built from the model families)."""
+    return openapi_document(FAMILIES)
 
 
 @cache
@@ -92,7 +94,7 @@ def _validator(schema_json: str):
 
 
 def assert_conforms(r: requests.Response, path: str, method: str) -> None:
-    """``r`` against app/router/openapi.json: its status is documented for the path, and its body
+    """``r`` against the OpenAPI description: its status is documented for the path, and its body
     matches the schema documented for that status and content type."""
     responses = openapi_description()["paths"][path][method.lower()]["responses"]
     documented = responses.get(str(r.status_code))
@@ -110,7 +112,7 @@ def assert_conforms(r: requests.Response, path: str, method: str) -> None:
 def assert_error_row(stack, case: tuple) -> None:
     """One row of a table of bad requests, ``(id, body, content type, custom attributes, status, code,
     words the message must name)``, sent to a running stack: the answer is that error and conforms to
-    app/router/openapi.json, /ping is still 200 after it, and no gunicorn worker was restarted by it."""
+    the OpenAPI description, /ping is still 200 after it, and no gunicorn worker was restarted by it."""
     _, body, content_type, attributes, status, code, mentions = case
     before = sorted(stack.pids()["router"])
     r = post(stack, body, content_type, attributes)

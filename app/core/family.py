@@ -19,7 +19,9 @@ task's pipeline class, its model class and its modality, a ``Family`` holds:
   (a detector's NMS), so its preprocessing step also answers the letterbox's geometry;
 - ``loop``: the network is a python-backend loop (``generate``) on every target, which the sizing
   plan counts as a network on the CPU;
-- ``result``: the JSON schema of one item's result (the OpenAPI document's);
+- ``result``: the JSON schema of one input's result, its client's ``RESULT_SCHEMA``, with its
+  options (``OPTIONS``) and input (``input_field``, ``INPUT_SCHEMA``) the OpenAPI document's
+  (``app.router.openapi``);
 - ``counters``: metrics of its own, a count its client reports per request (``timings[key]``),
   exported as a counter by model.
 
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +59,12 @@ class Family:
     dali: bool = False
     graph_postprocess: bool = False
     loop: bool = False
-    result: Mapping[str, Any] = field(default_factory=dict)
     counters: tuple[Counter, ...] = ()
+
+    @property
+    def result(self) -> Mapping[str, Any]:
+        """The JSON schema of one input's result: its client's ``RESULT_SCHEMA`` (the OpenAPI document's)."""
+        return self.client.RESULT_SCHEMA
 
     @property
     def default_pipeline(self) -> str:

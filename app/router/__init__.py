@@ -4,8 +4,8 @@
 only wires: parsing is ``app.router.parsing`` (no Flask), the error bodies ``app.router.handlers``,
 metrics and logs ``app.router.observability``, running the parsed calls ``app.router.batches``.
 Besides the contract's two paths it answers ``GET /execution-parameters`` (Batch Transform's
-question), ``GET /openapi.json`` (``app/router/openapi.json``, the contract as OpenAPI 3) and
-``GET /metrics``.
+question), ``GET /openapi.json`` (the contract as OpenAPI 3, built from the model families at
+start: ``app.router.openapi``) and ``GET /metrics``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from flask import Flask, Response, request
@@ -27,6 +26,7 @@ from app.router.handlers import json_bytes, json_response, register_error_handle
 from app.router.models_api import register as register_multi_model
 from app.router.observability import MIXED_MODELS, current
 from app.router.observability import install as install_observability
+from app.router.openapi import openapi_document
 from app.router.parsing import (
     BINARY_JSON_TYPE,
     CUSTOM_ATTRIBUTES,
@@ -44,14 +44,12 @@ from app.router.parsing import (
     pass_through,
 )
 from clients.base import ModelClient, timed
-from clients.families import build_registry
+from clients.families import FAMILIES, build_registry
 from clients.kserve import TritonHttp
 from clients.multimodel import MultiModelStore
 from clients.serving import Model, Registry
 from clients.triton import TritonClient
 from clients.v2_checks import check_request
-
-OPENAPI_PATH = Path(__file__).with_name("openapi.json")
 
 
 def create_app(
@@ -75,7 +73,7 @@ def create_app(
     app.extensions["triton"] = triton
     install_observability(app, endpoint=settings.endpoint_name)
     register_error_handlers(app, settings)
-    openapi = OPENAPI_PATH.read_bytes()
+    openapi = json_bytes(openapi_document(FAMILIES, settings.max_batch_items))
 
     def lookup(name: Any) -> ModelClient:
         client = served_models.client(name)

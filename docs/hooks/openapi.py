@@ -1,14 +1,15 @@
-"""MkDocs hook: renders app/router/openapi.json (the contract as OpenAPI 3) where a page says
-``<!-- openapi -->``: one section a path and method, its summary, the bodies it takes and its
-answers. Built with the site, so the page and the router's own /openapi.json cannot drift apart."""
+"""MkDocs hook: renders the contract as OpenAPI 3 (``app.router.openapi``, built from the model
+families as the router builds it for /openapi.json) where a page says ``<!-- openapi -->``: one
+section a path and method, its summary, the bodies it takes and its answers. Built with the site, so
+the page and the router's own /openapi.json cannot drift apart."""
 
 from __future__ import annotations
 
-import json
+import sys
 from pathlib import Path
 
 MARKER = "<!-- openapi -->"
-SPEC = Path(__file__).resolve().parents[2] / "app" / "router" / "openapi.json"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def render(spec: dict) -> str:
@@ -43,4 +44,9 @@ def render(spec: dict) -> str:
 def on_page_markdown(markdown: str, **_: object) -> str:
     if MARKER not in markdown:
         return markdown
-    return markdown.replace(MARKER, render(json.loads(SPEC.read_text())))
+    if str(ROOT) not in sys.path:  # mkdocs runs from its own bin/: the project's packages from this tree
+        sys.path.insert(0, str(ROOT))
+    from app.router.openapi import openapi_document
+    from clients.families import FAMILIES
+
+    return markdown.replace(MARKER, render(openapi_document(FAMILIES)))

@@ -2,7 +2,8 @@
 bodies that are not a JSON object, the envelope's model name, payload and version, content types and sizes.
 
 Each answer's status, code and a message naming the field are checked, and also that it conforms to
-app/router/openapi.json, that /ping is still 200 after it and that no gunicorn worker was restarted by it.
+the OpenAPI description (GET /openapi.json), that /ping is still 200 after it and that no gunicorn
+worker was restarted by it.
 The rows about one model's payload (its images, texts and options) are in test_payload_errors.py; the
 503/504 rows need a Triton that is loading, hung or gone: they are in test_faults.py.
 """

@@ -3,7 +3,7 @@ missing and mistyped fields, images that are not usable, texts past a limit or i
 options out of range or of the wrong type; in the JSON envelope and as raw bodies.
 
 Each row is checked as in test_errors.py (the rows about the request as a whole): its status, code and
-a message naming the field, its conformance to app/router/openapi.json, /ping still 200 after it and no
+a message naming the field, its conformance to the OpenAPI description, /ping still 200 after it and no
 gunicorn worker restarted by it.
 """
 

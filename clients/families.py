@@ -2,18 +2,21 @@
 
 Each family is one object (``app.core.family.Family``) at the end of its own module; ``FAMILIES``
 lists them, by name, as Hugging Face's ``SUPPORTED_TASKS`` lists its tasks. Adding a family is one
-module and one line here. Everything that asks what a family does asks its object
+module and one line in ``BUILT_IN``, or, for a family of one's own outside this tree, its module named
+in ``FAMILY_MODULES`` (read once, at import, by every process that serves or prepares models). Everything that asks what a family does asks its object
 (``family_of(spec)``); nothing compares a family's name.
 """
 
 from __future__ import annotations
 
+import importlib
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from app.core.family import Family
-from app.core.settings import Settings
+from app.core.settings import FAMILY_MODULES, Settings
 from app.core.spec import ModelSpec, SpecError, read_spec, read_specs
 from clients import (
     classification,
@@ -26,18 +29,45 @@ from clients import (
 )
 from clients.base import ModelClient, Triton
 
-FAMILIES: Mapping[str, Family] = {
-    family.name: family
-    for family in (
-        classification.FAMILY,
-        detection.FAMILY,
-        text_classification.FAMILY,
-        token_classification.FAMILY,
-        sentence_embedding.FAMILY,
-        fill_mask.FAMILY,
-        text2text.FAMILY,
-    )
-}
+BUILT_IN: tuple[Family, ...] = (
+    classification.FAMILY,
+    detection.FAMILY,
+    text_classification.FAMILY,
+    token_classification.FAMILY,
+    sentence_embedding.FAMILY,
+    fill_mask.FAMILY,
+    text2text.FAMILY,
+)
+
+
+def registered(modules: str) -> tuple[Family, ...]:
+    """The families of ``FAMILY_MODULES``: each module's ``FAMILY``. A module that cannot be imported,
+    or has no Family, stops the process with a message naming it (a typo is not a family gone quietly)."""
+    found = []
+    for name in filter(None, (part.strip() for part in modules.split(","))):
+        try:
+            module = importlib.import_module(name)
+        except ImportError as error:
+            raise SpecError(f"{FAMILY_MODULES}: module {name!r} cannot be imported: {error}") from None
+        family = getattr(module, "FAMILY", None)
+        if not isinstance(family, Family):
+            raise SpecError(f"{FAMILY_MODULES}: module {name!r} has no FAMILY = Family(...)")
+        found.append(family)
+    return tuple(found)
+
+
+def table(families: tuple[Family, ...]) -> dict[str, Family]:
+    """The families by name; two of one name is a mistake, named."""
+    by_name: dict[str, Family] = {}
+    for family in families:
+        if family.name in by_name:
+            raise SpecError(f"two families are named {family.name!r} ({FAMILY_MODULES}: {family.client.__module__})")
+        by_name[family.name] = family
+    return by_name
+
+
+# The built-in families, then those of FAMILY_MODULES.
+FAMILIES: Mapping[str, Family] = table((*BUILT_IN, *registered(os.environ.get(FAMILY_MODULES, ""))))
 
 
 def load_spec(folder: str | Path, families: Mapping[str, Family] = FAMILIES) -> ModelSpec:

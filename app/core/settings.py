@@ -57,6 +57,9 @@ TRITON_SERVER_BIN = "TRITON_SERVER_BIN"
 # glibc's malloc tuning that `serve` sets for its children (app.serve.supervisor.malloc_env).
 MALLOC_MMAP_THRESHOLD = "MALLOC_MMAP_THRESHOLD_"
 MALLOC_ARENA_MAX = "MALLOC_ARENA_MAX"
+# Families of one's own, served beside the built-in ones: importable modules (comma-separated), each
+# ending with a `FAMILY = Family(...)` (clients.families reads it once, at import, in every process).
+FAMILY_MODULES = "FAMILY_MODULES"
 # Set by `python -m scripts.sagemaker deploy`: the endpoint's name, on every access line (its
 # per-model CloudWatch metrics take the EndpointName dimension from it).
 ENDPOINT_NAME = "ENDPOINT_NAME"

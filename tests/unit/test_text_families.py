@@ -1,7 +1,8 @@
 """The text families against the libraries their users trust, in one process: small random-weight
-models of each tokenizer kind (WordPiece with token_type_ids, byte-level BPE, Unigram) built in a
-temporary folder, prepared by ``python -m scripts.model_prep``, and served by their clients with
-ONNX Runtime standing in for Triton (the real stack: tests/integration/test_text_models.py).
+models of each tokenizer kind (WordPiece with token_type_ids, byte-level BPE, Unigram), the "text"
+set of scripts.model_prep.small_models (built once per run, prepared by ``python -m scripts.model_prep``),
+served by their clients with ONNX Runtime standing in for Triton (the real stack:
+tests/integration/test_text_models.py).
 
 Tolerances: scores and vectors within 1e-4 of the reference (FP32, ONNX Runtime against torch);
 labels, words and character offsets exactly equal."""
@@ -19,29 +20,25 @@ import pytest
 
 from app.core.errors import InvalidInput
 from clients.text import windows, zero_single_types
-from tests.text_models import (
-    CORPUS,
-    TEST_MODELS,
-    OnnxRuntimeTriton,
-    build_text_models,
-    in_process_clients,
-    prepare_text_repository,
-)
+from scripts.model_prep.small_models.encoders import CORPUS, model_folder, write_model_toml
+from scripts.model_prep.small_models.sets import SETS, Built
+from tests.references import OnnxTriton, in_process_clients, prepare_text_repository
 
 ATOL = 1e-4
 LONG_TEXT = " ".join(CORPUS * 3)  # about 200 tokens: past the small models' 64
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("text")
-    models = build_text_models(root / "models")
-    return models, prepare_text_repository(models, root / "repository")
+TEST_MODELS = SETS["text"].models
 
 
 @pytest.fixture(scope="module")
-def triton(built) -> OnnxRuntimeTriton:
-    return OnnxRuntimeTriton(built[1])
+def built(small_models: Built) -> tuple[Path, Path]:
+    return small_models.models("text"), small_models.repository("text")
+
+
+@pytest.fixture(scope="module")
+def triton(built) -> OnnxTriton:
+    return OnnxTriton(built[1])
 
 
 @pytest.fixture(scope="module")
@@ -320,8 +317,6 @@ def test_the_real_all_minilm_l6_v2_gives_real_similarities(tmp_path):
 
     from sentence_transformers import SentenceTransformer
 
-    from tests.text_models import write_model_toml
-
     models = tmp_path / "models"
     shutil.copytree(minilm_folder(), models / "minilm" / "hf")
     write_model_toml(models / "minilm", "sentence_embedding")
@@ -401,10 +396,6 @@ def test_the_sizing_plan_counts_the_text_models(built):
 def test_weights_are_the_folders_unless_seeded_random_ones_are_asked_for(tmp_path, capfd):
     """The folder's own weights by default; --weights random: seeded random weights of its config.json
     (the same seed, the same graph); a folder without weights: random ones, said loudly."""
-    import json
-
-    from tests.text_models import model_folder
-
     models = tmp_path / "models"
     model_folder(models, "own", "text_classification", kind="bert", seed=7)  # not the --seed 0 of random ones
     model_folder(models, "bare", "text_classification", kind="bert", weights=False)
@@ -424,7 +415,6 @@ def test_weights_are_the_folders_unless_seeded_random_ones_are_asked_for(tmp_pat
 
 def test_a_hub_id_with_no_network_stops_with_one_line_naming_it(tmp_path, capsys):
     from scripts.model_prep import cli
-    from tests.text_models import write_model_toml
 
     write_model_toml(tmp_path / "models" / "sst", "text_classification", source="distilbert/sst-2-english")
     code = cli.main(["--source", str(tmp_path / "models"), "--repository", str(tmp_path / "repository")])
@@ -434,7 +424,7 @@ def test_a_hub_id_with_no_network_stops_with_one_line_naming_it(tmp_path, capsys
 
 
 @pytest.mark.parametrize("target", ["onnxruntime", "tensorrt"])
-def test_every_target_gets_a_config_with_the_sequence_axis_open(built, tmp_path, target):
+def test_every_target_gets_a_config_with_the_sequence_axis_open(built, small_models, tmp_path, target):
     """config.pbtxt of each target, as Triton's own ModelConfig: the sequence axis -1, a warm-up at the
     longest texts, the platform of the target (tensorrt: config only, no GPU here)."""
     from scripts.model_prep import triton_config
@@ -442,7 +432,7 @@ def test_every_target_gets_a_config_with_the_sequence_axis_open(built, tmp_path,
     models = built[0]
     extra = ("--target", target, "--models", "ner_bert,embed_bert_mean")
     repository = prepare_text_repository(
-        models, tmp_path / "repository", *extra, *(["--config-only"] * (target == "tensorrt"))
+        models, tmp_path / "repository", *extra, *(["--config-only"] * (target == "tensorrt")), cache=small_models.cache
     )
     ner = triton_config.read_config(repository / "ner_bert" / "config.pbtxt")
     assert ner.platform == {"onnxruntime": "onnxruntime_onnx", "tensorrt": "tensorrt_plan"}[target]

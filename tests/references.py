@@ -7,6 +7,7 @@ import io
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,13 @@ def darknet_photos() -> dict[str, bytes]:
 
 
 def skimage_photos() -> dict[str, bytes]:
-    """scikit-image's sample photos, encoded losslessly as PNG (one of them in grey)."""
+    """scikit-image's sample photos, encoded losslessly as PNG (one of them in grey); encoded once
+    per process (five test modules take them at collection)."""
+    return dict(_skimage_pngs())
+
+
+@cache
+def _skimage_pngs() -> tuple[tuple[str, bytes], ...]:
     from skimage import data
 
     photos = {}
@@ -39,7 +46,7 @@ def skimage_photos() -> dict[str, bytes]:
     buffer = io.BytesIO()
     Image.fromarray(data.camera()).save(buffer, format="PNG")  # mode L: the grey path of the decoder
     photos["camera-grey.png"] = buffer.getvalue()
-    return photos
+    return tuple(photos.items())
 
 
 def real_photos() -> dict[str, bytes]:

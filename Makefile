@@ -17,8 +17,9 @@ TEST_FULL_REPOSITORY ?= build/test-models-full
 # The small text models (scripts.model_prep.small_models), each set's folders and prepared repository,
 # in a folder named by the content of what builds them: built once, read by every test module.
 TEST_SMALL_MODELS ?= build/small-models
-# Three pytest processes, each running whole modules (their stacks are shared within a module).
-PYTEST_ARGS ?= -n 3 --dist loadfile --durations=15
+# Three pytest processes, each running whole modules (their stacks are shared within a module);
+# every run prints its slowest tests (pyproject.toml's addopts: --durations).
+PYTEST_ARGS ?= -n 3 --dist loadfile
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 

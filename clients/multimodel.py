@@ -39,8 +39,8 @@ from app.core.settings import MODEL_LOAD_TIMEOUT, Settings
 from app.core.spec import SpecError, load_spec
 from clients import sized_configs
 from clients.base import ModelClient, Triton
-from clients.kserve import TritonHttp
 from clients.families import make_client
+from clients.kserve import TritonHttp
 from clients.serving import Model
 
 log = logging.getLogger("clients.multimodel")

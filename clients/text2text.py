@@ -73,7 +73,9 @@ class Text2TextClient(TextClient[None]):
         self.clean_up = cleans_up_spaces(self.text, self.tokenizer)
         self.setting_types = {t.name: t.numpy_dtype for t in self.spec.inputs}
         missing = [
-            name for name in (*generation_contract.SETTING_NAMES, generation_contract.TIMEOUT_MS) if name not in self.setting_types
+            name
+            for name in (*generation_contract.SETTING_NAMES, generation_contract.TIMEOUT_MS)
+            if name not in self.setting_types
         ]
         if missing:
             raise SpecError(f"{self.spec.folder}/model.toml: a text2text model's inputs include {missing[0]}")

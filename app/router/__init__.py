@@ -44,9 +44,9 @@ from app.router.parsing import (
     pass_through,
 )
 from clients.base import ModelClient, timed
+from clients.families import build_registry
 from clients.kserve import TritonHttp
 from clients.multimodel import MultiModelStore
-from clients.families import build_registry
 from clients.serving import Model, Registry
 from clients.triton import TritonClient
 from clients.v2_checks import check_request

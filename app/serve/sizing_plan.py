@@ -30,7 +30,9 @@ def plan_for(machine: machines.Machine, repository: Path, target: str | None) ->
     if target is None and is_model_repository(repository):
         return sized_configs.plan_repository(repository, machine)[0]
     chosen = target or ("tensorrt" if machine.gpu_count else "python")
-    return sized_configs.plan_models(machine, sized_configs.parts_from_specs(find_specs(repository), chosen, machine), os.environ)
+    return sized_configs.plan_models(
+        machine, sized_configs.parts_from_specs(find_specs(repository), chosen, machine), os.environ
+    )
 
 
 def _count(part) -> str:

@@ -120,8 +120,8 @@ def run_sizing(
     env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Both sides of every model with a Triton pipeline; the plan, the summaries and the configurations."""
-    from app.serve.sizing_plan import format_plan
     from app.serve.sized_repository import sized_repository
+    from app.serve.sizing_plan import format_plan
 
     models = pipeline_models(specs)
     if not models:

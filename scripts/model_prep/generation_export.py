@@ -35,7 +35,15 @@ from torch import nn
 from app.core.generation_contract import DECODER_INIT_FILE, DECODER_STEP_FILE, ENCODER_FILE, ONNX_FILES
 from app.core.spec import ModelSpec
 from app.triton import TEXT2TEXT_MODEL
-from app.triton.onnx_generate import DECODER_INPUTS, ENCODER_INPUTS, HIDDEN, KINDS, LOGITS, cache_names, generation_config
+from app.triton.onnx_generate import (
+    DECODER_INPUTS,
+    ENCODER_INPUTS,
+    HIDDEN,
+    KINDS,
+    LOGITS,
+    cache_names,
+    generation_config,
+)
 from scripts.model_prep import weights
 from scripts.model_prep.onnx_export import OPSET, REPORT_FILE, ExportError, sha256_of
 from scripts.model_prep.recipes import Tolerance

@@ -190,7 +190,9 @@ def test_a_multi_model_load_is_sized_beside_what_is_loaded(repository, tmp_path,
     print(f"bert_base alone: {alone[0]} x {alone[1]}; resnet loaded beside it: {beside[0]} x {beside[1]}")
     machine = Machine(16.0)
     workers = {"MODEL_SERVER_WORKERS": str(start_record(mme)["sizing"]["router_workers"]), "NGINX_WORKERS": "1"}
-    expected_alone = sized_configs.plan_repository(_only(repository, tmp_path / "a", ["bert_base"]), machine, workers)[0]
+    expected_alone = sized_configs.plan_repository(_only(repository, tmp_path / "a", ["bert_base"]), machine, workers)[
+        0
+    ]
     together = sized_configs.plan_repository(
         _only(repository, tmp_path / "b", ["bert_base", "resnet", "resnet_preprocess"]), machine, workers
     )[0]

@@ -28,7 +28,10 @@ def test_defaults_are_the_generation_configs_then_hugging_faces():
 
 
 def test_the_new_tokens_bound_follows_the_decoders_positions():
-    assert generation_contract.new_tokens_limit({"model_type": "t5", "n_positions": 512}) == generation_contract.MAX_NEW_TOKENS
+    assert (
+        generation_contract.new_tokens_limit({"model_type": "t5", "n_positions": 512})
+        == generation_contract.MAX_NEW_TOKENS
+    )
     assert generation_contract.new_tokens_limit({"model_type": "bart", "max_position_embeddings": 64}) == 63
     assert generation_contract.new_tokens_limit({"model_type": "bart", "max_position_embeddings": 1024}) == 512
 

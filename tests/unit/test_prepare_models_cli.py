@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from app.core.settings import PROJECT_ROOT
-from scripts.model_prep import cli as prepare_models
 from scripts.model_prep import arguments as prepare_options
+from scripts.model_prep import cli as prepare_models
 from scripts.model_prep import triton_config, weights
 
 ROOT = PROJECT_ROOT

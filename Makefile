@@ -14,8 +14,12 @@ WEIGHTS ?= pretrained
 # (seeded random weights; what most tests serve) and the shipped architectures at full size (a few tests).
 TEST_REPOSITORY ?= build/test-models
 TEST_FULL_REPOSITORY ?= build/test-models-full
-# Three pytest processes, each running whole modules (their stacks are shared within a module).
-PYTEST_ARGS ?= -n 3 --dist loadfile --durations=15
+# The small text models (scripts.model_prep.small_models), each set's folders and prepared repository,
+# in a folder named by the content of what builds them: built once, read by every test module.
+TEST_SMALL_MODELS ?= build/small-models
+# Three pytest processes, each running whole modules (their stacks are shared within a module);
+# every run prints its slowest tests (pyproject.toml's addopts: --durations).
+PYTEST_ARGS ?= -n 3 --dist loadfile
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
@@ -31,7 +35,7 @@ IMAGE_GENERATION ?= false
 
 help:
 	@echo "make run     install, prepare the models (TARGET=$(TARGET), WEIGHTS=$(WEIGHTS)), serve on :$(PORT)"
-	@echo "make test    install, prepare test models (small networks, and full-size ones for a few tests; random weights) and run the test suite"
+	@echo "make test    install, prepare test models (small networks, full-size ones for a few tests, small text models; random weights) and run the test suite"
 	@echo "make models  only prepare models/ (TARGET=python|onnxruntime|tensorrt, WEIGHTS=pretrained|random)"
 	@echo "make samples sample photos (dog, person, horses, ...) from Debian's darknet package into $(SAMPLES)/"
 	@echo "make image   build the CPU serving image ($(IMAGE)) with docker, or podman where docker has no daemon"
@@ -91,13 +95,14 @@ models: $(VENV)/.serving $(VENV)/.models
 test-models: $(VENV)/.serving $(VENV)/.models
 	$(PY) -m scripts.model_prep --target python --weights small --repository $(TEST_REPOSITORY)
 	$(PY) -m scripts.model_prep --target python --weights random --repository $(TEST_FULL_REPOSITORY)
+	$(PY) -m scripts.model_prep.small_models --root $(TEST_SMALL_MODELS)
 
 run: models nginx
 	SAGEMAKER_BIND_TO_PORT=$(PORT) ./serve
 
 test: deps nginx podman test-models samples lint lint-imports docs
 	TEST_MODEL_REPOSITORY=$(abspath $(TEST_REPOSITORY)) TEST_FULL_MODEL_REPOSITORY=$(abspath $(TEST_FULL_REPOSITORY)) \
-		$(PY) -m pytest tests $(PYTEST_ARGS)
+		TEST_SMALL_MODELS=$(abspath $(TEST_SMALL_MODELS)) $(PY) -m pytest tests $(PYTEST_ARGS)
 
 # The layers contracts in pyproject.toml: router | serve | triton -> clients -> app.core, no Flask below the router.
 # ruff, configured in pyproject.toml ([tool.ruff]): the linter and the formatter, both clean.

@@ -1,5 +1,5 @@
 """Fixtures shared by the integration tests (the real stack, started once per session) and by the unit
-tests (moto's AWS), and the guard that a run without integration tests starts no stack.
+tests (moto's AWS, the small text models built once per run), and the guard that a run without integration tests starts no stack.
 
 The guard records every argv ``subprocess.Popen`` is given during the run (and looks at the run's
 processes still alive at its end); when no selected test is marked ``integration``, a program of the
@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from scripts.devtools import Stack, built_test_repository, cmdline, descendants
+from scripts.model_prep.small_models import sets as small_model_sets
+from scripts.model_prep.small_models.sets import Built
 from tests.support import REGION
 
 # The suite runs three processes on a machine of few cores: torch in each (the text models' builds and
@@ -107,6 +109,15 @@ def detector_only(repository: Path, target: Path) -> Path:
     for folder in repository.glob("yolov5*"):
         shutil.copytree(folder, target / folder.name)
     return target
+
+
+@pytest.fixture(scope="session")
+def small_models() -> Built:
+    """The small text models' sets (scripts.model_prep.small_models: folders and prepared repositories)
+    as `make test-models` built them, found by their content's key; where they are missing (a test run
+    alone after a change) they are built here first, under a file lock that makes the other pytest
+    processes wait for that one build. Tests read them and copy what they change or serve."""
+    return small_model_sets.ensure()
 
 
 @pytest.fixture(scope="session")

@@ -1,11 +1,15 @@
-"""Helpers for the reference-fidelity tests: real sample photos, and ONNX Runtime standing in for Triton."""
+"""Helpers for the reference-fidelity tests: real sample photos, ONNX Runtime standing in for Triton,
+and the small text models (scripts.model_prep.small_models) prepared and served in process."""
 
 from __future__ import annotations
 
 import io
+import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -25,7 +29,13 @@ def darknet_photos() -> dict[str, bytes]:
 
 
 def skimage_photos() -> dict[str, bytes]:
-    """scikit-image's sample photos, encoded losslessly as PNG (one of them in grey)."""
+    """scikit-image's sample photos, encoded losslessly as PNG (one of them in grey); encoded once
+    per process (five test modules take them at collection)."""
+    return dict(_skimage_pngs())
+
+
+@cache
+def _skimage_pngs() -> tuple[tuple[str, bytes], ...]:
     from skimage import data
 
     photos = {}
@@ -36,7 +46,7 @@ def skimage_photos() -> dict[str, bytes]:
     buffer = io.BytesIO()
     Image.fromarray(data.camera()).save(buffer, format="PNG")  # mode L: the grey path of the decoder
     photos["camera-grey.png"] = buffer.getvalue()
-    return photos
+    return tuple(photos.items())
 
 
 def real_photos() -> dict[str, bytes]:
@@ -45,12 +55,13 @@ def real_photos() -> dict[str, bytes]:
 
 class OnnxTriton:
     """A stand-in for ``clients.triton.TritonClient``: runs ``<repository>/<model>/1/model.onnx``
-    with ONNX Runtime, the same file the python target's ``model.py`` runs inside Triton."""
+    with ONNX Runtime, the same file the python target's ``model.py`` runs inside Triton, recording
+    the shapes each call was given."""
 
     def __init__(self, repository: Path) -> None:
         self.repository = repository
         self.sessions: dict = {}
-        self.calls: list[tuple[str, int]] = []  # (model, batch) of every infer call
+        self.calls: list[tuple[str, dict[str, tuple[int, ...]]]] = []  # (model, each input's shape) of every call
 
     def session(self, model: str):
         import onnxruntime as ort
@@ -67,6 +78,66 @@ class OnnxTriton:
         output_names: Sequence[str],
         version: str | None = None,
     ) -> tuple[dict[str, np.ndarray], str]:
-        outputs = self.session(model).run(list(output_names), dict(inputs))
-        self.calls.append((model, len(next(iter(inputs.values())))))
+        session = self.session(model)
+        self.calls.append((model, {name: array.shape for name, array in inputs.items()}))
+        outputs = session.run(list(output_names), dict(inputs))
         return dict(zip(output_names, outputs)), version or "1"
+
+
+def export_cache(cache: Path, start: Path | None = None, names=()) -> Path:
+    """An ONNX export cache of one's own (model preparation writes into it), started with ``start``'s
+    exports of the models ``names`` (the small models' cache: the same weights are not exported again)."""
+    for name in names if start else ():
+        if (start / "onnx" / name).is_dir() and not (cache / "onnx" / name).exists():
+            shutil.copytree(start / "onnx" / name, cache / "onnx" / name)
+    cache.mkdir(parents=True, exist_ok=True)
+    return cache
+
+
+def prepare_text_repository(models: Path, repository: Path, *extra: str, cache: Path | None = None) -> Path:
+    """``python -m scripts.model_prep`` of every model in ``models`` into ``repository`` (python target;
+    ``cache``: an export cache to start from)."""
+    from scripts.model_prep import cli
+
+    own = export_cache(repository.parent / "cache", cache, [path.name for path in models.iterdir()])
+    assert cli.main(["--source", str(models), "--repository", str(repository), "--cache-dir", str(own), *extra]) == 0
+    return repository
+
+
+def multi_model_archive(models: Path, name: str, tmp_path: Path, cache: Path | None = None) -> tuple[set[str], Path]:
+    """``models/<name>`` prepared in place and packaged as a multi-model endpoint takes it
+    (``package-models``): the archive's member names, and the folder it is extracted to (``cache``:
+    an export cache to start from)."""
+    import tarfile
+
+    from scripts.model_prep import cli
+    from scripts.sagemaker import package_models
+
+    source = tmp_path / "models"
+    shutil.copytree(models / name, source / name)
+    own = export_cache(tmp_path / "cache", cache, [name])
+    assert cli.main(["--source", str(source), "--cache-dir", str(own)]) == 0  # in place
+    files = package_models.validate(source)
+    [archive] = package_models.write_per_model(source, package_models.per_model(source, files), tmp_path, log=print)
+    with tarfile.open(archive) as tar:
+        tar.extractall(tmp_path / "extracted" / "model", filter="data")
+        return set(tar.getnames()), tmp_path / "extracted" / "model"
+
+
+def served_copy(repository: Path, names, target: Path) -> Path:
+    """The prepared models ``names`` of a shared repository, copied into ``target`` for a stack to
+    serve (Triton's python stubs write into their models' folders; the shared one is only read)."""
+    for name in names:
+        shutil.copytree(repository / name, target / name)
+    return target
+
+
+def in_process_clients(repository: Path, triton=None) -> dict[str, Any]:
+    """Every model of a prepared repository as its family's client, ONNX Runtime standing in for
+    Triton (``triton``: the stand-in to share, whose calls a test reads)."""
+    from app.core.settings import Settings
+    from clients.families import find_specs, make_client
+
+    triton = triton or OnnxTriton(repository)
+    settings = Settings(model_repository=repository, max_image_pixels=1_000_000, max_batch_items=64)
+    return {name: make_client(spec, triton, settings) for name, spec in find_specs(repository).items()}

@@ -1,5 +1,5 @@
 """The generation benchmark end to end, as a smoke run: ``python -m scripts.bench.generation --small
---quick`` on a tiny T5 (tests/generation_models.py) in a temporary folder. It prepares its repository,
+--quick`` on a tiny T5 (scripts.model_prep.small_models) in a temporary folder. It prepares its repository,
 starts and stops its stack, and writes a row for everything it measures, every text generating
 exactly ``--max-new-tokens`` on both sides, the endpoint's answers equal to ``generate``'s. No
 figure is checked: on a shared machine they only mean something side by side in one run."""

@@ -1,7 +1,7 @@
 """The text benchmark end to end, as a smoke run: ``python -m scripts.bench.text --small --quick`` on
-tiny models (tests/text_models.py, and build/test-models' small bert_base) in a temporary folder. It
-prepares its repository, starts and stops its stack, and writes a row for everything it measures.
-No figure is checked: on a shared machine they only mean something side by side in one run."""
+tiny models (scripts.model_prep.small_models, and build/test-models' small bert_base) in a temporary
+folder. It prepares its repository, starts and stops its stack, and writes a row for everything it
+measures. No figure is checked: on a shared machine they only mean something side by side in one run."""
 
 from __future__ import annotations
 

@@ -4,8 +4,9 @@ bodies that are not a JSON object, the envelope's model name, payload and versio
 Each answer's status, code and a message naming the field are checked, and also that it conforms to
 the OpenAPI description (GET /openapi.json), that /ping is still 200 after it and that no gunicorn
 worker was restarted by it.
-The rows about one model's payload (its images, texts and options) are in test_payload_errors.py; the
-503/504 rows need a Triton that is loading, hung or gone: they are in test_faults.py.
+The rows about one model's payload (its images, texts and options) are in test_payload_errors.py (their
+table: tests/payload_error_rows.py); the 503/504 rows need a Triton that is loading, hung or gone: they
+are in test_faults.py.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from tests.integration.test_payload_errors import CASES as PAYLOAD_CASES
+from tests.payload_error_rows import CASES as PAYLOAD_CASES
 from tests.support import assert_error, assert_error_row, b64, noise_image, post
 
 pytestmark = pytest.mark.integration

@@ -1,7 +1,8 @@
 """The text2text family through the whole stack (NGINX, gunicorn, the router, a real Triton whose
 python backend runs ``generate`` over ONNX Runtime) against Hugging Face's ``model.generate`` on the
-same folders: a small trained T5 (SentencePiece / Unigram) and BART (byte-level BPE), prepared by
-``python -m scripts.model_prep`` into a repository of their own.
+same folders: a small trained T5 (SentencePiece / Unigram) and BART (byte-level BPE), the
+"text2text_stack" set of scripts.model_prep.small_models (built once per run, prepared by
+``python -m scripts.model_prep``), served from a copy of their own.
 
 Equal means the decoded text of ``generate`` for that text alone (``skip_special_tokens=True``),
 exactly. Both request forms, JSON Lines, eight callers at once with different texts (each compared
@@ -20,24 +21,22 @@ import pytest
 import requests
 
 from scripts.devtools import Stack
-from tests.generation_models import generation_model_folder
+from scripts.model_prep.small_models.encoders import CORPUS
+from scripts.model_prep.small_models.sets import SETS, Built
+from tests.references import multi_model_archive, served_copy
 from tests.support import assert_conforms, assert_error, post
-from tests.text_models import CORPUS, multi_model_archive, prepare_text_repository
 
 pytestmark = pytest.mark.integration
 
-MODELS = {"t5_gen": "t5", "bart_gen": "bart"}
+MODELS = {name: options["kind"] for name, (_, options) in SETS["text2text_stack"].models.items()}
 # Triton's deadline for a call, and so the longest a text may generate (less the router's margin):
 # short enough that the deadline test is quick, long enough for every other request here.
 TRITON_TIMEOUT_S = 2.0
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("text2text-models") / "models"
-    for name, kind in MODELS.items():
-        generation_model_folder(root, name, kind=kind, trained=True)
-    return root
+def models(small_models: Built) -> Path:
+    return small_models.models("text2text_stack")
 
 
 # A Triton model as AWS's T5 example on a SageMaker multi-model endpoint writes it: the python
@@ -77,8 +76,8 @@ class TritonPythonModel:
 
 
 @pytest.fixture(scope="module")
-def gen_stack(models: Path, tmp_path_factory, stopping: list[Stack]):
-    repository = prepare_text_repository(models, models.parent / "repository")
+def gen_stack(models: Path, small_models: Built, tmp_path_factory, stopping: list[Stack]):
+    repository = served_copy(small_models.repository("text2text_stack"), MODELS, tmp_path_factory.mktemp("repository"))
     seed = repository / "t5_pytorch"
     shutil.copytree(models / "t5_gen" / "hf", seed / "1" / "hf")
     (seed / "config.pbtxt").write_text(SEED_CONFIG)
@@ -267,8 +266,10 @@ def test_a_python_backend_t5_folder_as_aws_example_writes_it_is_served_unchanged
     assert answer == generated(references, "t5_gen", CORPUS[6]) == " ".join(CORPUS[6].split()[:3])
 
 
-def test_an_archive_loads_answers_and_unloads_on_a_multi_model_endpoint(models, references, tmp_path, new_stack):
-    names, extracted = multi_model_archive(models, "t5_gen", tmp_path)
+def test_an_archive_loads_answers_and_unloads_on_a_multi_model_endpoint(
+    models, small_models, references, tmp_path, new_stack
+):
+    names, extracted = multi_model_archive(models, "t5_gen", tmp_path, small_models.cache)
     assert {"t5_gen/1/encoder.onnx", "t5_gen/1/decoder_init.onnx", "t5_gen/1/decoder_step.onnx"} <= names
     assert "t5_gen/1/model.py" in names and "t5_gen/hf/tokenizer.json" in names
     assert not any(name.endswith(".safetensors") for name in names), sorted(names)

@@ -1,6 +1,7 @@
 """The text families through the whole stack (NGINX, gunicorn, the router, a real Triton) against
 Hugging Face's pipelines and sentence-transformers: small random-weight models of the three
-tokenizer kinds, prepared by ``python -m scripts.model_prep`` into a repository of their own.
+tokenizer kinds (six of the "text" set of scripts.model_prep.small_models, built once per run and
+prepared by ``python -m scripts.model_prep``), served from a copy of their own.
 Both request forms (the JSON envelope, a raw ``text/plain`` body with the options in the custom
 attributes), JSON Lines, callers at once (Triton's dynamic batcher), and bad input (400s naming the
 field; the endpoint keeps serving). Tolerances as in tests/unit/test_text_families.py: 1e-4 on
@@ -18,8 +19,10 @@ import pytest
 import requests
 
 from scripts.devtools import Stack
+from scripts.model_prep.small_models.encoders import CORPUS
+from scripts.model_prep.small_models.sets import Built
+from tests.references import multi_model_archive, served_copy
 from tests.support import assert_conforms, assert_error, post
-from tests.text_models import CORPUS, build_text_models, multi_model_archive, prepare_text_repository
 
 pytestmark = pytest.mark.integration
 
@@ -29,13 +32,13 @@ LONG_TEXT = " ".join(CORPUS * 3)
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory) -> Path:
-    return build_text_models(tmp_path_factory.mktemp("text-models") / "models", MODELS)
+def models(small_models: Built) -> Path:
+    return small_models.models("text")
 
 
 @pytest.fixture(scope="module")
-def text_stack(models: Path, tmp_path_factory, stopping: list[Stack]):
-    repository = prepare_text_repository(models, models.parent / "repository")
+def text_stack(small_models: Built, tmp_path_factory, stopping: list[Stack]):
+    repository = served_copy(small_models.repository("text"), MODELS, tmp_path_factory.mktemp("text-repository"))
     started = Stack(repository).start(tmp_path_factory.mktemp("text-stack-logs"))
     stopping.append(started)
     started.wait_healthy()
@@ -237,13 +240,15 @@ def test_invoke_prints_each_familys_answer(text_stack, tmp_path):
     assert "32-dimensional vector" in embedding and "L2 norm 1.0000" in embedding
 
 
-def test_a_text_model_archive_loads_answers_and_unloads_on_a_multi_model_endpoint(models, tmp_path, new_stack):
+def test_a_text_model_archive_loads_answers_and_unloads_on_a_multi_model_endpoint(
+    models, small_models, tmp_path, new_stack
+):
     """The multi-model contract with a text model: prepared in place (its folder holds its weights),
     packaged as SageMaker takes it (the weights stay out: the archive holds the graph, the config and
     what the router reads), extracted, loaded, invoked (equal to the pipeline), counted in the
     per-model metrics, and unloaded."""
 
-    names, extracted = multi_model_archive(models, "sentiment_bert", tmp_path)
+    names, extracted = multi_model_archive(models, "sentiment_bert", tmp_path, small_models.cache)
     assert "sentiment_bert/hf/tokenizer.json" in names and "sentiment_bert/1/model.onnx" in names
     assert not any(name.endswith(".safetensors") for name in names), sorted(names)
     (tmp_path / "empty").mkdir()

@@ -1,5 +1,6 @@
 """clients/entities.py against Hugging Face's TokenClassificationPipeline: tiny random-weight models with a
-WordPiece (bert), byte-level BPE (roberta) and Unigram (xlm-roberta) tokenizer, every aggregation strategy,
+WordPiece (bert), byte-level BPE (roberta) and Unigram (xlm-roberta) tokenizer (the "entities" set of
+scripts.model_prep.small_models, built once per run), every aggregation strategy,
 with and without stride; ``windows()`` against the fast tokenizer's own windows. The aggregation rules on
 hand-made arrays: ``test_entity_rules.py``."""
 
@@ -16,7 +17,8 @@ from clients.entities import STRATEGIES, entities
 from clients.entity_inputs import Vocabulary, Window
 from clients.reductions import PAIRWISE, nanmeans
 from clients.text import softmax, windows
-from tests.text_models import CORPUS, KINDS, MAX_POSITIONS, NER_LABELS, hf_folder
+from scripts.model_prep.small_models.encoders import CORPUS, KINDS, MAX_POSITIONS, NER_LABELS
+from scripts.model_prep.small_models.sets import Built
 
 SCORE_TOLERANCE = 1e-5  # our logits come from unpadded windows, the pipeline's from padded ones
 EDGE_TEXTS = [
@@ -58,12 +60,12 @@ def one_torch_thread():
 
 
 @pytest.fixture(scope="module", params=KINDS)
-def setup(request, tmp_path_factory) -> Setup:
-    """One kind's folder, built once: the tokenizer as the router loads it, the torch model, the pipeline."""
+def setup(request, small_models: Built) -> Setup:
+    """One kind's folder: the tokenizer as the router loads it, the torch model, the pipeline."""
     from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
 
     kind = request.param
-    folder = hf_folder(tmp_path_factory.mktemp(kind) / "hf", kind, head="token", labels=NER_LABELS, seed=3)
+    folder = small_models.models("entities") / f"ner_{kind}" / "hf"
     tokenizer = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
     unk_token = json.loads((folder / "tokenizer_config.json").read_text()).get("unk_token")
     model = AutoModelForTokenClassification.from_pretrained(folder).eval()

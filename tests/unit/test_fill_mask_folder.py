@@ -1,7 +1,8 @@
 """The fill_mask family from a Hugging Face folder against ``pipeline("fill-mask")``, in one process:
 a small random-weight masked LM of each tokenizer kind (WordPiece ``[MASK]``, byte-level BPE and
-Unigram ``<mask>``) built in a temporary folder with its two-line model.toml, prepared by
-``python -m scripts.model_prep`` and served by its client, ONNX Runtime standing in for Triton.
+Unigram ``<mask>``) with its two-line model.toml, the "fill_mask" set of scripts.model_prep.small_models
+(built once per run, prepared by ``python -m scripts.model_prep``), served by its client, ONNX Runtime
+standing in for Triton.
 
 Each folder cleans up spaces its own way, as transformers' ``decode`` reads ``tokenizer_config.json``:
 not at all (the default: the BERT folder), ``clean_up_tokenization_spaces`` ignored for a BPE
@@ -26,11 +27,16 @@ from app.core.settings import Settings
 from app.core.spec import SpecError
 from clients.families import load_spec, make_client
 from clients.fill_mask import FolderFillMaskClient
-from tests.text_models import CORPUS, OnnxRuntimeTriton, in_process_clients, model_folder, prepare_text_repository
+from scripts.model_prep.small_models.encoders import CORPUS
+from scripts.model_prep.small_models.sets import SETS, Built
+from tests.references import OnnxTriton, in_process_clients
 
 ATOL = 1e-4
 # name: (tokenizer kind, tokenizer_config.json's clean_up_tokenization_spaces)
-MODELS = {"fill_bert": ("bert", False), "fill_roberta": ("roberta", True), "fill_xlmr": ("xlm-roberta", True)}
+MODELS = {
+    name: (options["kind"], options["files"]["tokenizer_config.json"]["clean_up_tokenization_spaces"])
+    for name, (_, options) in SETS["fill_mask"].models.items()
+}
 ONE_MASK = [
     "A man is eating {mask}.",
     "The quick brown {mask} jumps over the lazy dog near the riverbank.",
@@ -50,19 +56,13 @@ LONG_TEXT = " ".join(CORPUS * 3) + " {mask}"  # about 200 tokens: past the small
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("fill_mask")
-    models = root / "models"
-    for name, (kind, clean_up) in MODELS.items():
-        folder = model_folder(models, name, "fill_mask", kind=kind) / "hf"
-        config = json.loads((folder / "tokenizer_config.json").read_text())
-        (folder / "tokenizer_config.json").write_text(json.dumps({**config, "clean_up_tokenization_spaces": clean_up}))
-    return models, prepare_text_repository(models, root / "repository")
+def built(small_models: Built) -> tuple[Path, Path]:
+    return small_models.models("fill_mask"), small_models.repository("fill_mask")
 
 
 @pytest.fixture(scope="module")
-def triton(built) -> OnnxRuntimeTriton:
-    return OnnxRuntimeTriton(built[1])
+def triton(built) -> OnnxTriton:
+    return OnnxTriton(built[1])
 
 
 @pytest.fixture(scope="module")
@@ -189,7 +189,7 @@ def test_a_tokenizer_without_a_mask_token_is_refused_at_start(built, tmp_path):
     del config["mask_token"]
     config_path.write_text(json.dumps(config))
     with pytest.raises(SpecError, match="mask_token names none"):
-        make_client(load_spec(model), OnnxRuntimeTriton(tmp_path), Settings())
+        make_client(load_spec(model), OnnxTriton(tmp_path), Settings())
 
 
 def test_max_topk_sets_the_candidates_up_to_the_vocabulary(built, tmp_path):

@@ -17,7 +17,12 @@ from hypothesis import strategies as st
 from tokenizers import AddedToken, Tokenizer, normalizers
 
 from clients.plain_text import Encoder, Spans, is_plain, plain_twin
-from tests.text_models import CORPUS, byte_level_bpe_tokenizer, unigram_tokenizer, wordpiece_tokenizer
+from scripts.model_prep.small_models.encoders import (
+    CORPUS,
+    byte_level_bpe_tokenizer,
+    unigram_tokenizer,
+    wordpiece_tokenizer,
+)
 
 PLAIN_ALPHABET = string.printable.replace("\x0b", "").replace("\x0c", "")  # printable ASCII, \t \n \r
 FIXED_TEXTS = (

@@ -1,8 +1,8 @@
 """The text2text family against Hugging Face's ``generate``, in one process: small T5 (SentencePiece /
-Unigram) and BART (byte-level BPE) folders, random-weight and trained, built in a temporary folder,
-prepared by ``python -m scripts.model_prep`` and served by the family's client, with the Triton
-model's own code (``app.triton.text2text_model.answer``) standing in for Triton (the real stack:
-tests/integration/test_text2text.py).
+Unigram) and BART (byte-level BPE) folders, random-weight and trained (the "text2text" set of
+scripts.model_prep.small_models, built once per run, prepared by ``python -m scripts.model_prep``),
+served by the family's client, with the Triton model's own code (``app.triton.text2text_model.answer``)
+standing in for Triton (the real stack: tests/integration/test_text2text.py).
 
 Equal means token for token: the ids the Triton model returns for a text are the ids
 ``model.generate`` returns for that text alone, and the answer is their ``tokenizer.decode(...,
@@ -23,14 +23,13 @@ import pytest
 from app.core.errors import InferenceTimeout, InvalidInput
 from app.core.generation_contract import OUTPUT_IDS, PAD, SETTING_NAMES, TIMEOUT_MS
 from app.core.settings import PROJECT_ROOT
-from tests.generation_models import HEADLINE_WORDS, generation_model_folder
-from tests.text_models import CORPUS, in_process_clients, prepare_text_repository
+from scripts.model_prep.small_models.encoders import CORPUS, hf_folder, write_model_toml
+from scripts.model_prep.small_models.sets import GENERATION_DEFAULTS, SETS, Built
+from scripts.model_prep.small_models.text2text import HEADLINE_WORDS
+from tests.references import in_process_clients, prepare_text_repository
 
 MODELS = {
-    "t5_random": ("t5", False),
-    "t5_trained": ("t5", True),
-    "bart_random": ("bart", False),
-    "bart_trained": ("bart", True),
+    name: (options["kind"], options.get("trained", False)) for name, (_, options) in SETS["text2text"].models.items()
 }
 TEXTS = [CORPUS[0], CORPUS[4], CORPUS[6], "Hi."]
 LONG_TEXT = " ".join(CORPUS * 3)  # past the small models' 64 tokens
@@ -42,7 +41,7 @@ SETTINGS = [
 ]
 
 
-FOLDER_SETTINGS = {"num_beams": 3, "max_length": 12, "no_repeat_ngram_size": 2}
+FOLDER_SETTINGS = GENERATION_DEFAULTS  # bart_trained's generation_config.json sets them
 
 
 class GeneratorTriton:
@@ -77,14 +76,14 @@ class GeneratorTriton:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("text2text")
-    for name, (kind, trained) in MODELS.items():
-        generation_model_folder(root / "models", name, kind=kind, trained=trained)
-    # a folder whose generation_config.json sets what generate() does by default
-    path = root / "models" / "bart_trained" / "hf" / "generation_config.json"
-    path.write_text(json.dumps({**json.loads(path.read_text()), **FOLDER_SETTINGS}))
-    return root / "models", prepare_text_repository(root / "models", root / "repository")
+def built(small_models: Built) -> tuple[Path, Path]:
+    # bart_trained: a folder whose generation_config.json sets what generate() does by default
+    models = small_models.models("text2text")
+    assert (
+        json.loads((models / "bart_trained" / "hf" / "generation_config.json").read_text()).items()
+        >= FOLDER_SETTINGS.items()
+    )
+    return models, small_models.repository("text2text")
 
 
 @pytest.fixture(scope="module")
@@ -333,11 +332,14 @@ def test_a_stub_s_pytorch_takes_the_threads_the_sizing_gave_its_instance(built):
 
 
 @pytest.mark.parametrize("target", ["onnxruntime", "tensorrt"])
-def test_every_target_gets_the_python_backend_with_its_providers(built, tmp_path, target):
+def test_every_target_gets_the_python_backend_with_its_providers(built, small_models, tmp_path, target):
     from scripts.model_prep.triton_config import read_config
 
     repository = prepare_text_repository(
-        built[0], tmp_path / "repository", "--target", target, "--config-only", "--models", "t5_random"
+        built[0],
+        tmp_path / "repository",
+        *("--target", target, "--config-only", "--models", "t5_random"),
+        cache=small_models.cache,
     )
     config = read_config(repository / "t5_random" / "config.pbtxt")
     assert config.backend == "python" and not config.platform
@@ -349,7 +351,6 @@ def test_every_target_gets_the_python_backend_with_its_providers(built, tmp_path
 
 def test_a_folder_that_is_not_an_encoder_decoder_stops_with_one_line(tmp_path, capsys):
     from scripts.model_prep import cli
-    from tests.text_models import hf_folder, write_model_toml
 
     hf_folder(tmp_path / "models" / "bert2text" / "hf", head="masked")
     write_model_toml(tmp_path / "models" / "bert2text", "text2text_generation")

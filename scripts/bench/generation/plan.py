@@ -94,7 +94,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add("--out", type=Path, default=DEFAULT_OUT, help="results.json, the model's sources, the cache and logs go here")
     add("--repository", type=Path, help="the repository to prepare and serve (default: OUT/repository)")
     add("--no-prepare", action="store_true", help=f"serve --repository as it is (it holds {MODEL})")
-    add("--small", action="store_true", help="a tiny T5 (tests/generation_models.py): a smoke run of the benchmark")
+    add(
+        "--small", action="store_true", help="a tiny T5 (scripts.model_prep.small_models): a smoke run of the benchmark"
+    )
     add("--seconds", type=positive(float), default=10.0, help="seconds of load per row per round")
     add("--rounds", type=positive(int), default=3, help="interleaved rounds")
     add("--warmup-seconds", type=positive(float, zero=True), default=3.0, help="unmeasured load per row first")

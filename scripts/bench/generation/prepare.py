@@ -17,7 +17,7 @@ sets ``min_new_tokens`` to it).
 The folder is built once (``models/bench_t5/hf``, kept while its ``BUILD`` stamp matches), and
 model preparation's ``--cache-dir`` keeps the ONNX export of those bytes: a second run exports nothing.
 
-``--small``: the tiny T5 of ``tests/generation_models.py`` (two layers of width 32), a smoke run.
+``--small``: the tiny T5 of ``scripts.model_prep.small_models`` (two layers of width 32), a smoke run.
 """
 
 from __future__ import annotations
@@ -128,10 +128,8 @@ def model_source(models: Path, small: bool) -> Path:
     model = models / MODEL
     stamp = model / "BUILD"
     if small:
-        try:
-            from tests.generation_models import generation_model_folder
-        except ModuleNotFoundError as error:
-            raise SystemExit(f"--small builds tests/generation_models.py's T5: run from the project's root ({error})")
+        from scripts.model_prep.small_models.text2text import generation_model_folder
+
         if not (model / "model.toml").is_file():
             generation_model_folder(models, MODEL, kind="t5", seed=SEED)
         return model

@@ -138,7 +138,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--small",
         action="store_true",
-        help="tiny models (tests/text_models.py, build/test-models' bert_base) instead of the realistic ones: "
+        help="tiny models (scripts.model_prep.small_models, build/test-models' bert_base) instead of the realistic ones: "
         "a smoke run of the benchmark itself",
     )
     p.add_argument("--seconds", type=positive(float), default=5.0, help="seconds of load per row per round")

@@ -13,7 +13,7 @@ Realistic models (the default):
 - ``bert_base``: a link to the full-size fill-mask BERT of ``build/test-models-full`` (random
   weights), the reference of the router's CPU per request.
 
-``--small``: tiny models instead (``tests/text_models.py``, two layers of width 32; the small
+``--small``: tiny models instead (``scripts.model_prep.small_models``, two layers of width 32; the small
 ``bert_base`` of ``build/test-models``), to smoke-test the benchmark itself.
 """
 
@@ -99,12 +99,10 @@ def realistic_sources(models: Path) -> list[tuple[list[str], str]]:
 
 
 def small_sources(models: Path) -> list[tuple[list[str], str]]:
-    """Tiny folders of the three families (tests/text_models.py, from the project's root), their own weights."""
-    try:
-        from tests.text_models import NER_LABELS as TINY_NER_LABELS
-        from tests.text_models import model_folder
-    except ModuleNotFoundError as error:
-        raise SystemExit(f"--small builds tests/text_models.py's models: run from the project's root ({error})")
+    """Tiny folders of the three families (scripts.model_prep.small_models), their own weights."""
+    from scripts.model_prep.small_models.encoders import NER_LABELS as TINY_NER_LABELS
+    from scripts.model_prep.small_models.encoders import model_folder
+
     options = {
         TEXT_CLASSIFICATION: {"kind": "bert"},
         TOKEN_CLASSIFICATION: {"kind": "bert", "labels": TINY_NER_LABELS},

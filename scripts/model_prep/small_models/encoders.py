@@ -1,4 +1,5 @@
-"""Small Hugging Face model folders for the text families' tests, built in a temporary folder.
+"""Small Hugging Face encoder folders: text classifiers, token classifiers, sentence-transformers
+encoders and masked LMs of each tokenizer kind, built offline in seconds.
 
 Each folder is what ``save_pretrained`` writes (``config.json``, ``model.safetensors``,
 ``tokenizer.json``, ``tokenizer_config.json``), with seeded random weights of a tiny architecture
@@ -6,8 +7,7 @@ Each folder is what ``save_pretrained`` writes (``config.json``, ``model.safeten
 library: WordPiece (BERT: it takes ``token_type_ids``), byte-level BPE (RoBERTa) or
 SentencePiece/Unigram (XLM-RoBERTa). ``sentence_transformers_folder`` adds what
 sentence-transformers reads (``modules.json``, ``1_Pooling/config.json``, ``Normalize``).
-``model_folder`` writes the two-line ``model.toml`` beside it; ``prepare_text_repository`` runs model
-preparation on them and ``OnnxRuntimeTriton`` serves the result in process. Nothing here downloads anything.
+``model_folder`` writes the two-line ``model.toml`` beside it. Nothing here downloads anything.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ HEADS = ("sequence", "token", "base", "masked")
 MAX_POSITIONS = 64  # the sequence limit of the small models: long texts are cheap to make
 
 
-def _corpus(repeat: int = 20) -> list[str]:
+def corpus(repeat: int = 20) -> list[str]:
+    """The tokenizers' training texts: the corpus ``repeat`` times."""
     return [line for _ in range(repeat) for line in CORPUS]
 
 
@@ -46,7 +47,7 @@ def wordpiece_tokenizer(lowercase: bool = True):
     from transformers import BertTokenizerFast
 
     trainer = BertWordPieceTokenizer(lowercase=lowercase)
-    trainer.train_from_iterator(_corpus(), vocab_size=300, min_frequency=1, show_progress=False)
+    trainer.train_from_iterator(corpus(), vocab_size=300, min_frequency=1, show_progress=False)
     vocab = dict(sorted(trainer.get_vocab().items(), key=lambda item: item[1]))
     return BertTokenizerFast(vocab=vocab, do_lower_case=lowercase, model_max_length=MAX_POSITIONS)
 
@@ -60,9 +61,7 @@ def byte_level_bpe_tokenizer(tokenizer_class=None):
     tokenizer_class = tokenizer_class or RobertaTokenizerFast
     specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
     trainer = ByteLevelBPETokenizer()
-    trainer.train_from_iterator(
-        _corpus(), vocab_size=400, min_frequency=1, special_tokens=specials, show_progress=False
-    )
+    trainer.train_from_iterator(corpus(), vocab_size=400, min_frequency=1, special_tokens=specials, show_progress=False)
     model = json.loads(trainer.to_str())["model"]
     merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
     return tokenizer_class(vocab=model["vocab"], merges=merges, model_max_length=MAX_POSITIONS)
@@ -76,7 +75,7 @@ def unigram_tokenizer():
     specials = ["<s>", "<pad>", "</s>", "<unk>"]
     trainer = SentencePieceUnigramTokenizer()
     trainer.train_from_iterator(
-        _corpus(), vocab_size=200, special_tokens=specials, unk_token="<unk>", show_progress=False
+        corpus(), vocab_size=200, special_tokens=specials, unk_token="<unk>", show_progress=False
     )
     vocab = [tuple(piece) for piece in json.loads(trainer.to_str())["model"]["vocab"]]
     vocab.append(("<mask>", 0.0))
@@ -202,107 +201,27 @@ def write_model_toml(model: Path, family: str, source: str = "hf", extra: str = 
     return model / "model.toml"
 
 
-def model_folder(models: Path, name: str, family: str, extra: str = "", **options) -> Path:
+def update_json_files(folder: Path, files: dict[str, dict[str, Any]] | None) -> None:
+    """Set keys in the folder's JSON files (``files``: a file's name and the keys to set in it), as a
+    user's edit of ``tokenizer_config.json`` or ``generation_config.json`` would."""
+    for name, values in (files or {}).items():
+        path = folder / name
+        path.write_text(json.dumps({**json.loads(path.read_text()), **values}, indent=2))
+
+
+def model_folder(
+    models: Path, name: str, family: str, extra: str = "", files: dict[str, dict[str, Any]] | None = None, **options
+) -> Path:
     """``models/<name>/`` with its model.toml and the Hugging Face folder ``hf/`` inside: a
     sentence-transformers folder for ``sentence_embedding`` (``options``: pooling, normalize, ...),
-    else ``hf_folder`` (``options``: kind, head, labels, problem_type, seed, weights)."""
+    else ``hf_folder`` (``options``: kind, head, labels, problem_type, seed, weights); ``files``:
+    keys set in the folder's JSON files afterwards (``update_json_files``)."""
     model = models / name
     if family == "sentence_embedding":
         sentence_transformers_folder(model / "hf", **options)
     else:
         head = {"text_classification": "sequence", "token_classification": "token", "fill_mask": "masked"}[family]
         hf_folder(model / "hf", head=options.pop("head", head), **options)
+    update_json_files(model / "hf", files)
     write_model_toml(model, family, extra=extra)
     return model
-
-
-E5_PROMPTS = {"query": "query: ", "passage": "passage: "}  # the prompts of E5-style retrieval models
-# The text models the family tests serve: each tokenizer kind, a pair-taking classifier with
-# token_type_ids (BERT), a reranker (one label), a multi-label classifier and each pooling mode.
-TEST_MODELS = {
-    "sentiment_bert": ("text_classification", {"kind": "bert"}),
-    "topic_roberta": ("text_classification", {"kind": "roberta", "labels": ("WORLD", "SPORTS", "BUSINESS")}),
-    "reranker_xlmr": ("text_classification", {"kind": "xlm-roberta", "labels": ("LABEL_0",)}),
-    "tags_bert": (
-        "text_classification",
-        {"kind": "bert", "labels": ("A", "B", "C"), "problem_type": "multi_label_classification"},
-    ),
-    "ner_bert": ("token_classification", {"kind": "bert", "labels": NER_LABELS}),
-    "ner_roberta": ("token_classification", {"kind": "roberta", "labels": NER_LABELS}),
-    "ner_xlmr": ("token_classification", {"kind": "xlm-roberta", "labels": NER_LABELS}),
-    "embed_bert_mean": ("sentence_embedding", {"kind": "bert", "pooling": "mean"}),
-    "embed_roberta_cls": ("sentence_embedding", {"kind": "roberta", "pooling": "cls", "normalize": False}),
-    "embed_xlmr_max": (  # with E5's prompts, the query's by default
-        "sentence_embedding",
-        {"kind": "xlm-roberta", "pooling": "max", "prompts": E5_PROMPTS, "default_prompt_name": "query"},
-    ),
-    "embed_bert_last": ("sentence_embedding", {"kind": "bert", "pooling": "lasttoken", "normalize": False}),
-    "fill_roberta": ("fill_mask", {"kind": "roberta"}),
-}
-
-
-def build_text_models(models: Path, names=None) -> Path:
-    """``models/`` with the TEST_MODELS (or those named), each a model.toml and its ``hf/`` folder."""
-    for name in names or TEST_MODELS:
-        family, options = TEST_MODELS[name]
-        model_folder(models, name, family, **dict(options))
-    return models
-
-
-class OnnxRuntimeTriton:
-    """Triton's stand-in for the in-process tests: runs the repository's model.onnx for each call,
-    recording the shapes it was given."""
-
-    def __init__(self, repository: Path) -> None:
-        self.repository = repository
-        self.sessions: dict[str, Any] = {}  # onnxruntime.InferenceSession by model
-        self.calls: list[tuple[str, dict[str, tuple[int, ...]]]] = []
-
-    def infer(self, model, inputs, output_names, version=None):
-        if model not in self.sessions:
-            import onnxruntime as ort
-
-            path = self.repository / model / "1" / "model.onnx"
-            self.sessions[model] = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        self.calls.append((model, {name: array.shape for name, array in inputs.items()}))
-        outputs = self.sessions[model].run(list(output_names), dict(inputs))
-        return dict(zip(output_names, outputs)), "1"
-
-
-def prepare_text_repository(models: Path, repository: Path, *extra: str) -> Path:
-    """``python -m scripts.model_prep`` of every model in ``models`` into ``repository`` (python target)."""
-    from scripts.model_prep import cli
-
-    argv = ["--source", str(models), "--repository", str(repository), "--cache-dir", str(repository.parent / "cache")]
-    assert cli.main([*argv, *extra]) == 0
-    return repository
-
-
-def multi_model_archive(models: Path, name: str, tmp_path: Path) -> tuple[set[str], Path]:
-    """``models/<name>`` prepared in place and packaged as a multi-model endpoint takes it
-    (``package-models``): the archive's member names, and the folder it is extracted to."""
-    import shutil
-    import tarfile
-
-    from scripts.model_prep import cli
-    from scripts.sagemaker import package_models
-
-    source = tmp_path / "models"
-    shutil.copytree(models / name, source / name)
-    assert cli.main(["--source", str(source), "--cache-dir", str(tmp_path / "cache")]) == 0  # in place
-    files = package_models.validate(source)
-    [archive] = package_models.write_per_model(source, package_models.per_model(source, files), tmp_path, log=print)
-    with tarfile.open(archive) as tar:
-        tar.extractall(tmp_path / "extracted" / "model", filter="data")
-        return set(tar.getnames()), tmp_path / "extracted" / "model"
-
-
-def in_process_clients(repository: Path, triton: OnnxRuntimeTriton | None = None) -> dict[str, Any]:
-    """Every model of a prepared repository as its family's client, ONNX Runtime standing in for
-    Triton (``triton``: the stand-in to share, whose calls a test reads)."""
-    from app.core.settings import Settings
-    from clients.families import find_specs, make_client
-
-    triton = triton or OnnxRuntimeTriton(repository)
-    settings = Settings(model_repository=repository, max_image_pixels=1_000_000, max_batch_items=64)
-    return {name: make_client(spec, triton, settings) for name, spec in find_specs(repository).items()}

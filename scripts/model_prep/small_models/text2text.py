@@ -1,10 +1,10 @@
-"""Small Hugging Face text2text (encoder-decoder) model folders for the generation family's tests.
+"""Small Hugging Face text2text (encoder-decoder) model folders: the generation family's small models.
 
 Each folder is what ``save_pretrained`` writes (``config.json``, ``generation_config.json``,
 ``model.safetensors``, ``tokenizer.json``, ``tokenizer_config.json``) for a tiny T5 (relative
 positions, SentencePiece/Unigram tokenizer, decoding starts at ``<pad>``) or BART (learned positions,
 byte-level BPE tokenizer, decoding starts at ``</s>`` and emits ``<s>`` first) of two encoder and two
-decoder layers of width 32, the tokenizer trained here on the corpus of ``tests/text_models.py`` with the
+decoder layers of width 32, the tokenizer trained here on the corpus of ``encoders`` with the
 ``tokenizers`` library. The weights are seeded random, or with ``trained=True`` fitted in a few seconds
 to a toy task (``headline_pairs``: the first three words of the input) so that greedy and beam search
 give varied texts that end with ``</s>`` well before the default ``max_length``.
@@ -16,7 +16,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.text_models import CORPUS, MAX_POSITIONS, _corpus, byte_level_bpe_tokenizer, write_model_toml
+from scripts.model_prep.small_models.encoders import (
+    CORPUS,
+    MAX_POSITIONS,
+    byte_level_bpe_tokenizer,
+    corpus,
+    update_json_files,
+    write_model_toml,
+)
 
 FAMILY = "text2text_generation"
 GENERATION_KINDS = ("t5", "bart")
@@ -43,14 +50,14 @@ def t5_tokenizer():
 
     trainer = SentencePieceUnigramTokenizer()
     trainer.train_from_iterator(
-        _corpus(), vocab_size=200, special_tokens=SPECIALS_T5, unk_token="<unk>", show_progress=False
+        corpus(), vocab_size=200, special_tokens=SPECIALS_T5, unk_token="<unk>", show_progress=False
     )
     vocab = _canonical_unigram_vocab(json.loads(trainer.to_str())["model"]["vocab"])
     return T5TokenizerFast(vocab=vocab, extra_ids=0, model_max_length=MAX_POSITIONS)
 
 
 def bart_tokenizer():
-    """BartTokenizerFast with a byte-level BPE trained on the corpus (tests/text_models.py's): ``<s>`` 0,
+    """BartTokenizerFast with a byte-level BPE trained on the corpus (``encoders``'): ``<s>`` 0,
     ``<pad>`` 1, ``</s>`` 2, ``<unk>`` 3, ``<mask>`` 4; it wraps each text in ``<s> ... </s>``."""
     from transformers import BartTokenizerFast
 
@@ -170,11 +177,19 @@ def bart_folder(folder: Path, seed: int = 0, trained: bool = False) -> Path:
 
 
 def generation_model_folder(
-    models: Path, name: str, kind: str = "t5", trained: bool = False, seed: int = 0, extra: str = ""
+    models: Path,
+    name: str,
+    kind: str = "t5",
+    trained: bool = False,
+    seed: int = 0,
+    extra: str = "",
+    files: dict[str, dict] | None = None,
 ) -> Path:
     """``models/<name>/`` with its model.toml (family text2text_generation; ``extra``: more TOML) and the
-    Hugging Face folder ``hf/`` of a tiny ``kind`` (t5 or bart) model inside."""
+    Hugging Face folder ``hf/`` of a tiny ``kind`` (t5 or bart) model inside; ``files``: keys set in
+    the folder's JSON files afterwards (``generation_config.json``'s defaults, say)."""
     model = models / name
     {"t5": t5_folder, "bart": bart_folder}[kind](model / "hf", seed=seed, trained=trained)
+    update_json_files(model / "hf", files)
     write_model_toml(model, FAMILY, extra=extra)
     return model

@@ -1,0 +1,212 @@
+"""The named sets of small models the tests serve, built once into one folder keyed by content.
+
+A set is a folder of model sources (each ``<name>/model.toml`` and its Hugging Face folder ``hf/``)
+and, unless it is only read as folders, the repository ``python -m scripts.model_prep`` prepares from
+it (python target). Every set is built into ``<root>/<key>/<set>/{models,repository}``, their ONNX
+exports cached in ``<root>/<key>/cache``. The key is a digest of what the build reads: the sources of
+model preparation (these builders and the sets below among them), of ``app/core`` and ``app/triton``
+(specs, and the ``model.py`` files copied into the repositories) and the versions of the libraries
+that train and export. A folder whose key is there and complete is read as it is; one that is missing
+is built under a file lock, so that processes asking at once (pytest-xdist's workers) build it once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+from app.core.settings import PROJECT_ROOT
+from scripts.model_prep.small_models.encoders import KINDS, NER_LABELS, model_folder, update_json_files
+from scripts.model_prep.small_models.text2text import FAMILY as TEXT2TEXT
+from scripts.model_prep.small_models.text2text import generation_model_folder
+
+ROOT_VARIABLE = "TEST_SMALL_MODELS"  # where the built sets are (make test sets it)
+DEFAULT_ROOT = PROJECT_ROOT / "build" / "small-models"
+KEY_SOURCES = ("scripts/model_prep", "app/core", "app/triton")
+KEY_PACKAGES = ("torch", "transformers", "tokenizers", "onnx", "onnxruntime")
+COMPLETE = "BUILT.json"  # written last: a folder without it is a build that did not finish
+
+
+@dataclass(frozen=True)
+class ModelSet:
+    about: str
+    models: dict[str, tuple[str, dict]]  # name: (family, the builder's options)
+    prepared: bool = True  # also prepared into the set's repository (python target)
+
+
+E5_PROMPTS = {"query": "query: ", "passage": "passage: "}  # the prompts of E5-style retrieval models
+# A generation_config.json's own defaults: generate() and the family's client start from them
+GENERATION_DEFAULTS = {"num_beams": 3, "max_length": 12, "no_repeat_ngram_size": 2}
+
+
+def _clean_up(flag: bool) -> dict:
+    return {"tokenizer_config.json": {"clean_up_tokenization_spaces": flag}}
+
+
+SETS = {
+    "text": ModelSet(
+        "each tokenizer kind, a pair-taking classifier with token_type_ids (BERT), a reranker (one label), "
+        "a multi-label classifier and each pooling mode",
+        {
+            "sentiment_bert": ("text_classification", {"kind": "bert"}),
+            "topic_roberta": ("text_classification", {"kind": "roberta", "labels": ("WORLD", "SPORTS", "BUSINESS")}),
+            "reranker_xlmr": ("text_classification", {"kind": "xlm-roberta", "labels": ("LABEL_0",)}),
+            "tags_bert": (
+                "text_classification",
+                {"kind": "bert", "labels": ("A", "B", "C"), "problem_type": "multi_label_classification"},
+            ),
+            "ner_bert": ("token_classification", {"kind": "bert", "labels": NER_LABELS}),
+            "ner_roberta": ("token_classification", {"kind": "roberta", "labels": NER_LABELS}),
+            "ner_xlmr": ("token_classification", {"kind": "xlm-roberta", "labels": NER_LABELS}),
+            "embed_bert_mean": ("sentence_embedding", {"kind": "bert", "pooling": "mean"}),
+            "embed_roberta_cls": ("sentence_embedding", {"kind": "roberta", "pooling": "cls", "normalize": False}),
+            "embed_xlmr_max": (  # with E5's prompts, the query's by default
+                "sentence_embedding",
+                {"kind": "xlm-roberta", "pooling": "max", "prompts": E5_PROMPTS, "default_prompt_name": "query"},
+            ),
+            "embed_bert_last": ("sentence_embedding", {"kind": "bert", "pooling": "lasttoken", "normalize": False}),
+            "fill_roberta": ("fill_mask", {"kind": "roberta"}),
+        },
+    ),
+    "fill_mask": ModelSet(
+        "a masked LM of each tokenizer kind, each cleaning up spaces its own way (tokenizer_config.json's "
+        "clean_up_tokenization_spaces: the default, ignored by a BPE tokenizer, applied)",
+        {
+            "fill_bert": ("fill_mask", {"kind": "bert", "files": _clean_up(False)}),
+            "fill_roberta": ("fill_mask", {"kind": "roberta", "files": _clean_up(True)}),
+            "fill_xlmr": ("fill_mask", {"kind": "xlm-roberta", "files": _clean_up(True)}),
+        },
+    ),
+    "entities": ModelSet(
+        "a token classifier of each tokenizer kind (other weights than the text set's), read as folders",
+        {f"ner_{kind}": ("token_classification", {"kind": kind, "labels": NER_LABELS, "seed": 3}) for kind in KINDS},
+        prepared=False,
+    ),
+    "text2text": ModelSet(
+        "T5 and BART, random and trained; the trained BART's generation_config.json sets its defaults",
+        {
+            "t5_random": (TEXT2TEXT, {"kind": "t5"}),
+            "t5_trained": (TEXT2TEXT, {"kind": "t5", "trained": True}),
+            "bart_random": (TEXT2TEXT, {"kind": "bart"}),
+            "bart_trained": (
+                TEXT2TEXT,
+                {"kind": "bart", "trained": True, "files": {"generation_config.json": GENERATION_DEFAULTS}},
+            ),
+        },
+    ),
+    "text2text_stack": ModelSet(
+        "the trained T5 and BART as the whole stack serves them",
+        {
+            "t5_gen": (TEXT2TEXT, {"kind": "t5", "trained": True}),
+            "bart_gen": (TEXT2TEXT, {"kind": "bart", "trained": True}),
+        },
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Built:
+    """The folder of one key: each set's model sources and prepared repository."""
+
+    path: Path
+    key: str = field(default="")
+
+    def models(self, name: str) -> Path:
+        return self.path / name / "models"
+
+    def repository(self, name: str) -> Path:
+        if not SETS[name].prepared:
+            raise ValueError(f"the small-model set {name!r} is not prepared: read its models()")
+        return self.path / name / "repository"
+
+    @property
+    def cache(self) -> Path:
+        """The sets' ONNX exports (model preparation's --cache-dir)."""
+        return self.path / "cache"
+
+    @property
+    def complete(self) -> bool:
+        return (self.path / COMPLETE).is_file()
+
+
+def content_key() -> str:
+    """The digest of what a build reads (KEY_SOURCES' Python files, KEY_PACKAGES' versions)."""
+    digest = hashlib.sha256()
+    for folder in KEY_SOURCES:
+        for path in sorted((PROJECT_ROOT / folder).rglob("*.py")):
+            digest.update(path.relative_to(PROJECT_ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    for package in KEY_PACKAGES:
+        digest.update(f"{package}=={metadata.version(package)}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def default_root() -> Path:
+    return Path(os.environ.get(ROOT_VARIABLE) or DEFAULT_ROOT)
+
+
+def _build_model(models: Path, name: str, family: str, options: dict) -> Path:
+    if family == TEXT2TEXT:
+        return generation_model_folder(models, name, **options)
+    return model_folder(models, name, family, **options)
+
+
+def build(target: Path, log: Callable[[str], None] = print) -> None:
+    """Every set into ``target`` (emptied first); each folder built once (the same family and options
+    in two sets are copies), each prepared set's repository by ``scripts.model_prep``."""
+    from scripts.model_prep import cli
+
+    shutil.rmtree(target, ignore_errors=True)
+    started, made = time.perf_counter(), {}
+    folders = target / "folders"  # one build of each family and options, copied into the sets
+    for set_name, model_set in SETS.items():
+        for name, (family, options) in model_set.models.items():
+            settings = {key: value for key, value in options.items() if key != "files"}
+            same = json.dumps([family, settings], sort_keys=True, default=list)
+            if same not in made:
+                log(f"[small-models] {set_name}/{name}: building {family} {settings} ...")
+                made[same] = _build_model(folders, str(len(made)), family, settings)
+            shutil.copytree(made[same], target / set_name / "models" / name)
+            update_json_files(target / set_name / "models" / name / "hf", options.get("files"))
+        if model_set.prepared:
+            log(f"[small-models] {set_name}: python -m scripts.model_prep ...")
+            argv = [
+                "--source",
+                str(target / set_name / "models"),
+                "--repository",
+                str(target / set_name / "repository"),
+            ]
+            if cli.main([*argv, "--cache-dir", str(Built(target).cache)]) != 0:
+                raise RuntimeError(f"model preparation of the small-model set {set_name!r} failed (its output above)")
+    shutil.rmtree(folders)
+    seconds = round(time.perf_counter() - started, 1)
+    (target / COMPLETE).write_text(json.dumps({"sets": sorted(SETS), "seconds": seconds}, indent=2))
+    log(f"[small-models] built {len(SETS)} sets into {target} in {seconds} s")
+
+
+def ensure(root: Path | None = None, rebuild: bool = False, log: Callable[[str], None] = print) -> Built:
+    """The built sets of this content's key under ``root`` (default: $TEST_SMALL_MODELS, else
+    build/small-models), built first where they are missing (or with ``rebuild``). A file lock makes
+    processes asking at once wait for one build; other keys' folders are removed after a build."""
+    root = (root or default_root()).resolve()
+    key = content_key()
+    built = Built(root / key, key)
+    if built.complete and not rebuild:
+        return built
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if rebuild or not built.complete:
+            build(built.path, log)
+            for stale in root.iterdir():
+                if stale.is_dir() and stale.name != key:
+                    shutil.rmtree(stale, ignore_errors=True)
+                    (root / f"{stale.name}.lock").unlink(missing_ok=True)
+    return built

@@ -155,7 +155,7 @@ def prepare_repository(out: Path, repository: Path, small: bool) -> Path:
 
 def token_counter(spec: ModelSpec) -> Callable[[str], int]:
     """A text's tokens as the model's client counts them (its own tokenizer, special tokens included)."""
-    if spec.family == FILL_MASK:
+    if spec.text is None:  # a vocab.txt model (bert_base): no Hugging Face folder
         from clients.fill_mask import load_tokenizer as fill_mask_tokenizer
 
         tokenizer = fill_mask_tokenizer(spec)

@@ -30,7 +30,9 @@ from scripts.model_prep.small_models.text2text import generation_model_folder
 
 ROOT_VARIABLE = "TEST_SMALL_MODELS"  # where the built sets are (make test sets it)
 DEFAULT_ROOT = PROJECT_ROOT / "build" / "small-models"
-KEY_SOURCES = ("scripts/model_prep", "app/core", "app/triton")
+# What a build reads: model preparation, the shared layer, the Triton models copied into the repositories
+# and the families (clients/: each completes its model.toml from a folder and names its export).
+KEY_SOURCES = ("scripts/model_prep", "app/core", "app/triton", "clients")
 KEY_PACKAGES = ("torch", "transformers", "tokenizers", "onnx", "onnxruntime")
 COMPLETE = "BUILT.json"  # written last: a folder without it is a build that did not finish
 

@@ -24,8 +24,8 @@ from app.core.errors import InferenceTimeout, InvalidInput
 from app.core.generation_contract import OUTPUT_IDS, PAD, SETTING_NAMES, TIMEOUT_MS
 from app.core.settings import PROJECT_ROOT
 from scripts.model_prep.small_models.encoders import CORPUS, hf_folder, write_model_toml
+from scripts.model_prep.small_models.seq2seq import HEADLINE_WORDS
 from scripts.model_prep.small_models.sets import GENERATION_DEFAULTS, SETS, Built
-from scripts.model_prep.small_models.text2text import HEADLINE_WORDS
 from tests.references import in_process_clients, prepare_text_repository
 
 MODELS = {

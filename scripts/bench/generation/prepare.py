@@ -128,7 +128,7 @@ def model_source(models: Path, small: bool) -> Path:
     model = models / MODEL
     stamp = model / "BUILD"
     if small:
-        from scripts.model_prep.small_models.text2text import generation_model_folder
+        from scripts.model_prep.small_models.seq2seq import generation_model_folder
 
         if not (model / "model.toml").is_file():
             generation_model_folder(models, MODEL, kind="t5", seed=SEED)

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from app.core.settings import PROJECT_ROOT
 from scripts.model_prep.small_models.encoders import KINDS, NER_LABELS, model_folder, update_json_files
-from scripts.model_prep.small_models.text2text import FAMILY as TEXT2TEXT
-from scripts.model_prep.small_models.text2text import generation_model_folder
+from scripts.model_prep.small_models.seq2seq import FAMILY as TEXT2TEXT
+from scripts.model_prep.small_models.seq2seq import generation_model_folder
 
 ROOT_VARIABLE = "TEST_SMALL_MODELS"  # where the built sets are (make test sets it)
 DEFAULT_ROOT = PROJECT_ROOT / "build" / "small-models"

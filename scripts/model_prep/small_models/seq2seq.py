@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from clients.text2text import Text2TextClient
 from scripts.model_prep.small_models.encoders import (
     CORPUS,
     MAX_POSITIONS,
@@ -25,7 +26,7 @@ from scripts.model_prep.small_models.encoders import (
     write_model_toml,
 )
 
-FAMILY = "text2text_generation"
+FAMILY = Text2TextClient.family
 GENERATION_KINDS = ("t5", "bart")
 HEADLINE_WORDS = 3  # the toy task's target: the input's first words (T5 spells four in up to 30 tokens)
 TRAIN_STEPS = {"t5": 120, "bart": 100}  # full-batch Adam steps: ~55 ms (T5) and ~33 ms (BART) each on 2 cores

@@ -2,9 +2,11 @@
 
 Each family is one object (``app.core.family.Family``) at the end of its own module; ``FAMILIES``
 lists them, by name, as Hugging Face's ``SUPPORTED_TASKS`` lists its tasks. Adding a family is one
-module and one line in ``BUILT_IN``, or, for a family of one's own outside this tree, its module named
-in ``FAMILY_MODULES`` (read once, at import, by every process that serves or prepares models). Everything that asks what a family does asks its object
-(``family_of(spec)``); nothing compares a family's name.
+module and one line in ``BUILT_IN``, or, for a family of one's own outside this tree, its module
+named in ``FAMILY_MODULES`` (read once, at import, by every process that serves or prepares models).
+The router, the sizing, model preparation and the Triton steps ask a family's object what it does
+(``family_of(spec)``), never its name; only the small-model builders and the text benchmark's rows,
+which are about named families, still name them.
 """
 
 from __future__ import annotations

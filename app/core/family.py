@@ -67,10 +67,6 @@ class Family:
         return self.client.RESULT_SCHEMA
 
     @property
-    def default_pipeline(self) -> str:
-        return self.pipelines[0]
-
-    @property
     def triton_pipeline(self) -> bool:
         """Whether Triton can run its pre- and post-processing (an ensemble)."""
         return TRITON in self.pipelines

@@ -26,7 +26,6 @@ from typing import Any
 
 TRITON, ROUTER = "triton", "router"
 PIPELINES = (TRITON, ROUTER)
-DEFAULT_PIPELINE = TRITON
 PIPELINE_KEY = "pipeline"  # the model.toml key
 
 # The steps' model names.

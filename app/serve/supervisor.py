@@ -50,8 +50,10 @@ from app.serve.engines import check_engines
 from app.serve.nginx import NGINX_CONF, find_nginx, render_nginx_conf
 from app.serve.pingserver import start_ping_server
 from app.serve.tritonserver import (
+    AUTO_COMPLETE_OFF,
     TritonNotFound,
     find_triton,
+    left_to_auto_complete,
     remove_shm_regions,
     shm_prefix,
     stock_flags,
@@ -174,6 +176,11 @@ class Supervisor:
             check_engines(repository)  # a TensorRT plan built for another GPU type: a clear refusal
             # Triton loads the models with the counts sized for this machine (app/core/sized_repository.py).
             triton_repository, plan = sized_repository.sized_repository(repository, runtime_dir, env)
+            left = left_to_auto_complete(repository)
+            if left:
+                log.info("Triton completes the configurations of %s (they leave something out)", ", ".join(left))
+            else:
+                control = [AUTO_COMPLETE_OFF]
         nginx_binary = find_nginx(env)  # before anything starts: a missing NGINX fails fast
         http, grpc, metrics = triton_ports(env)
         external_triton = env.get(TRITON_GRPC_URL, "").strip()

@@ -27,6 +27,13 @@ from pathlib import Path
 
 from app.core.settings import TRITON_SERVER_BIN
 
+CONFIG_FILE = "config.pbtxt"
+# Triton's auto-completion reads each model to fill in what its configuration leaves out; for a
+# python-backend model that is a stub process started (importing its model.py: torch, for a
+# text2text model) and stopped before the model's own instances start. Configurations that leave
+# nothing out are loaded without it.
+AUTO_COMPLETE_OFF = "--disable-auto-complete-config"
+
 
 class TritonNotFound(RuntimeError):
     pass
@@ -57,6 +64,30 @@ def stock_flags(env: Mapping[str, str], gpus: int | None = None) -> list[str]:
         count = len(glob.glob("/dev/nvidia[0-9]*")) if gpus is None else gpus
         flags += [f"--model-load-gpu-limit={gpu}:{limit}" for gpu in range(count)]
     return flags + shlex.split(env.get(ADDITIONAL_ARGS, ""))
+
+
+def left_to_auto_complete(repository: Path) -> list[str]:
+    """The models of ``repository`` whose configuration leaves something to Triton's auto-completion:
+    no backend or platform, no inputs or outputs, no ``max_batch_size`` written (Triton may then pick
+    one), or a python model whose model.py completes its own configuration (``auto_complete_config``)."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    left = []
+    for folder in sorted(p for p in Path(repository).iterdir() if (p / CONFIG_FILE).is_file()):
+        text = (folder / CONFIG_FILE).read_text(errors="replace")
+        try:
+            config = text_format.Parse(text, mc.ModelConfig())
+        except text_format.ParseError:
+            left.append(folder.name)  # Triton says what is wrong with it
+            continue
+        own_completion = config.backend == "python" and any(
+            "def auto_complete_config" in model.read_text(errors="replace") for model in folder.glob("*/model.py")
+        )
+        written = (config.backend or config.platform) and config.input and config.output
+        if not written or "max_batch_size" not in text or own_completion:
+            left.append(folder.name)
+    return left
 
 
 @dataclass(frozen=True)

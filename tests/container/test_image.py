@@ -309,6 +309,9 @@ def test_image_run_stops_and_removes_its_container_on_a_signal(
     url = f"http://127.0.0.1:{port}"
     output = tmp_path / "run.log"
     argv = [sys.executable, "-m", "scripts.image", "run", "--tag", TAG, "--repository", str(repository)]
+    # SIGINT handled as in a terminal, also where this run inherited it ignored (a shell's background
+    # job): an ignored disposition passes to the script through exec, a handler does not.
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
     with output.open("w") as log:
         script = subprocess.Popen(
             [*argv, "--port", str(port)],
@@ -317,6 +320,7 @@ def test_image_run_stops_and_removes_its_container_on_a_signal(
             stdout=log,
             stderr=subprocess.STDOUT,
         )
+    signal.signal(signal.SIGINT, inherited)
     try:
         serving = wait_until(lambda: _status(f"{url}/ping") == 200, timeout=PING_WITHIN_S + 30)
         assert serving is not None, f"/ping never answered 200:\n{output.read_text()[-3000:]}"

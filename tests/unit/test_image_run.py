@@ -54,6 +54,17 @@ class FakeClient:
         self.killed = True
 
 
+@pytest.fixture(autouse=True)
+def interruptible():
+    """SIGINT handled as in a terminal, also where the run inherited it ignored (a shell's background
+    job): what the script does with a signal that stays ignored is a test of its own."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.fixture
 def start(monkeypatch: pytest.MonkeyPatch):
     """``cli.run`` with the fakes; returns the engine, the client, the Popen keywords and the status."""

@@ -24,6 +24,7 @@ A hub id is fetched by model preparation into ``<model>/hub/``; the router reads
 from __future__ import annotations
 
 import json
+import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +104,21 @@ def text_folder(model_folder: Path, source: str) -> Path:
 
 def is_local(model_folder: Path, source: str) -> bool:
     return bool(source) and (model_folder / source).is_dir()
+
+
+def unfetched_hub_id(model_folder: Path, spec_file: str = "model.toml") -> str | None:
+    """The hub id a model's ``[export] transformers`` names where its files are not there yet (no
+    folder of that name, no ``hub/`` fetched into the model's folder); None otherwise, and where the
+    file cannot be read (reading the spec says what is wrong with it)."""
+    try:
+        raw = tomllib.loads((model_folder / spec_file).read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    export = raw.get("export", {})
+    source = export.get(SOURCE_KEY) if isinstance(export, dict) else None
+    if not isinstance(source, str) or is_local(model_folder, source) or (model_folder / HUB_FOLDER).is_dir():
+        return None
+    return source
 
 
 def _read_json(path: Path, required: bool = True) -> dict[str, Any]:

@@ -313,9 +313,32 @@ class Steps:
 STEPS = Steps(prepare=prepare, prepare_generation=prepare_generation)
 
 
-def run(options: Options) -> int:
+def checked_spec(folder: Path):
+    """A model's spec, its family one of the families."""
     from app.core.spec import SPEC_FILE, SpecError
     from clients.families import FAMILIES, load_spec
+
+    spec = load_spec(folder)
+    if spec.family not in FAMILIES:
+        raise SpecError(
+            f"{spec.folder / SPEC_FILE}: family {spec.family!r} is not one of {', '.join(sorted(FAMILIES))}"
+        )
+    return spec
+
+
+def check_first(options: Options) -> None:
+    """Every model's model.toml read and checked before anything is prepared or any framework imported:
+    a mistake in the last model is said at once, not after the others' exports. A model naming a
+    hub id not fetched yet is read after its fetch (its folder completes its spec)."""
+    from app.core.text_spec import unfetched_hub_id
+
+    for name in options.models:
+        if unfetched_hub_id(options.source / name) is None:
+            checked_spec(options.source / name)
+
+
+def run(options: Options) -> int:
+    from clients.families import FAMILIES
     from scripts.model_prep import tensorrt_engine, transformers_export
     from scripts.model_prep.recipes import recipes
 
@@ -328,12 +351,8 @@ def run(options: Options) -> int:
     started = time.perf_counter()
     for name in options.models:
         transformers_export.fetch_hub(options.source / name)
-        spec = load_spec(options.source / name)
-        family = FAMILIES.get(spec.family)
-        if family is None:
-            raise SpecError(
-                f"{spec.folder / SPEC_FILE}: family {spec.family!r} is not one of {', '.join(sorted(FAMILIES))}"
-            )
+        spec = checked_spec(options.source / name)
+        family = FAMILIES[spec.family]
         if spec.text is not None:  # a folder of the family's: its own export (Family.export)
             family.exporter().prepare(spec, options, STEPS)
             continue
@@ -366,12 +385,18 @@ def run(options: Options) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from app.core.spec import SpecError
+
+    options = make_options(parse_args(argv))
+    try:
+        check_first(options)
+    except SpecError as error:
+        print(f"prepare_models: error: {error}", file=sys.stderr, flush=True)
+        return 1
     from scripts.model_prep.detector_graph import GraphError
     from scripts.model_prep.onnx_export import ExportError
     from scripts.model_prep.recipes import RecipeError
     from scripts.model_prep.tensorrt_engine import EngineError
 
-    options = make_options(parse_args(argv))
     try:
         return run(options)
     except (SpecError, ExportError, RecipeError, EngineError, GraphError) as error:

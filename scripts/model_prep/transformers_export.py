@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +32,7 @@ import torch
 from torch import nn
 
 from app.core.spec import SPEC_FILE, ModelSpec
-from app.core.text_spec import HUB_FOLDER, ROUTER_FILES, SOURCE_KEY, is_local
+from app.core.text_spec import HUB_FOLDER, ROUTER_FILES, SOURCE_KEY, unfetched_hub_id
 from scripts.model_prep import weights
 from scripts.model_prep.recipes import Recipe, RecipeError, SoftmaxTopK, Tolerance, generic_compare, topk_compare
 
@@ -54,13 +53,8 @@ SAMPLE_TOKENS = 24  # the longest row of the export's check (rows are padded to 
 def fetch_hub(model_folder: Path, probe=weights.probe) -> None:
     """A model.toml naming a hub id gets the id's files in ``<model>/hub/`` (config, tokenizer and
     weights), once; with no network, a RecipeError of one line naming the id and asking for a folder."""
-    path = model_folder / SPEC_FILE
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError):
-        return  # load_spec names what is wrong with the file
-    source = raw.get("export", {}).get(SOURCE_KEY)
-    if not isinstance(source, str) or is_local(model_folder, source) or (model_folder / HUB_FOLDER).is_dir():
+    source = unfetched_hub_id(model_folder, SPEC_FILE)
+    if source is None:
         return
     reason = probe(HUB_URL)
     if reason is not None:

@@ -42,22 +42,40 @@ def one_line(stderr: str) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("mistake", MISTAKES)
-def test_model_preparation_names_the_file_and_the_key(tmp_path: Path, mistake: str):
-    text, fragments = MISTAKES[mistake]
-    (tmp_path / "models" / "broken").mkdir(parents=True)
-    (tmp_path / "models" / "broken" / "model.toml").write_text(text)
-    done = subprocess.run(
-        [sys.executable, "-m", "scripts.model_prep", "--source", str(tmp_path / "models")],
+def prepare_models(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "scripts.model_prep", *args],
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+@pytest.mark.parametrize("mistake", MISTAKES)
+def test_model_preparation_names_the_file_and_the_key(tmp_path: Path, mistake: str):
+    text, fragments = MISTAKES[mistake]
+    (tmp_path / "models" / "broken").mkdir(parents=True)
+    (tmp_path / "models" / "broken" / "model.toml").write_text(text)
+    done = prepare_models("--source", str(tmp_path / "models"))
     assert done.returncode != 0
     line = one_line(done.stderr)
     for fragment in fragments:
         assert fragment in line, line
+
+
+def test_a_mistake_in_the_last_model_is_said_before_the_first_is_prepared(tmp_path: Path):
+    """Every model.toml is read before any model is prepared: the sound model first in the run is
+    not exported (nor its weights looked for) before the mistake after it stops the run."""
+    models, repository = tmp_path / "models", tmp_path / "repository"
+    shutil.copytree(PROJECT_ROOT / "models" / "resnet", models / "a_sound", ignore=shutil.ignore_patterns("[0-9]*"))
+    (models / "z_broken").mkdir()
+    (models / "z_broken" / "model.toml").write_text(MISTAKES["no family"][0])
+    done = prepare_models("--source", str(models), "--repository", str(repository))
+    assert done.returncode != 0
+    line = one_line(done.stderr)
+    assert "z_broken" in line and "missing 'family'" in line, line
+    assert "a_sound" not in done.stdout and not (repository / "a_sound").exists(), done.stdout
 
 
 def test_serve_names_the_file_and_the_key(repository: Path, tmp_path: Path):

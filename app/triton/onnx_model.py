@@ -1,6 +1,6 @@
 """Triton python-backend model: runs the version folder's ``model.onnx`` with ONNX Runtime.
 
-Copied as ``<model>/1/model.py`` by scripts/model_prep/cli.py. Generic: tensor names and dtypes
+Copied as ``<model>/1/model.py`` by scripts/model_prep/steps.py. Generic: tensor names and dtypes
 come from the model's config.pbtxt. All requests of one ``execute()`` call are concatenated along
 the batch axis (each padded to the longest, for a text model's ragged batches) and served by ONE
 ``session.run``; the outputs are split back per request.

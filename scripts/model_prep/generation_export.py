@@ -347,7 +347,7 @@ def write_version(version: Path, cache: Path, link, graphs: bool = True) -> None
 
 class EncoderDecoder:
     """The text2text family's export (``Family.export``): three checked graphs and the python-backend
-    model that runs ``generate`` over them (``steps``: ``scripts.model_prep.cli.STEPS``)."""
+    model that runs ``generate`` over them (``steps``: ``scripts.model_prep.steps.STEPS``)."""
 
     def prepare(self, spec, options, steps) -> dict:
         return steps.prepare_generation(spec, options)

@@ -174,7 +174,7 @@ class Head:
     compare: Callable = generic_compare
 
     def prepare(self, spec: ModelSpec, options, steps) -> dict:
-        """One checked graph, written for the target (``steps``: ``scripts.model_prep.cli.STEPS``)."""
+        """One checked graph, written for the target (``steps``: ``scripts.model_prep.steps.STEPS``)."""
         return steps.prepare(spec, recipe(spec, self), options, choose_weights(spec, options))
 
 

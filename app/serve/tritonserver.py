@@ -25,9 +25,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.core.model_store import CONFIG_FILE
 from app.core.settings import TRITON_SERVER_BIN
 
-CONFIG_FILE = "config.pbtxt"
 # Triton's auto-completion reads each model to fill in what its configuration leaves out; for a
 # python-backend model that is a stub process started (importing its model.py: torch, for a
 # text2text model) and stopped before the model's own instances start. Configurations that leave

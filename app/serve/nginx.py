@@ -67,6 +67,14 @@ def render_nginx_conf(
     return template
 
 
+def nginx_command(binary: str, runtime_dir: Path, **fields) -> list[str]:
+    """nginx.conf rendered with ``fields`` (``render_nginx_conf``'s) into ``runtime_dir``, and the
+    command that runs NGINX on it in the foreground, logging to stderr."""
+    conf = runtime_dir / "nginx.conf"
+    conf.write_text(render_nginx_conf(NGINX_CONF.read_text(), runtime_dir=runtime_dir, **fields))
+    return [binary, "-e", "stderr", "-p", str(runtime_dir), "-c", str(conf)]
+
+
 def find_nginx(env: Mapping[str, str]) -> str:
     explicit = env.get(NGINX_BIN, "").strip()
     found = explicit or shutil.which("nginx", path=env.get("PATH")) or shutil.which("nginx", path="/usr/sbin")

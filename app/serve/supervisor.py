@@ -47,7 +47,7 @@ from app.core.settings import (
 )
 from app.serve import sized_repository
 from app.serve.engines import check_engines
-from app.serve.nginx import NGINX_CONF, find_nginx, render_nginx_conf
+from app.serve.nginx import find_nginx, nginx_command
 from app.serve.pingserver import start_ping_server
 from app.serve.tritonserver import (
     AUTO_COMPLETE_OFF,
@@ -239,24 +239,20 @@ class Supervisor:
             router_up=lambda: router.alive() and socket_path.exists(),
         )
 
-        conf = runtime_dir / "nginx.conf"
-        conf.write_text(
-            render_nginx_conf(
-                NGINX_CONF.read_text(),
-                port=settings.port,
-                runtime_dir=runtime_dir,
-                router_socket=socket_path,
-                ping_socket=ping_socket,
-                proxy_timeout_s=settings.server_timeout_s + 5,
-                # an unload waits for the requests in flight (MODEL_SERVER_TIMEOUT), then for Triton
-                load_timeout_s=settings.model_load_timeout_s + settings.server_timeout_s + 10,
-                drain_timeout_s=DRAIN_TIMEOUT_S - 1,
-                models=sorted(health().served),
-                max_body_bytes=settings.max_body_bytes,
-                workers=plan.nginx_workers,
-            )
+        nginx_argv = nginx_command(
+            nginx_binary,
+            runtime_dir,
+            port=settings.port,
+            router_socket=socket_path,
+            ping_socket=ping_socket,
+            proxy_timeout_s=settings.server_timeout_s + 5,
+            # an unload waits for the requests in flight (MODEL_SERVER_TIMEOUT), then for Triton
+            load_timeout_s=settings.model_load_timeout_s + settings.server_timeout_s + 10,
+            drain_timeout_s=DRAIN_TIMEOUT_S - 1,
+            models=sorted(health().served),
+            max_body_bytes=settings.max_body_bytes,
+            workers=plan.nginx_workers,
         )
-        nginx_argv = [nginx_binary, "-e", "stderr", "-p", str(runtime_dir), "-c", str(conf)]
         self.children.append(Child("nginx", nginx_argv, env))
         log.info(
             "serving on port %d: models from %s, Triton at %s, %d router workers",

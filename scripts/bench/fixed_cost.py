@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from app.core.settings import DEFAULT_MAX_BODY_BYTES, PROJECT_ROOT, ROUTER_BIND
-from app.serve.nginx import NGINX_CONF, find_nginx, render_nginx_conf
+from app.serve.nginx import find_nginx, nginx_command
 from app.serve.supervisor import GUNICORN_CONF
 from scripts.bench.constants import CUSTOM_ATTRIBUTES, IDENTITY, IDENTITY_TEXT, IDENTITY_WAIT, IDENTITY_WAIT_MS
 from scripts.bench.load import HttpCaller, run_load
@@ -109,22 +109,19 @@ def start_floor(runtime: Path, log_path: Path, env: Mapping[str, str]) -> Floor:
                 stop_group(gunicorn)
                 raise RuntimeError(f"the floor's gunicorn did not start: see {log_path}")
             time.sleep(0.1)
-        conf = runtime / "nginx.conf"
-        conf.write_text(
-            render_nginx_conf(
-                NGINX_CONF.read_text(),
-                port=port,
-                runtime_dir=runtime,
-                router_socket=socket_path,
-                ping_socket=runtime / "ping.sock",
-                proxy_timeout_s=65,
-                drain_timeout_s=5,
-                models=[],
-                max_body_bytes=DEFAULT_MAX_BODY_BYTES,
-            )
+        argv = nginx_command(
+            find_nginx(env),
+            runtime,
+            port=port,
+            router_socket=socket_path,
+            ping_socket=runtime / "ping.sock",
+            proxy_timeout_s=65,
+            drain_timeout_s=5,
+            models=[],
+            max_body_bytes=DEFAULT_MAX_BODY_BYTES,
         )
         nginx = subprocess.Popen(
-            [find_nginx(env), "-e", "stderr", "-p", str(runtime), "-c", str(conf)],
+            argv,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from app.serve.nginx import NGINX_CONF, find_nginx, render_nginx_conf
+from app.serve.nginx import find_nginx, nginx_command
 from scripts.devtools import free_ports
 from tests.support import assert_error, wait_until
 
@@ -20,21 +20,18 @@ pytestmark = pytest.mark.integration  # starts NGINX
 @pytest.fixture
 def nginx_alone(tmp_path: Path):
     port = free_ports(1)[0]
-    conf = tmp_path / "nginx.conf"
-    conf.write_text(
-        render_nginx_conf(
-            NGINX_CONF.read_text(),
-            port=port,
-            runtime_dir=tmp_path,
-            router_socket=tmp_path / "router.sock",
-            ping_socket=tmp_path / "ping.sock",
-            proxy_timeout_s=10,
-            drain_timeout_s=5,
-            models=["resnet"],
-            max_body_bytes=1 << 20,
-        )
+    argv = nginx_command(
+        find_nginx({}),
+        tmp_path,
+        port=port,
+        router_socket=tmp_path / "router.sock",
+        ping_socket=tmp_path / "ping.sock",
+        proxy_timeout_s=10,
+        drain_timeout_s=5,
+        models=["resnet"],
+        max_body_bytes=1 << 20,
     )
-    proc = subprocess.Popen([find_nginx({}), "-e", "stderr", "-p", str(tmp_path), "-c", str(conf)])
+    proc = subprocess.Popen(argv)
     url = f"http://127.0.0.1:{port}"
     try:
         assert wait_until(lambda: _answers(url), timeout=10) is not None, "NGINX never answered"

@@ -1,0 +1,121 @@
+"""The ``text_generation`` family's contract, shared by the router, model preparation and the Triton
+model that generates (framework-free: JSON files and numbers only).
+
+A decoder-only model (GPT-2, Llama, Qwen2/Qwen3, Mistral, Phi-3 style) is served as ONE decoupled
+Triton model of the python backend (``app/triton/causal_lm_model.py``) that runs a step scheduler
+over ONE exported ONNX graph, ``decoder.onnx`` (``GRAPH_FILE``): requests join the running batch at
+the next step, and each generated token is sent back as it is made (Triton's gRPC stream).
+
+The graph (``torch.onnx.export``, every batch and length axis dynamic):
+
+- in: ``input_ids`` ``INT64 [batch, new]``, ``attention_mask`` ``INT64 [batch, past + new]``,
+  ``position_ids`` ``INT64 [batch, new]`` and, for each layer ``i``, ``past.<i>.key`` and
+  ``past.<i>.value`` ``FP32 [batch, kv_heads, past, head_dim]`` (``past`` may be 0: the prompt's step);
+- out: ``logits`` ``FP32 [batch, vocabulary]`` (the last position only) and ``present.<i>.key`` /
+  ``present.<i>.value`` ``FP32 [batch, kv_heads, past + new, head_dim]``.
+
+The Triton model's tensors, per request (one prompt; ``max_batch_size`` 0, no batch axis):
+
+- ``input_ids`` ``INT64 [tokens]``: the prompt, encoded by the router (chat template applied);
+- one ``[1]`` tensor per setting (``SETTINGS``): ``max_new_tokens``, ``top_k``, ``num_beams`` ``INT32``;
+  ``temperature``, ``top_p``, ``repetition_penalty`` ``FP64``; ``do_sample`` ``BOOL``; ``seed``
+  ``INT64`` (``NO_SEED``: none given, the model draws one);
+- ``timeout_ms`` ``INT64 [1]``: how long the generation may run; past it the stream ends with an
+  error naming the deadline (``app.core.generation_contract.DEADLINE_MARKER``);
+- out, one response per generated token: ``token_id`` ``INT64 [1]`` and ``logprob`` ``FP32 [1]``
+  (the token's log-probability under the distribution it was chosen from: the scores after the
+  repetition penalty, temperature, top-k and top-p). The last response carries Triton's final flag;
+  a generation ends at an end-of-sequence token of the folder's generation config (sent, as
+  ``generate`` returns it) or at ``max_new_tokens``. With ``num_beams`` > 1 (beam search, not
+  streamed) every token comes in one response at the end, its ``token_id`` ``[tokens]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from app.core.generation_contract import TIMEOUT_MS
+
+GRAPH_FILE = "decoder.onnx"
+INPUT_IDS, ATTENTION_MASK, POSITION_IDS, LOGITS = "input_ids", "attention_mask", "position_ids", "logits"
+TOKEN_ID, LOGPROB = "token_id", "logprob"
+NO_SEED = -1
+MAX_NEW_TOKENS = 1024  # the documented bound of max_new_tokens, also bounded by the context left
+MAX_BEAMS = 8
+MAX_STOP_SEQUENCES = 4  # as OpenAI's chat completions
+MAX_STOP_CHARACTERS = 64  # each stop sequence's length
+MAX_TEMPERATURE = 100.0
+MAX_PENALTY = 100.0
+# The architectures (config.json's model_type) whose export has been held to generate token for token.
+ARCHITECTURES = ("gpt2", "llama", "qwen2", "qwen3", "mistral", "phi3")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One generation setting: its tensor's Triton type, Hugging Face's default and its bounds."""
+
+    name: str
+    dtype: str
+    default: Any
+    low: float | None = None
+    high: float | None = None
+
+
+SETTINGS = (
+    Setting("max_new_tokens", "INT32", 20, 1, MAX_NEW_TOKENS),  # generate's default: max_length 20
+    Setting("do_sample", "BOOL", False),
+    Setting("temperature", "FP64", 1.0, 1e-4, MAX_TEMPERATURE),
+    Setting("top_k", "INT32", 50, 0, None),  # 0: no top-k; at most the vocabulary
+    Setting("top_p", "FP64", 1.0, 1e-4, 1.0),
+    Setting("repetition_penalty", "FP64", 1.0, 1e-4, MAX_PENALTY),
+    Setting("num_beams", "INT32", 1, 1, MAX_BEAMS),
+    Setting("seed", "INT64", NO_SEED, NO_SEED, 2**63 - 1),
+)
+SETTING_NAMES = tuple(s.name for s in SETTINGS)
+
+
+def cache_names(layers: int, prefix: str) -> list[str]:
+    """``past.<i>.key``, ``past.<i>.value`` (or ``present.``) for each layer, in order."""
+    return [f"{prefix}.{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
+
+
+def context_length(config: Mapping[str, Any]) -> int | None:
+    """The positions the model has (config.json's ``max_position_embeddings``, GPT-2's ``n_positions``)."""
+    for key in ("max_position_embeddings", "n_positions", "n_ctx"):
+        value = config.get(key)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def defaults(generation: Mapping[str, Any]) -> dict[str, Any]:
+    """Each setting's default: the folder's generation config, else Hugging Face's. ``max_length``
+    counts the prompt in ``generate``; served, a folder's ``max_length`` alone keeps the default of
+    20 new tokens (``max_new_tokens`` is what is read)."""
+    found = {s.name: s.default for s in SETTINGS}
+    for setting in SETTINGS:
+        value = generation.get(setting.name)
+        if setting.name == "seed":
+            continue
+        if setting.dtype == "BOOL":
+            if isinstance(value, bool):
+                found[setting.name] = value
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            found[setting.name] = int(value) if setting.dtype in ("INT32", "INT64") else float(value)
+    return found
+
+
+def inputs() -> list[dict[str, Any]]:
+    """The Triton inputs of a text_generation model, as model.toml's ``[[inputs]]`` spell them."""
+    settings = [{"name": s.name, "dtype": s.dtype, "dims": [1]} for s in SETTINGS]
+    return [
+        {"name": INPUT_IDS, "dtype": "INT64", "dims": [-1]},
+        *settings,
+        {"name": TIMEOUT_MS, "dtype": "INT64", "dims": [1]},
+    ]
+
+
+def outputs() -> list[dict[str, Any]]:
+    return [{"name": TOKEN_ID, "dtype": "INT64", "dims": [-1]}, {"name": LOGPROB, "dtype": "FP32", "dims": [-1]}]

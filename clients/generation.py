@@ -12,12 +12,13 @@ token, tokens per second) for the metrics.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from app.core.access import GENERATED_TOKENS, GENERATION_CANCELLED, TIME_TO_FIRST_TOKEN, TOKENS_PER_SECOND
 from app.core.causal_lm_contract import LOGPROB, TOKEN_ID
 from clients.text_stream import TextStream
 
@@ -141,3 +142,33 @@ class Generation:
         close = getattr(self.stream, "close", None)
         if close is not None:
             close()
+
+
+def collect(generations: list[list[Generation]]) -> list[list[Generation]]:
+    """Every generation read to its end; on an error the others are cancelled."""
+    try:
+        for each in generations:
+            for generation in each:
+                generation.collect()
+    finally:
+        for each in generations:
+            for generation in each:
+                if generation.finish_reason is None:
+                    generation.close()
+    return generations
+
+
+def account(timings: dict[str, float] | None, generations: Sequence[Generation], cancelled: bool = False) -> None:
+    """A request's generations in its timings (the metrics and the access line): the tokens generated,
+    the time to the first token, the tokens per second after it, and a generation the caller left."""
+    if timings is None:
+        return
+    timings[GENERATED_TOKENS] = timings.get(GENERATED_TOKENS, 0) + sum(len(g.tokens) for g in generations)
+    firsts = [g.first_token_s for g in generations if g.first_token_s is not None]
+    if firsts:
+        timings[TIME_TO_FIRST_TOKEN] = min(firsts)
+    rates = [g.tokens_per_second for g in generations if g.tokens_per_second is not None]
+    if rates:
+        timings[TOKENS_PER_SECOND] = sum(rates)
+    if cancelled:
+        timings[GENERATION_CANCELLED] = timings.get(GENERATION_CANCELLED, 0) + 1

@@ -39,7 +39,7 @@ from app.core.spec import SpecError
 from app.core.text_spec import TextSpecError
 from clients.base import WorkFailed, timed
 from clients.chat_template import ChatTemplate
-from clients.generation import Generation
+from clients.generation import Generation, account, collect
 from clients.options import Option
 from clients.text import SPACES_BEFORE, TRUNCATION, TextClient, clean_up_tokenization, cleans_up_spaces, load_tokenizer
 from clients.text_stream import TextStream
@@ -307,36 +307,6 @@ class TextGenerationClient(TextClient[None]):
             version = next((g.version for g in each if g.version), work.version or "")
             answers.append((found[0] if work.single else found, version))
         return answers
-
-
-def collect(generations: list[list[Generation]]) -> list[list[Generation]]:
-    """Every generation read to its end; on an error the others are cancelled."""
-    try:
-        for each in generations:
-            for generation in each:
-                generation.collect()
-    finally:
-        for each in generations:
-            for generation in each:
-                if generation.finish_reason is None:
-                    generation.close()
-    return generations
-
-
-def account(timings: dict[str, float] | None, generations: Sequence[Generation], cancelled: bool = False) -> None:
-    """A request's generations in its timings (the metrics and the access line): the tokens generated,
-    the time to the first token, the tokens per second after it, and a generation the caller left."""
-    if timings is None:
-        return
-    timings[GENERATED_TOKENS] = timings.get(GENERATED_TOKENS, 0) + sum(len(g.tokens) for g in generations)
-    firsts = [g.first_token_s for g in generations if g.first_token_s is not None]
-    if firsts:
-        timings[TIME_TO_FIRST_TOKEN] = min(firsts)
-    rates = [g.tokens_per_second for g in generations if g.tokens_per_second is not None]
-    if rates:
-        timings[TOKENS_PER_SECOND] = sum(rates)
-    if cancelled:
-        timings[GENERATION_CANCELLED] = timings.get(GENERATION_CANCELLED, 0) + 1
 
 
 def _decoder_only(config: Mapping[str, Any], folder: Path) -> None:

@@ -32,8 +32,7 @@ from app.router.generation import DONE, GenerationCall, answer, events
 from app.router.handlers import json_bytes, json_response
 from app.router.observability import Trace
 from clients.base import timed
-from clients.generation import Generation
-from clients.text_generation import account, collect
+from clients.generation import Generation, account, collect
 
 EVENT_STREAM_TYPE = "text/event-stream"
 # NGINX passes such an answer on as it comes (proxy_buffering off for it alone); no cache keeps it.

@@ -46,7 +46,10 @@ def byte_level_bpe() -> Tokenizer:
     tokenizer.decoder = decoders.ByteLevel()
     special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     trainer = trainers.BpeTrainer(
-        vocab_size=400, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=400,
+        special_tokens=special,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tokenizer.train_from_iterator(CORPUS * 4, trainer)
     return tokenizer
@@ -58,7 +61,9 @@ def byte_fallback_bpe() -> Tokenizer:
     tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
     tokenizer.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
     tokenizer.pre_tokenizer = pre_tokenizers.Split("▁", behavior="merged_with_next")
-    trainer = trainers.BpeTrainer(vocab_size=160, special_tokens=["<unk>", "<s>", "</s>"], limit_alphabet=40)
+    trainer = trainers.BpeTrainer(
+        vocab_size=160, special_tokens=["<unk>", "<s>", "</s>"], limit_alphabet=40, show_progress=False
+    )
     tokenizer.train_from_iterator(CORPUS * 4, trainer)
     spec = json.loads(tokenizer.to_str())
     vocabulary = spec["model"]["vocab"]

@@ -1,28 +1,312 @@
 """Text generation family: decoder-only causal language models (GPT-2, Llama, Qwen2/Qwen3, Mistral,
 Phi-3 style), answered as Hugging Face's ``model.generate`` answers, whole or streamed token by token.
 
-The router renders the prompt (a chat template for OpenAI's ``messages``), tokenizes, checks and
-decodes; the generation runs inside Triton (``app/triton/causal_lm_model.py``), a decoupled model
-whose step scheduler lets a request join the running batch at the next step and streams each token
-back as it is made (``app.core.causal_lm_contract``).
+The router renders the prompt (a chat template for OpenAI's ``messages``: ``clients.chat_template``),
+tokenizes, checks and decodes; the generation runs inside Triton (``app/triton/causal_lm_model.py``),
+a decoupled model whose step scheduler lets a request join the running batch at the next step and
+streams each token back as it is made (``app.core.causal_lm_contract``).
+
+Payload (the envelope's; TGI's and OpenAI's forms are ``app.router.generation``'s): ``{"text": str |
+[str], "max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "repetition_penalty",
+"num_beams", "seed", "stop", "return_full_text", "truncation", "stream"}``; each setting's default is
+the folder's ``generation_config.json``, then Hugging Face's. One text answers ``{"generated_text",
+"finish_reason", "prompt_tokens", "generated_tokens"}``, its text equal to ``tokenizer.decode(
+model.generate(**tokenizer(text), ...)[0, prompt:], skip_special_tokens=True)`` (greedy or beam
+search; sampling with a seed is repeatable, not Hugging Face's draw); a list answers a list, in order,
+its texts generated together. A prompt must leave the context (the model's positions) room for
+``max_new_tokens``: too long a prompt is a 400 naming both numbers unless ``"truncation": true``,
+which keeps its last tokens. Each generation may run what is left of the request's deadline (at most
+``TRITON_TIMEOUT_S``), as text2text's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from app.core import causal_lm_contract, text_spec
-from app.core.family import Family
+import numpy as np
+
+from app.core import causal_lm_contract, generation_contract, text_spec
+from app.core.access import GENERATED_TOKENS, GENERATION_CANCELLED, TIME_TO_FIRST_TOKEN, TOKENS_PER_SECOND
+from app.core.causal_lm_contract import INPUT_IDS, MAX_STOP_CHARACTERS, MAX_STOP_SEQUENCES, NO_SEED, SETTINGS
+from app.core.errors import InferenceTimeout, InvalidInput
+from app.core.family import Counter, Family, Measure
+from app.core.spec import SpecError
 from app.core.text_spec import TextSpecError
-from clients.text import TextClient
+from clients.base import WorkFailed, timed
+from clients.chat_template import ChatTemplate
+from clients.generation import Generation, account, collect
+from clients.options import Option
+from clients.text import SPACES_BEFORE, TRUNCATION, TextClient, clean_up_tokenization, cleans_up_spaces, load_tokenizer
+from clients.text_stream import TextStream
 
 FAMILY_NAME = "text_generation"
+DEADLINE_MARGIN_S = 0.25  # left between the end of a generation and the router's deadline: the way back
+KINDS = {"INT32": int, "INT64": int, "FP64": float, "BOOL": bool}
+SEED = "seed"
+STREAM = Option("stream", bool, default=False)
+RETURN_FULL_TEXT = Option("return_full_text", bool, default=False)
+
+
+def _option(setting: causal_lm_contract.Setting) -> Option:
+    """A contract setting as a request option (its bounds; a seed is 0 or more, none by default)."""
+    kind = KINDS[setting.dtype]
+    if kind is bool:
+        return Option(setting.name, bool, default=setting.default)
+    if setting.name == SEED:
+        return Option(SEED, int, 0, setting.high)
+    high = setting.high if setting.high is not None else 2**31 - 1  # top_k: bounded by the vocabulary
+    return Option(setting.name, kind, setting.low, high)  # the default is the model's (option_defaults)
+
+
+OPTIONS = tuple(_option(setting) for setting in SETTINGS)
+
+
+def parse_stop(value: Any, where: str) -> tuple[str, ...]:
+    """A stop sequence or a list of them: at most ``MAX_STOP_SEQUENCES``, each a non-empty string of at
+    most ``MAX_STOP_CHARACTERS``."""
+    if value is None:
+        return ()
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list):
+        raise InvalidInput(f"{where} must be a string or a list of strings")
+    if len(stops) > MAX_STOP_SEQUENCES:
+        raise InvalidInput(f"{where} has {len(stops)} stop sequences, over the limit of {MAX_STOP_SEQUENCES}")
+    for index, stop in enumerate(stops):
+        at = where if isinstance(value, str) else f"{where}[{index}]"
+        if not isinstance(stop, str) or not stop:
+            raise InvalidInput(f"{at} must be a non-empty string")
+        if len(stop) > MAX_STOP_CHARACTERS:
+            raise InvalidInput(f"{at} is {len(stop)} characters, over the limit of {MAX_STOP_CHARACTERS}")
+    return tuple(stops)
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One prompt to generate from, checked: its ids, every setting's value (``SETTINGS``), its stop
+    sequences and whether the answer keeps the one it stops at (TGI's) or not (OpenAI's)."""
+
+    ids: tuple[int, ...]
+    settings: Mapping[str, Any]
+    stops: tuple[str, ...] = ()
+    include_stop: bool = True
 
 
 class TextGenerationClient(TextClient[None]):
     family = FAMILY_NAME
+    OPTIONS = (*OPTIONS, RETURN_FULL_TEXT, TRUNCATION, STREAM)
+    EXTRA_FIELDS = frozenset({"stop"})
+    RESULT_SCHEMA: ClassVar[Mapping[str, Any]] = {
+        "type": "object",
+        "description": "text_generation, for one text: the generated text (the prompt's text first with "
+        "return_full_text), why it ended (eos_token, length, stop_sequence) and the tokens counted.",
+        "required": ["generated_text", "finish_reason", "prompt_tokens", "generated_tokens"],
+        "additionalProperties": False,
+        "properties": {
+            "generated_text": {"type": "string"},
+            "finish_reason": {"type": "string", "enum": ["eos_token", "length", "stop_sequence"]},
+            "prompt_tokens": {"type": "integer"},
+            "generated_tokens": {"type": "integer"},
+        },
+    }
+
+    def configure(self) -> None:  # not TextClient's: the inputs are the prompt's ids and the settings
+        spec = self.spec
+        if spec.text is None:
+            raise SpecError(f'{spec.folder}/model.toml: the {self.family} family needs [export] transformers = "..."')
+        self.text = spec.text
+        folder = spec.text.folder
+        self.tokenizer = load_tokenizer(spec.text)
+        self.setting_types = {t.name: t.numpy_dtype for t in spec.inputs}
+        needed = (INPUT_IDS, *causal_lm_contract.SETTING_NAMES, generation_contract.TIMEOUT_MS)
+        missing = [name for name in needed if name not in self.setting_types]
+        if missing:
+            raise SpecError(f"{spec.folder}/model.toml: a {self.family} model's inputs include {missing[0]}")
+        try:
+            self.generation = generation_contract.read_generation_config(folder)
+        except generation_contract.GenerationSpecError as error:
+            raise SpecError(str(error)) from None
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        limits = [n for n in (causal_lm_contract.context_length(config), spec.text.sequence_length) if n]
+        self.context = min(limits)
+        self.end_ids = frozenset(generation_contract.end_ids(self.generation, config))
+        added = self.tokenizer.get_added_tokens_decoder()
+        self.special_ids = frozenset(index for index, token in added.items() if token.special)
+        self.clean_up = cleans_up_spaces(spec.text, self.tokenizer)
+        self.chat = ChatTemplate.from_folder(folder)
+        self.sequence_length = self.context
+
+    def option_limits(self) -> Mapping[str, float]:
+        return {
+            "max_new_tokens": max(1, min(causal_lm_contract.MAX_NEW_TOKENS, self.context - 1)),
+            "top_k": self.tokenizer.get_vocab_size(),
+        }
+
+    def option_defaults(self) -> Mapping[str, Any]:
+        found: dict[str, Any] = causal_lm_contract.defaults(self.generation)
+        found["max_new_tokens"] = min(found["max_new_tokens"], self.option_limits()["max_new_tokens"])
+        found["top_k"] = min(found["top_k"], self.tokenizer.get_vocab_size())
+        found.pop(SEED)  # none unless asked: the model draws one
+        return found
+
+    def parse_options(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+        options = super().parse_options(payload)
+        options["stop"] = parse_stop(payload.get("stop"), "payload.stop")
+        options["max_new_tokens_given"] = "max_new_tokens" in payload
+        if options[STREAM.name] and options["num_beams"] > 1:
+            raise InvalidInput("payload.stream: beam search (num_beams > 1) answers every token at the end")
+        return options
+
+    def plan(self, payload, version=None, *, label=None):
+        work = super().plan(payload, version, label=label)
+        if work.options[STREAM.name] and not work.single:
+            raise InvalidInput("payload.stream: a list of texts is not streamed; send one text")
+        return work
+
+    # -- one prompt ----------------------------------------------------------------------------------
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """What ``tokenizer.decode(ids, skip_special_tokens=True)`` answers."""
+        text = self.tokenizer.decode(list(ids), skip_special_tokens=True)
+        return clean_up_tokenization(text) if self.clean_up else text
+
+    def encode_text(self, text: Any, where: str) -> list[int]:
+        """A text as ``tokenizer(text)`` encodes it (the tokenizer's special tokens, a BOS, included)."""
+        return self.tokenizer.encode(self.check_text(text, where), add_special_tokens=True).ids
+
+    def encode_chat(self, messages: Any, where: str = "messages") -> list[int]:
+        """OpenAI's messages through the folder's chat template, encoded as
+        ``apply_chat_template(messages, add_generation_prompt=True)`` encodes them."""
+        if self.chat is None:
+            raise InvalidInput(
+                f"model {self.name!r} has no chat template (tokenizer_config.json chat_template, or "
+                "chat_template.jinja): send it a text (inputs, or payload.text) instead of messages"
+            )
+        return self.tokenizer.encode(self.chat.render(messages, where), add_special_tokens=False).ids
+
+    def ask(
+        self,
+        ids: Sequence[int],
+        options: Mapping[str, Any],
+        where: str,
+        *,
+        new_tokens: str,
+        given: bool,
+        keep: int | None = None,
+        stops: tuple[str, ...] = (),
+        include_stop: bool = True,
+    ) -> Ask:
+        """A prompt's ids and settings checked against the context: ``keep`` tokens (its last) when the
+        caller asks for truncation; ``new_tokens`` names max_new_tokens as the caller does, ``given``
+        whether they gave it (a default is lowered to the context left, a number given is refused)."""
+        ids = list(ids)
+        new = int(options["max_new_tokens"])
+        if keep is not None and len(ids) > keep:
+            ids = ids[len(ids) - keep :]
+        if len(ids) >= self.context:
+            raise InvalidInput(
+                f"{where} is {len(ids)} tokens, past the model's context of {self.context} tokens (a prompt "
+                "leaves room for at least one new token); shorten it, or ask for truncation"
+            )
+        left = self.context - len(ids)
+        if new > left:
+            if given:
+                raise InvalidInput(
+                    f"{new_tokens} {new} is over the context left: the prompt's {len(ids)} tokens leave "
+                    f"{left} of the model's {self.context}"
+                )
+            new = left
+        settings = {s.name: options.get(s.name, s.default) for s in SETTINGS}
+        settings["max_new_tokens"] = new
+        if settings[SEED] is None:
+            settings[SEED] = NO_SEED
+        return Ask(tuple(ids), settings, stops, include_stop)
+
+    def truncation_keep(self, options: Mapping[str, Any]) -> int:
+        """The tokens a prompt keeps under ``"truncation": true``: the context less max_new_tokens."""
+        return max(1, self.context - int(options["max_new_tokens"]))
+
+    def start(self, ask: Ask, deadline: float | None, version: str | None = None) -> Generation:
+        """The generation of ``ask``, started in Triton now."""
+        budget = self.settings.triton_timeout_s
+        if deadline is not None:
+            budget = min(budget, deadline - time.monotonic())
+        if budget <= DEADLINE_MARGIN_S:
+            raise InferenceTimeout(
+                f"the request ran past its deadline of {self.settings.server_timeout_s:g} s before its generation began"
+            )
+        arrays = {INPUT_IDS: np.asarray(ask.ids, dtype=self.setting_types[INPUT_IDS])}
+        for name, value in ask.settings.items():
+            arrays[name] = np.array([value], dtype=self.setting_types[name])
+        milliseconds = max(1, int((budget - DEADLINE_MARGIN_S) * 1000))
+        arrays[generation_contract.TIMEOUT_MS] = np.array([milliseconds], dtype=np.int64)
+        held = [written for written, _ in SPACES_BEFORE] if self.clean_up else []
+        text = TextStream(self.decode, ask.stops, ask.include_stop, held)
+        stream = self.triton.stream(self.spec.triton_name, arrays, self.output_names, budget, version)
+        seed = None if ask.settings[SEED] == NO_SEED else int(ask.settings[SEED])
+        return Generation(
+            stream,
+            text,
+            prompt_tokens=len(ask.ids),
+            max_new_tokens=int(ask.settings["max_new_tokens"]),
+            end_ids=self.end_ids,
+            special_ids=self.special_ids,
+            seed=seed,
+        )
+
+    def preprocess(self, item: Any, where: str, options: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], None]:
+        raise NotImplementedError("a text_generation model is streamed: run() starts its generations")
+
+    def postprocess(self, outputs: Mapping[str, np.ndarray], context: None, options: Mapping[str, Any]) -> Any:
+        raise NotImplementedError("a text_generation model is streamed: run() reads its generations")
+
+    # -- the envelope's payloads ---------------------------------------------------------------------
+
+    def ask_payload(self, item: Any, where: str, options: Mapping[str, Any]) -> Ask:
+        keep = self.truncation_keep(options) if options[TRUNCATION.name] else None
+        given = options.get("max_new_tokens_given", False)
+        new_tokens = "payload.max_new_tokens"
+        return self.ask(
+            self.encode_text(item, where), options, where, new_tokens=new_tokens, given=given, keep=keep,
+            stops=options["stop"],
+        )  # fmt: skip
+
+    def result(self, generation: Generation, prompt: str, options: Mapping[str, Any]) -> dict[str, Any]:
+        text = prompt + generation.text if options[RETURN_FULL_TEXT.name] else generation.text
+        return {
+            "generated_text": text,
+            "finish_reason": generation.finish_reason,
+            "prompt_tokens": generation.prompt_tokens,
+            "generated_tokens": len(generation.tokens),
+        }
+
+    def run(self, works, timings: dict[str, float] | None = None, deadline: float | None = None):
+        """Every text of every work generated together (each its own stream, all started before any is
+        read), answered whole. A streamed payload is the router's (``app.router.generation``)."""
+        asks: list[list[Ask]] = []
+        with timed(timings, "preprocess"):
+            for index, work in enumerate(works):
+                if work.options[STREAM.name]:
+                    raise WorkFailed(index, InvalidInput("payload.stream is answered to one JSON envelope only"))
+                try:
+                    asks.append([self.ask_payload(item, where, work.options) for item, where in work.items])
+                except InvalidInput as error:
+                    raise WorkFailed(index, error) from None
+        with timed(timings, "triton"):
+            generations = collect(
+                [[self.start(ask, deadline, work.version) for ask in each] for work, each in zip(works, asks)]
+            )
+        account(timings, [g for each in generations for g in each])
+        answers = []
+        for work, each in zip(works, generations):
+            found = [self.result(g, item, work.options) for g, (item, _) in zip(each, work.items)]
+            version = next((g.version for g in each if g.version), work.version or "")
+            answers.append((found[0] if work.single else found, version))
+        return answers
 
 
 def _decoder_only(config: Mapping[str, Any], folder: Path) -> None:
@@ -47,10 +331,42 @@ def complete(raw: Mapping[str, Any], folder: Path, where: str) -> tuple[dict[str
     )
 
 
+# Seconds to the first token, and tokens per second after it.
+FIRST_TOKEN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+RATE_BUCKETS = (1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0)
+TOKEN_BUCKETS = (1.0, 4.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 4096.0)
+
 FAMILY = Family(
     name=FAMILY_NAME,
     client=TextGenerationClient,
     complete=complete,
     export="scripts.model_prep.causal_lm_export:CAUSAL_LM",
     loop=True,
+    counters=(
+        Counter(
+            GENERATED_TOKENS,
+            "router_generated_tokens",
+            "Tokens generated by text2text and text_generation models, by model (its rate: tokens per second).",
+        ),
+        Counter(
+            GENERATION_CANCELLED,
+            "router_generation_cancelled",
+            "Streamed generations whose caller went away before the end (Triton's stream cancelled), by model.",
+        ),
+    ),
+    measures=(
+        Measure(GENERATED_TOKENS, "router_generation_tokens", "Tokens generated per request, by model.", TOKEN_BUCKETS),
+        Measure(
+            TIME_TO_FIRST_TOKEN,
+            "router_time_to_first_token_seconds",
+            "Seconds from a generation's start to its first token, by model.",
+            FIRST_TOKEN_BUCKETS,
+        ),
+        Measure(
+            TOKENS_PER_SECOND,
+            "router_generation_tokens_per_second",
+            "Tokens per second after the first token, per request, by model.",
+            RATE_BUCKETS,
+        ),
+    ),
 )

@@ -53,6 +53,8 @@ CHANNEL_ARGS: tuple[tuple[str, int], ...] = (
 # tests/integration/test_faults.py (Triton stopped with SIGSTOP) check that it ends on time.
 HARD_STOP_GRACE_S = 0.5
 READINESS_THREADS = 4
+# A streamed request's parameter asking for the final flag alone, and the flag on a response.
+EMPTY_FINAL, FINAL = "triton_enable_empty_final_response", "triton_final_response"
 
 # Fragments of Triton's messages for a model that exists in the repository but cannot serve (over
 # gRPC such a model is also an "unknown model"; over HTTP that phrase starts "is not found" too).
@@ -186,17 +188,30 @@ class TritonClient:
         A blocking call on the service's own stub, with the request built straight from the arrays
         (``raw_input_contents``): no per-call client objects, no callback thread. Its deadline is
         gRPC's own, which fires whatever the channel's state (a Triton that hangs included)."""
-        request = service_pb2.ModelInferRequest(model_name=model, model_version=version or "")
-        for name, array in inputs.items():
-            request.inputs.add(name=name, datatype=np_to_triton_dtype(array.dtype), shape=array.shape)
-            request.raw_input_contents.append(_raw(array))
-        for name in output_names:
-            request.outputs.add(name=name)
+        request = _request(model, inputs, output_names, version)
         try:
             response = self._stub().ModelInfer(request, timeout=self.timeout_s)
         except grpc.RpcError as error:
             self._raise(error, model, version, self.timeout_s)
         return _arrays(response, output_names), response.model_version
+
+    def stream(
+        self,
+        model: str,
+        inputs: Mapping[str, np.ndarray],
+        output_names: Sequence[str],
+        timeout_s: float | None = None,
+        version: str | None = None,
+    ) -> TritonStream:
+        """A decoupled model's answers to one request, as they come: an iterator of output dicts,
+        started now (several streams started together run together in Triton). ``close()`` cancels
+        the call, which ends the request in Triton; errors are translated as ``infer``'s are."""
+        request = _request(model, inputs, output_names, version)
+        # the final flag comes even where the model sends it without a response of its own
+        request.parameters[EMPTY_FINAL].bool_param = True
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        call = self._stub().ModelStreamInfer(iter([request]), timeout=timeout)
+        return TritonStream(call, self, model, output_names, version, timeout)
 
     def model_states(self) -> dict[str, str]:
         """Each model in Triton's repository index with its state; READY when any version is."""
@@ -212,6 +227,72 @@ class TritonClient:
 
     def server_live(self) -> bool:
         return bool(self._readiness_call("ServerLive", service_pb2.ServerLiveRequest()).live)
+
+
+class TritonStream:
+    """The answers of one streamed request (``TritonClient.stream``): output dicts until the one that
+    carries Triton's final flag; ``version`` is the version that answered (known from the first)."""
+
+    def __init__(
+        self,
+        call: Any,
+        client: TritonClient,
+        model: str,
+        output_names: Sequence[str],
+        version: str | None,
+        timeout_s: float,
+    ) -> None:
+        self.call = call
+        self.client = client
+        self.model = model
+        self.output_names = tuple(output_names)
+        self.version = version or ""
+        self.timeout_s = timeout_s
+        self.done = False
+
+    def __iter__(self) -> TritonStream:
+        return self
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        while not self.done:
+            try:
+                answer = next(self.call)
+            except StopIteration:
+                self.done = True
+                break
+            except grpc.RpcError as error:
+                self.done = True
+                self.client._raise(error, self.model, self.version or None, self.timeout_s)
+            if answer.error_message:
+                self.close()
+                error = InferenceServerException(answer.error_message, status="StatusCode.INTERNAL")
+                self.client._raise(error, self.model, self.version or None, self.timeout_s)
+            response = answer.infer_response
+            self.version = response.model_version or self.version
+            final = response.parameters[FINAL].bool_param if FINAL in response.parameters else False
+            if final:
+                self.close()
+            if response.outputs:
+                return _arrays(response, self.output_names)
+        raise StopIteration
+
+    def close(self) -> None:
+        """Cancels the call (a no-op once it has ended): Triton sees the request cancelled."""
+        self.done = True
+        self.call.cancel()
+
+
+def _request(
+    model: str, inputs: Mapping[str, np.ndarray], output_names: Sequence[str], version: str | None
+) -> service_pb2.ModelInferRequest:
+    """An inference request built straight from the arrays (``raw_input_contents``)."""
+    request = service_pb2.ModelInferRequest(model_name=model, model_version=version or "")
+    for name, array in inputs.items():
+        request.inputs.add(name=name, datatype=np_to_triton_dtype(array.dtype), shape=array.shape)
+        request.raw_input_contents.append(_raw(array))
+    for name in output_names:
+        request.outputs.add(name=name)
+    return request
 
 
 def _raw(array: np.ndarray) -> bytes:

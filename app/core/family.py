@@ -23,7 +23,8 @@ task's pipeline class, its model class and its modality, a ``Family`` holds:
   options (``OPTIONS``) and input (``input_field``, ``INPUT_SCHEMA``) the OpenAPI document's
   (``app.router.openapi``);
 - ``counters``: metrics of its own, a count its client reports per request (``timings[key]``),
-  exported as a counter by model.
+  exported as a counter by model; ``measures``: a value its client reports per request, observed
+  by a histogram by model (a generation's time to its first token).
 
 Framework-free (standard library only): the shared layer reads it, the layers above fill it in.
 """
@@ -49,6 +50,16 @@ class Counter:
 
 
 @dataclass(frozen=True)
+class Measure:
+    """A family's own distribution: the value its client puts in a request's ``timings[key]``."""
+
+    key: str  # the timings' key, and the access line's field
+    metric: str  # the router's Prometheus histogram, labelled by model
+    help: str
+    buckets: tuple[float, ...]
+
+
+@dataclass(frozen=True)
 class Family:
     name: str
     client: Any  # the clients.base.ModelClient subclass (the layer above fills it in)
@@ -60,6 +71,7 @@ class Family:
     graph_postprocess: bool = False
     loop: bool = False
     counters: tuple[Counter, ...] = ()
+    measures: tuple[Measure, ...] = ()
 
     @property
     def result(self) -> Mapping[str, Any]:

@@ -62,6 +62,7 @@ ROUTER_FILES = (
     "sentence_bert_config.json",
     "config_sentence_transformers.json",
     "generation_config.json",
+    "chat_template.jinja",  # a chat model's template where tokenizer_config.json does not hold it
 )
 # The prompt names every SentenceTransformer has, empty unless its folder names a text for them.
 ST_DEFAULT_PROMPTS = ("query", "document")

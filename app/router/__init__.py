@@ -22,6 +22,7 @@ from app.core.health import health_policy, ping_answer
 from app.core.settings import Settings
 from app.router.accept import answer_type
 from app.router.batches import run_invocations
+from app.router.generation import is_generation_body, parse_body, parse_streamed_envelope, streams
 from app.router.handlers import json_bytes, json_response, register_error_handlers
 from app.router.models_api import register as register_multi_model
 from app.router.observability import MIXED_MODELS, current
@@ -38,16 +39,19 @@ from app.router.parsing import (
     check_media_type,
     is_jsonlines,
     is_v2,
+    parse_custom_attributes,
     parse_invocation,
     parse_json_object,
     parse_lines,
     pass_through,
 )
+from app.router.streaming import answer_generation
 from clients.base import ModelClient, timed
 from clients.families import FAMILIES, build_registry
 from clients.kserve import TritonHttp
 from clients.multimodel import MultiModelStore
 from clients.serving import Model, Registry
+from clients.text_generation import FAMILY_NAME as TEXT_GENERATION
 from clients.triton import TritonClient
 from clients.v2_checks import check_request
 
@@ -81,6 +85,10 @@ def create_app(
         return client
 
     served = Served(lookup, served_models.content_types)
+
+    def generation_models() -> list[str]:
+        """The text_generation models served: one answers a TGI or chat body that names none."""
+        return [name for name, client in registry.items() if client.family == TEXT_GENERATION]
 
     @app.get("/ping")
     def ping() -> Response:
@@ -116,9 +124,18 @@ def create_app(
             return passed_to_triton(
                 replace(asked, target_model=served.v2_model) if served.v2_model else asked, document, served.load
             )
-        kind = answer_type(asked)
+        if document is not None and is_generation_body(document):  # TGI's or OpenAI's chat body
+            attributes = parse_custom_attributes(asked.custom_attributes)
+            with timed(current().timings, "preprocess"):
+                call = parse_body(document, attributes, served.lookup, generation_models)
+            return answer_generation(call, deadline, current())
         lines = is_jsonlines(asked)
         calls = parse_lines(asked, served.lookup) if lines else [parse_invocation(asked, served.lookup, document)]
+        if not lines and streams(calls[0].client, calls[0].payload):
+            with timed(current().timings, "preprocess"):
+                call = parse_streamed_envelope(calls[0].client, calls[0].payload, calls[0].version)
+            return answer_generation(call, deadline, current())
+        kind = answer_type(asked)
         if len({call.client.name for call in calls}) > 1:
             current().model = MIXED_MODELS
         answers = run_invocations(calls, numbered=lines, timings=current().timings, deadline=deadline)

@@ -57,6 +57,8 @@ class Metrics:
     in_flight: Gauge
     # The families' own counts (app.core.family.Counter), by their timings' key: a count per model.
     counts: Mapping[str, Counter]
+    # ... and their own distributions (app.core.family.Measure): a histogram per model.
+    measures: Mapping[str, Histogram] = field(default_factory=dict)
 
 
 def make_metrics(families: Mapping[str, Family] = FAMILIES) -> Metrics:
@@ -97,6 +99,10 @@ def make_metrics(families: Mapping[str, Family] = FAMILIES) -> Metrics:
             count.key: Counter(count.metric, count.help, ("model",), registry=owner)
             for count in {count.key: count for family in families.values() for count in family.counters}.values()
         },
+        measures={
+            measure.key: Histogram(measure.metric, measure.help, ("model",), buckets=measure.buckets, registry=owner)
+            for measure in {m.key: m for family in families.values() for m in family.measures}.values()
+        },
     )
 
 
@@ -133,6 +139,9 @@ class Trace:
     model: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     error_code: str | None = None
+    # A streamed answer (app.router.streaming): the request is recorded when its body ends, not
+    # when the route returns.
+    streamed: bool = False
 
 
 def current() -> Trace:
@@ -171,15 +180,21 @@ class Observed:
             headers.append((RESPONSE_ID_HEADER, trace.request_id))
             return start_response(status, headers, exc_info)
 
-        if invocation:
-            self.metrics.in_flight.inc()
-        try:
-            return self.app(environ, start)
-        finally:
+        def finish() -> None:
             if invocation:
                 self.metrics.in_flight.dec()
             status = int(answered[-1].split(" ", 1)[0]) if answered else 500
             self._record(environ, trace, status, time.perf_counter() - started, invocation)
+
+        if invocation:
+            self.metrics.in_flight.inc()
+        body = None
+        try:
+            body = self.app(environ, start)
+        finally:
+            if body is None or not trace.streamed:
+                finish()
+        return Recorded(body, finish) if trace.streamed else body
 
     def _record(self, environ: Mapping[str, Any], trace: Trace, status: int, elapsed: float, invocation: bool) -> None:
         model, timings = trace.model or NO_MODEL, trace.timings
@@ -198,6 +213,9 @@ class Observed:
             for key, count in self.metrics.counts.items():
                 if key in timings:
                     count.labels(model).inc(timings[key])
+            for key, histogram in self.metrics.measures.items():
+                if key in timings:
+                    histogram.labels(model).observe(timings[key])
         method, path = environ.get("REQUEST_METHOD", ""), environ.get("PATH_INFO", "")
         # The field names are app.core.access's: CloudWatch's metric filters read the same ones.
         fields: dict[str, Any] = {access.REQUEST_ID: trace.request_id, access.METHOD: method, access.PATH: path}
@@ -211,6 +229,9 @@ class Observed:
         for key in self.metrics.counts:
             if key in timings:
                 fields[key] = int(timings[key])
+        for key in self.metrics.measures:
+            if key in timings and key not in fields:
+                fields[key] = round(timings[key], 4)
         if trace.error_code:
             fields[access.ERROR] = trace.error_code
         target = environ.get(_TARGET_MODEL_KEY)
@@ -219,6 +240,26 @@ class Observed:
         if self.endpoint:
             fields[access.ENDPOINT] = self.endpoint
         access_log.info("%s %s %s", method, path, status, extra={"fields": fields})
+
+
+class Recorded:
+    """A streamed body (``Trace.streamed``) whose request is recorded when the server closes it: its
+    last chunk sent, or the caller gone."""
+
+    def __init__(self, body: Any, finish: Any) -> None:
+        self.body = body
+        self.finish = finish
+
+    def __iter__(self) -> Any:
+        return iter(self.body)
+
+    def close(self) -> None:
+        try:
+            close = getattr(self.body, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self.finish()
 
 
 def install(app: Flask, metrics: Metrics | None = None, endpoint: str = "") -> Metrics:

@@ -232,8 +232,9 @@ class PassThrough:
 
 
 def is_v2(document: Mapping[str, Any]) -> bool:
-    """A v2 inference request, recognised by its shape: ``inputs`` (checked later) and no ``modelname``."""
-    return "inputs" in document and "modelname" not in document
+    """A v2 inference request, recognised by its shape: ``inputs`` (checked later) and no ``modelname``;
+    not TGI's body, whose ``inputs`` is a string (v2's is a list of tensors)."""
+    return "inputs" in document and "modelname" not in document and not isinstance(document["inputs"], str)
 
 
 def pass_through(request: Request, default_model: str, document: Any = None) -> PassThrough:

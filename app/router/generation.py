@@ -1,0 +1,350 @@
+"""The text_generation family's request forms and answers, parsed without Flask.
+
+Three forms reach a text_generation model on ``/invocations`` (docs/reference/api.md):
+
+- the envelope, ``{"modelname", "payload": {"text", ...}}`` (``clients.text_generation``), whose
+  ``"stream": true`` is answered here;
+- Hugging Face TGI's (and LMI's), ``{"inputs": "<text>", "parameters": {...}, "stream"}``, answered
+  ``[{"generated_text"}]`` (with ``details``: TGI's details); told apart from a KServe v2 body by its
+  ``inputs``, a string where v2's is a list of tensors;
+- OpenAI's chat completions, ``{"model"?, "messages", "max_tokens", ...}``, answered a
+  ``chat.completion``; the prompt is the folder's chat template.
+
+A TGI or chat body names its model with the custom attribute ``modelname=`` or (chat) ``model``;
+without either, the one text_generation model served answers it. Streamed, each answers events
+(``events``): TGI's ``{"token", "generated_text", "details"}`` for the first two forms,
+``chat.completion.chunk`` then ``[DONE]`` for chat (``app.router.streaming`` sends them). A ``null``
+value is read as not given, as the clients of both send them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.core.errors import InvalidInput
+from clients.base import ModelClient
+from clients.generation import EOS, LENGTH, Generation, Token
+from clients.options import Option
+from clients.text_generation import FAMILY_NAME, TextGenerationClient, parse_stop
+
+ENVELOPE, TGI, CHAT = "envelope", "tgi", "chat"
+DONE = "[DONE]"
+# TGI's parameters that are settings; those taken at their neutral value only (huggingface_hub sends them).
+TGI_SETTINGS = ("max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "repetition_penalty", "seed")
+TGI_OTHERS = ("stop", "return_full_text", "details", "truncate")
+TGI_NEUTRAL = {"watermark": False, "decoder_input_details": False, "best_of": 1, "top_n_tokens": 0}
+TGI_KEYS = ("inputs", "parameters", "stream")
+CHAT_KEYS = (
+    "model",
+    "messages",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "stop",
+    "seed",
+    "stream",
+    "stream_options",
+    "n",
+    "user",
+)
+CHAT_TEMPERATURE = Option("temperature", float, 0.0, 2.0)  # OpenAI's range; 0: greedy
+CHAT_FINISH = {EOS: "stop", LENGTH: "length", "stop_sequence": "stop"}
+
+
+def is_generation_body(document: Mapping[str, Any]) -> bool:
+    """A TGI body (``inputs`` a string) or an OpenAI chat body (``messages``), without an envelope."""
+    if "modelname" in document:
+        return False
+    return isinstance(document.get("inputs"), str) or "messages" in document
+
+
+@dataclass(frozen=True)
+class GenerationCall:
+    """A parsed generation request: its client and form, its prompts (the text, for
+    ``return_full_text``) and their checked asks, and how it is answered."""
+
+    client: TextGenerationClient
+    form: str
+    asks: tuple[Any, ...]
+    prompts: tuple[str, ...]
+    single: bool = True
+    stream: bool = False
+    return_full_text: bool = False
+    details: bool = False
+    include_usage: bool = False
+    version: str | None = None
+
+
+def generation_client(client: ModelClient) -> TextGenerationClient:
+    if not isinstance(client, TextGenerationClient):
+        raise InvalidInput(
+            f"model {client.name!r} is a {client.family} model: TGI's and OpenAI's bodies are for "
+            f"{FAMILY_NAME} models (send it the envelope, modelname and payload)"
+        )
+    return client
+
+
+def pick_model(name: Any, served: Callable[[], Sequence[str]]) -> Any:
+    """The model a TGI or chat body names; without one, the one text_generation model served."""
+    if name not in (None, ""):
+        return name
+    names = sorted(served())
+    if len(names) == 1:
+        return names[0]
+    choices = (
+        f"the {FAMILY_NAME} models served are {', '.join(names)}" if names else f"no {FAMILY_NAME} model is served"
+    )
+    raise InvalidInput(
+        f"the body names no model: send modelname=<name> in X-Amzn-SageMaker-Custom-Attributes (or model, "
+        f"for a chat body); {choices}"
+    )
+
+
+def parse_body(
+    document: Mapping[str, Any],
+    attributes: Mapping[str, str],
+    lookup: Callable[[Any], ModelClient],
+    served: Callable[[], Sequence[str]],
+) -> GenerationCall:
+    """A TGI or chat body (``is_generation_body``): its model (the custom attribute ``modelname``, a
+    chat body's ``model``, else the one served), then the body as that model's client reads it."""
+    chat = "messages" in document
+    name = attributes.get("modelname") or (document.get("model") if chat else None)
+    client = generation_client(lookup(pick_model(name, served)))
+    return parse_chat(document, client) if chat else parse_tgi(document, client)
+
+
+def streams(client: ModelClient, payload: Mapping[str, Any]) -> bool:
+    """Whether an envelope's payload asks for a streamed answer (a text_generation model's)."""
+    return isinstance(client, TextGenerationClient) and payload.get("stream") is True
+
+
+def _given(mapping: Mapping[str, Any], keys: Sequence[str], where: str, form: str) -> dict[str, Any]:
+    """The keys given a value (null: not given); any other key is refused, naming those taken."""
+    given = {key: value for key, value in mapping.items() if value is not None}
+    unknown = sorted(set(given) - set(keys))
+    if unknown:
+        raise InvalidInput(f"{where}{unknown[0]} is not taken by {form} (taken: {', '.join(keys)})")
+    return given
+
+
+def _flag(value: Any, where: str) -> bool:
+    return Option(where, bool).parse(value, where)
+
+
+def parse_tgi(document: Mapping[str, Any], client: TextGenerationClient) -> GenerationCall:
+    """TGI's ``{"inputs", "parameters", "stream"}``. As TGI, a sampling setting given (temperature,
+    top_k, top_p) turns sampling on; ``truncate`` keeps the prompt's last tokens; the answer keeps
+    the stop sequence it ends at."""
+    body = _given(document, TGI_KEYS, "", "a TGI body")
+    parameters = body.get("parameters", {})
+    if not isinstance(parameters, dict):
+        raise InvalidInput("parameters must be a JSON object")
+    taken = (*TGI_SETTINGS, *TGI_OTHERS, *TGI_NEUTRAL)
+    given = _given(parameters, taken, "parameters.", "a TGI body")
+    for key, neutral in TGI_NEUTRAL.items():
+        if key in given and given[key] != neutral:
+            raise InvalidInput(f"parameters.{key} is not served (only {neutral!r})")
+    options = {name: option.default for name, option in client.options.items()}
+    for name in TGI_SETTINGS:
+        if name in given:
+            options[name] = client.options[name].parse(given[name], f"parameters.{name}")
+    warped = (
+        options["temperature"] != 1.0 and "temperature" in given
+        or "top_k" in given and options["top_k"] > 0
+        or "top_p" in given and options["top_p"] < 1.0
+    )  # fmt: skip
+    options["do_sample"] = bool(options["do_sample"]) or warped
+    keep = None
+    if "truncate" in given:
+        keep = int(Option("truncate", int, 1, client.context - 1).parse(given["truncate"], "parameters.truncate"))
+    ask = client.ask(
+        client.encode_text(body.get("inputs"), "inputs"),
+        options,
+        "inputs",
+        new_tokens="parameters.max_new_tokens",
+        given="max_new_tokens" in given,
+        keep=keep,
+        stops=parse_stop(given.get("stop"), "parameters.stop"),
+    )
+    return GenerationCall(
+        client,
+        TGI,
+        (ask,),
+        (body["inputs"],),
+        stream=_flag(body.get("stream", False), "stream"),
+        return_full_text=_flag(given.get("return_full_text", False), "parameters.return_full_text"),
+        details=_flag(given.get("details", False), "parameters.details"),
+    )
+
+
+def parse_chat(document: Mapping[str, Any], client: TextGenerationClient) -> GenerationCall:
+    """OpenAI's chat completions body. ``temperature`` 0 is greedy, above 0 samples; a ``top_p`` under 1
+    samples; neither given, the folder's generation config decides. The answer ends before the stop
+    sequence it stops at, as OpenAI's."""
+    body = _given(document, CHAT_KEYS, "", "a chat completions body")
+    if body.get("n", 1) != 1:
+        raise InvalidInput("n must be 1: one choice is generated")
+    if "user" in body and not isinstance(body["user"], str):
+        raise InvalidInput("user must be a string")
+    options = {name: option.default for name, option in client.options.items()}
+    if "max_tokens" in body and "max_completion_tokens" in body:
+        raise InvalidInput("max_tokens and max_completion_tokens name the same limit: send one")
+    new_tokens = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+    if new_tokens in body:
+        options["max_new_tokens"] = client.options["max_new_tokens"].parse(body[new_tokens], new_tokens)
+    if "temperature" in body:
+        temperature = CHAT_TEMPERATURE.parse(body["temperature"], "temperature")
+        options["do_sample"] = temperature > 0
+        if temperature > 0:
+            options["temperature"] = client.options["temperature"].parse(temperature, "temperature")
+    if "top_p" in body:
+        options["top_p"] = client.options["top_p"].parse(body["top_p"], "top_p")
+        options["do_sample"] = options["do_sample"] or options["top_p"] < 1.0
+    if "seed" in body:
+        options["seed"] = client.options["seed"].parse(body["seed"], "seed")
+    usage = body.get("stream_options", {})
+    if not isinstance(usage, dict) or set(usage) - {"include_usage"}:
+        raise InvalidInput("stream_options takes include_usage only")
+    ask = client.ask(
+        client.encode_chat(body.get("messages")),
+        options,
+        "messages",
+        new_tokens=new_tokens,
+        given=new_tokens in body,
+        stops=parse_stop(body.get("stop"), "stop"),
+        include_stop=False,
+    )
+    stream = _flag(body.get("stream", False), "stream")
+    if "stream_options" in body and not stream:
+        raise InvalidInput("stream_options is only taken with stream true")
+    return GenerationCall(
+        client,
+        CHAT,
+        (ask,),
+        ("",),
+        stream=stream,
+        include_usage=_flag(usage.get("include_usage", False), "stream_options.include_usage"),
+    )
+
+
+def parse_streamed_envelope(client: TextGenerationClient, payload: Mapping[str, Any], version: str | None):
+    """The envelope's payload with ``"stream": true``: one text."""
+    work = client.plan(payload, version)
+    item, where = work.items[0]
+    ask = client.ask_payload(item, where, work.options)
+    return GenerationCall(
+        client,
+        ENVELOPE,
+        (ask,),
+        (item,),
+        stream=True,
+        return_full_text=work.options["return_full_text"],
+        version=version,
+    )
+
+
+# -- answers ----------------------------------------------------------------------------------------
+
+
+def _logprob(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def tgi_token(token: Token) -> dict[str, Any]:
+    return {"id": token.id, "text": token.text, "logprob": _logprob(token.logprob), "special": token.special}
+
+
+def full_text(call: GenerationCall, generation: Generation, index: int = 0) -> str:
+    return call.prompts[index] + generation.text if call.return_full_text else generation.text
+
+
+def tgi_details(generation: Generation, tokens: bool = True) -> dict[str, Any]:
+    details: dict[str, Any] = {
+        "finish_reason": generation.finish_reason,
+        "generated_tokens": len(generation.tokens),
+        "seed": generation.seed,
+    }
+    if tokens:
+        details |= {"prefill": [], "tokens": [tgi_token(t) for t in generation.tokens]}
+    return details
+
+
+def tgi_answer(call: GenerationCall, generation: Generation) -> list[dict[str, Any]]:
+    """TGI's answer, a list of one ``{"generated_text"}`` (with ``details`` when asked)."""
+    answer: dict[str, Any] = {"generated_text": full_text(call, generation)}
+    if call.details:
+        answer["details"] = tgi_details(generation)
+    return [answer]
+
+
+def _chat_head(call: GenerationCall, ident: str, created: int, kind: str) -> dict[str, Any]:
+    return {"id": ident, "object": kind, "created": created, "model": call.client.name}
+
+
+def usage(generation: Generation) -> dict[str, int]:
+    completion = len(generation.tokens)
+    return {
+        "prompt_tokens": generation.prompt_tokens,
+        "completion_tokens": completion,
+        "total_tokens": generation.prompt_tokens + completion,
+    }
+
+
+def chat_answer(call: GenerationCall, generation: Generation) -> dict[str, Any]:
+    """OpenAI's ``chat.completion``: one choice, the assistant's message, its finish reason, the usage."""
+    choice = {
+        "index": 0,
+        "message": {"role": "assistant", "content": generation.text},
+        "logprobs": None,
+        "finish_reason": CHAT_FINISH[generation.finish_reason or LENGTH],
+    }
+    head = _chat_head(call, f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), "chat.completion")
+    return {**head, "choices": [choice], "usage": usage(generation)}
+
+
+def answer(call: GenerationCall, generation: Generation) -> Any:
+    """The whole answer of a TGI or chat call."""
+    return chat_answer(call, generation) if call.form == CHAT else tgi_answer(call, generation)
+
+
+def events(call: GenerationCall, generation: Generation, tokens: Iterator[Token]) -> Iterator[Any]:
+    """The streamed answer of ``generation`` whose ``tokens`` come (its iterator, perhaps begun),
+    event by event: dicts, and ``DONE`` (chat's last)."""
+    return chat_events(call, generation, tokens) if call.form == CHAT else tgi_events(call, generation, tokens)
+
+
+def tgi_events(call: GenerationCall, generation: Generation, tokens: Iterator[Token]) -> Iterator[dict[str, Any]]:
+    """TGI's: one event a token, the last carrying the whole text (and, asked, the details)."""
+    for index, token in enumerate(tokens):
+        last = token.last
+        yield {
+            "index": index,
+            "token": tgi_token(token),
+            "generated_text": full_text(call, generation) if last else None,
+            "details": tgi_details(generation, tokens=False) if last and call.details else None,
+        }
+
+
+def chat_events(call: GenerationCall, generation: Generation, tokens: Iterator[Token]) -> Iterator[Any]:
+    """OpenAI's: the assistant's role, a chunk a token that makes text, the finish reason (the usage,
+    asked), then ``[DONE]``."""
+    head = _chat_head(call, f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), "chat.completion.chunk")
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+    yield chunk({"role": "assistant", "content": ""})
+    for token in tokens:
+        if token.text:
+            yield chunk({"content": token.text})
+    yield chunk({}, CHAT_FINISH[generation.finish_reason or LENGTH])
+    if call.include_usage:
+        yield {**head, "choices": [], "usage": usage(generation)}
+    yield DONE

@@ -1,0 +1,90 @@
+"""A generation's text as its tokens arrive: incremental decoding and stop sequences.
+
+``TextStream.push(ids)`` takes the tokens of one Triton response and answers the text that is
+final now; the pieces joined are always the decode of every token so far (``finish`` adds what was
+held back), so a streamed answer equals the whole one. Each push decodes every token so far (as
+transformers' ``TextStreamer`` does) and answers the new end of that text, holding back:
+
+- text that ends in U+FFFD: a multi-byte character whose bytes have not all come (byte-level BPE,
+  SentencePiece's byte fallback);
+- text that could be the start of a stop sequence, or of a pattern the decode's clean-up would
+  change (``" ."`` becomes ``"."`` once the period comes).
+
+A stop sequence is looked for in the decoded text (wherever it falls among the tokens); the first
+one found ends the generation, the text cut right after it (``include_stop``: as Hugging Face's TGI
+answers) or right before it (as OpenAI's chat completions answer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+REPLACEMENT = "\ufffd"
+
+
+class TextStream:
+    """One generation's text (not shared between threads)."""
+
+    def __init__(
+        self,
+        decode: Callable[[list[int]], str],
+        stops: Sequence[str] = (),
+        include_stop: bool = True,
+        held: Sequence[str] = (),
+    ) -> None:
+        self.decode = decode
+        self.stops = tuple(stops)
+        self.include_stop = include_stop
+        # prefixes that may not be answered yet: a stop's or a clean-up pattern's start
+        self.held = tuple(s for s in (*self.stops, *held) if s)
+        self.ids: list[int] = []
+        self.text = ""  # the decode of every token so far (cut at a stop once one is found)
+        self.sent = 0  # characters of it answered
+        self.stopped: str | None = None  # the stop sequence that ended the generation
+
+    def push(self, ids: Sequence[int]) -> str:
+        """The text that the tokens ``ids`` make final (often "", never taken back)."""
+        if self.stopped is not None:
+            return ""
+        self.ids.extend(int(i) for i in ids)
+        self.text = self.decode(self.ids)
+        cut = self._stop()
+        if cut is not None:
+            self.text = self.text[:cut]
+            return self._answer(len(self.text))
+        return self._answer(self._ready())
+
+    def finish(self) -> str:
+        """The text held back, answered at the end of the generation."""
+        return self._answer(len(self.text))
+
+    def _answer(self, end: int) -> str:
+        piece = self.text[self.sent : end] if end > self.sent else ""
+        self.sent = max(self.sent, end)
+        return piece
+
+    def _stop(self) -> int | None:
+        """Where the text ends at the first stop sequence in it, if one is; the search starts where a
+        stop could first end past the text already answered (what is before was searched)."""
+        found: tuple[int, str] | None = None
+        for stop in self.stops:
+            start = max(0, self.sent - len(stop) + 1)
+            at = self.text.find(stop, start)
+            if at >= 0 and (found is None or at < found[0]):
+                found = (at, stop)
+        if found is None:
+            return None
+        at, self.stopped = found
+        return at + len(self.stopped) if self.include_stop else at
+
+    def _ready(self) -> int:
+        """How much of the text is final: short of a trailing U+FFFD, and of any end of it that
+        begins a held sequence."""
+        end = len(self.text.rstrip(REPLACEMENT))
+        hold = 0
+        for sequence in self.held:
+            for size in range(min(len(sequence) - 1, end), hold, -1):
+                if self.text.endswith(sequence[:size], 0, end):
+                    hold = size
+                    break
+        return end - hold

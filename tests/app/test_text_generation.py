@@ -1,0 +1,269 @@
+"""The text_generation family through the Flask app, with a stand-in for Triton's token stream
+(``tests.tiny_causal.FakeGenerator``): the envelope, TGI's and OpenAI's chat forms, whole and streamed
+(server-sent events), their shapes, stop sequences, a caller that leaves mid-stream, errors before and
+after the stream starts, and the checks that refuse a request before Triton sees it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer
+
+from app.core.errors import InferenceTimeout, TritonUnavailable
+from app.core.settings import Settings
+from app.router import create_app
+from tests.support import assert_error
+from tests.tiny_causal import CHATML, FakeGenerator, write_folder
+
+ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
+REPLY = "Paris is the capital of France. 日本 🚀"
+CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Capital of France?"}]
+
+
+EOS = {"chat": "<|endoftext|>", "plain": "</s>"}
+
+
+def reply_ids(tokenizer, eos: str) -> list[int]:
+    return [*tokenizer.encode(REPLY, add_special_tokens=False).ids, tokenizer.token_to_id(eos)]
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory):
+    root = tmp_path_factory.mktemp("generation")
+    write_folder(root, "chat", "byte_level", CHATML, positions=64, generation={"max_new_tokens": 40})
+    write_folder(root, "plain", "byte_fallback", None, positions=48)
+    return root
+
+
+@pytest.fixture(scope="module")
+def tokenizers(repository):
+    """Each model's own tokenizer (a training is not repeatable: the folder's file is the one)."""
+    return {name: Tokenizer.from_file(str(repository / name / "hf" / "tokenizer.json")) for name in EOS}
+
+
+@pytest.fixture
+def triton(tokenizers):
+    return FakeGenerator({name: reply_ids(tokenizers[name], EOS[name]) for name in EOS}, delay=0.001)
+
+
+@pytest.fixture
+def app(repository, triton):
+    return create_app(Settings(model_repository=repository, max_batch_items=8), triton=triton)
+
+
+@pytest.fixture
+def client(app):
+    return app.test_client()
+
+
+def post(client, body, attributes=None, **kwargs):
+    headers = {ATTRIBUTES: attributes} if attributes else {}
+    return client.post(
+        "/invocations", data=json.dumps(body), content_type="application/json", headers=headers, **kwargs
+    )
+
+
+def events(response) -> list:
+    assert response.status_code == 200, response.get_data(as_text=True)
+    assert response.mimetype == "text/event-stream"
+    assert response.headers["X-Accel-Buffering"] == "no"
+    text = response.get_data(as_text=True)
+    response.close()  # as a WSGI server closes a body it has sent
+    assert text.endswith("\n\n")
+    found = []
+    for block in text.split("\n\n")[:-1]:
+        assert block.startswith("data: ")
+        data = block[len("data: ") :]
+        found.append(data if data == "[DONE]" else json.loads(data))
+    return found
+
+
+def test_the_envelope_whole_and_streamed(client, triton, tokenizers):
+    tokenizer = tokenizers["chat"]
+    response = post(client, {"modelname": "chat", "payload": {"text": "Capital of France?"}})
+    assert response.status_code == 200, response.get_data(as_text=True)
+    result = response.get_json()["result"]
+    prompt, generated = len(tokenizer.encode("Capital of France?").ids), len(reply_ids(tokenizer, EOS["chat"]))
+    assert result == {
+        "generated_text": REPLY,
+        "finish_reason": "eos_token",
+        "prompt_tokens": prompt,
+        "generated_tokens": generated,
+    }
+    _, inputs, stream = triton.streams[-1]
+    assert inputs["input_ids"].tolist() == tokenizer.encode("Capital of France?").ids
+    assert inputs["input_ids"].dtype == np.int64 and inputs["max_new_tokens"].tolist() == [40]  # the folder's
+    assert inputs["seed"].tolist() == [-1] and inputs["do_sample"].dtype == np.bool_
+    assert 0 < inputs["timeout_ms"][0] <= 30_000 and not stream.cancelled
+    streamed = events(post(client, {"modelname": "chat", "payload": {"text": "Capital of France?", "stream": True}}))
+    assert "".join(e["token"]["text"] for e in streamed) == REPLY
+    assert [e["generated_text"] for e in streamed] == [None] * (len(streamed) - 1) + [REPLY]
+    assert set(streamed[0]) == {"index", "token", "generated_text", "details"}
+    assert set(streamed[0]["token"]) == {"id", "text", "logprob", "special"}
+
+
+def test_a_list_is_generated_together_in_order(client, triton, tokenizers):
+    texts = ["hello", "hello world, the quick", "Paris"]
+    body = {"modelname": "plain", "payload": {"text": texts, "max_new_tokens": 3, "return_full_text": True}}
+    response = post(client, body)
+    assert response.status_code == 200, response.get_data(as_text=True)
+    results = response.get_json()["result"]
+    tokenizer = tokenizers["plain"]
+    first = tokenizer.decode(reply_ids(tokenizer, EOS["plain"])[:3], skip_special_tokens=True)
+    assert [r["generated_text"] for r in results] == [text + first for text in texts]
+    assert [r["finish_reason"] for r in results] == ["length"] * 3
+    assert [inputs["input_ids"].tolist() for _, inputs, _ in triton.streams] == [
+        tokenizer.encode(text).ids
+        for text in texts  # each with its BOS
+    ]
+
+
+def test_tgi_whole_streamed_and_stopped(client, triton):
+    body = {"inputs": "Capital of France?", "parameters": {"max_new_tokens": 30, "details": True, "stop": ["capital"]}}
+    (answer,) = post(client, body, "modelname=chat").get_json()
+    assert answer["generated_text"] == "Paris is the capital"  # TGI keeps the stop sequence
+    details = answer["details"]
+    assert details["finish_reason"] == "stop_sequence" and details["seed"] is None
+    assert "".join(t["text"] for t in details["tokens"]) == answer["generated_text"]
+    assert details["generated_tokens"] == len(details["tokens"]) < 20
+    assert triton.streams[-1][2].cancelled  # the generation ended at the stop
+    streamed = events(post(client, {**body, "stream": True}, "modelname=chat"))
+    assert "".join(e["token"]["text"] for e in streamed) == answer["generated_text"]
+    assert streamed[-1]["generated_text"] == answer["generated_text"]
+    assert streamed[-1]["details"] == {
+        "finish_reason": "stop_sequence",
+        "generated_tokens": len(streamed),
+        "seed": None,
+    }
+    plain = post(client, {"inputs": "Capital?", "parameters": {"temperature": 0.5, "seed": 7}}, "modelname=chat")
+    assert plain.get_json() == [{"generated_text": REPLY}]
+    inputs = triton.streams[-1][1]
+    assert inputs["do_sample"].tolist() == [True] and inputs["seed"].tolist() == [7]  # TGI: a warper samples
+
+
+def test_chat_whole_and_streamed(client, triton, app, tokenizers):
+    generated = len(reply_ids(tokenizers["chat"], EOS["chat"]))
+    response = post(client, {"model": "chat", "messages": CHAT, "max_tokens": 25, "stop": ". 日"})
+    completion = response.get_json()
+    assert response.status_code == 200, completion
+    assert completion["object"] == "chat.completion" and completion["model"] == "chat"
+    assert completion["id"].startswith("chatcmpl-") and isinstance(completion["created"], int)
+    (choice,) = completion["choices"]
+    assert choice["message"] == {"role": "assistant", "content": "Paris is the capital of France"}  # OpenAI: cut
+    assert choice["finish_reason"] == "stop"
+    prompt = app.extensions["registry"]["chat"].encode_chat(CHAT)
+    assert triton.streams[-1][1]["input_ids"].tolist() == prompt
+    usage = completion["usage"]
+    assert usage["prompt_tokens"] == len(prompt) and usage["total_tokens"] == len(prompt) + usage["completion_tokens"]
+    body = {"model": "chat", "messages": CHAT, "stream": True, "stream_options": {"include_usage": True}}
+    streamed = events(post(client, body))
+    assert streamed[-1] == "[DONE]" and streamed[-2]["usage"]["completion_tokens"] == generated
+    chunks = streamed[:-2]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == REPLY
+    assert chunks[-1]["choices"][0] == {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}
+    whole = post(client, {"model": "chat", "messages": CHAT}).get_json()
+    assert whole["choices"][0]["message"]["content"] == REPLY
+
+
+def test_the_model_a_body_names(client, repository, triton):
+    assert_error(post(client, {"inputs": "hi"}), 400, "invalid_input", "names no model", "chat, plain")
+    assert_error(post(client, {"model": "nope", "messages": CHAT}), 404, "unknown_model", "nope")
+    assert_error(post(client, {"model": "plain", "messages": CHAT}), 400, "invalid_input", "no chat template")
+    alone = create_app(Settings(model_repository=repository / "alone"), registry={}, triton=triton).test_client()
+    assert_error(post(alone, {"inputs": "hi"}), 400, "invalid_input", "no text_generation model is served")
+
+
+def test_the_only_generation_model_answers_a_body_without_a_name(tmp_path, triton):
+    write_folder(tmp_path, "chat", "byte_level", CHATML)
+    app = create_app(Settings(model_repository=tmp_path), triton=triton)
+    assert post(app.test_client(), {"messages": CHAT}).get_json()["model"] == "chat"
+
+
+@pytest.mark.parametrize(
+    ("body", "attributes", "fragments"),
+    [
+        ({"inputs": "word " * 70}, "modelname=chat", ["inputs is", "tokens", "context of 64"]),
+        (
+            {"inputs": "hello world, the quick brown fox", "parameters": {"max_new_tokens": 60}},
+            "modelname=chat",
+            ["parameters.max_new_tokens 60 is over the context left", "of the model's 64"],
+        ),
+        ({"inputs": "hi", "parameters": {"max_new_tokens": 64}}, "modelname=chat", ["parameters.max_new_tokens", "63"]),
+        ({"model": "chat", "messages": [{"role": "robot", "content": "x"}]}, None, ["messages[0].role"]),
+        ({"model": "chat", "messages": [{"role": "user", "content": 5}]}, None, ["messages[0].content"]),
+        ({"model": "chat", "messages": CHAT, "stop": ["a", "b", "c", "d", "e"]}, None, ["stop has 5", "limit of 4"]),
+        ({"model": "chat", "messages": CHAT, "stop": [""]}, None, ["stop[0] must be a non-empty string"]),
+        ({"model": "chat", "messages": CHAT, "temperature": 3}, None, ["temperature must be between 0 and 2"]),
+        ({"model": "chat", "messages": CHAT, "logit_bias": {}}, None, ["logit_bias is not taken"]),
+        ({"inputs": "hi", "parameters": {"top_p": 0}}, "modelname=chat", ["parameters.top_p"]),
+        ({"inputs": "hi", "parameters": {"best_of": 2}}, "modelname=chat", ["parameters.best_of"]),
+        ({"inputs": "hi", "parameters": {"typo": 1}}, "modelname=chat", ["parameters.typo is not taken"]),
+        ({"modelname": "chat", "payload": {"text": ["a", "b"], "stream": True}}, None, ["payload.stream", "list"]),
+        ({"modelname": "chat", "payload": {"text": "a", "stream": True, "num_beams": 2}}, None, ["beam search"]),
+        ({"modelname": "chat", "payload": {"text": "a", "repetition_penalty": 0}}, None, ["repetition_penalty"]),
+        ({"modelname": "chat", "payload": {"text": "a", "top_k": 100000}}, None, ["payload.top_k"]),
+    ],
+)
+def test_refused_before_triton(client, triton, body, attributes, fragments):
+    assert_error(post(client, body, attributes), 400, "invalid_input", *fragments)
+    assert triton.streams == []
+    assert client.get("/ping").status_code == 200
+
+
+def test_truncation_keeps_the_last_tokens(client, triton, tokenizers):
+    tokenizer = tokenizers["chat"]
+    text = "word " * 70
+    body = {"modelname": "chat", "payload": {"text": text, "truncation": True, "max_new_tokens": 10}}
+    assert post(client, body).status_code == 200
+    assert triton.streams[-1][1]["input_ids"].tolist() == tokenizer.encode(text).ids[-54:]
+    assert post(client, {"inputs": text, "parameters": {"truncate": 20}}, "modelname=chat").status_code == 200
+    assert triton.streams[-1][1]["input_ids"].tolist() == tokenizer.encode(text).ids[-20:]
+
+
+def test_a_caller_that_leaves_cancels_the_generation(client, triton):
+    triton.delay = 0.01
+    response = post(client, {"inputs": "hi", "stream": True}, "modelname=chat", buffered=False)
+    body = iter(response.response)
+    first = next(body)
+    assert first.startswith(b"data: ")
+    response.close()  # what gunicorn does when a write to the caller fails
+    _, _, stream = triton.streams[-1]
+    assert stream.cancelled and stream.sent < len(stream.tokens)
+    metrics = client.get("/metrics").get_data(as_text=True)
+    assert 'router_generation_cancelled_total{model="chat"} 1.0' in metrics
+
+
+def test_errors_before_and_after_the_stream_starts(client, triton):
+    triton.fail_at, triton.error = 0, InferenceTimeout("model 'chat': generation stopped at its deadline")
+    assert_error(post(client, {"inputs": "hi", "stream": True}, "modelname=chat"), 504, "inference_timeout")
+    triton.fail_at, triton.error = 3, TritonUnavailable("Triton cannot be reached: gone")
+    streamed = events(post(client, {"inputs": "hi", "stream": True}, "modelname=chat"))
+    assert len(streamed) == 4 and streamed[-1] == {
+        "error": "Triton cannot be reached: gone",
+        "error_type": "triton_unavailable",
+    }
+    assert_error(post(client, {"inputs": "hi"}, "modelname=chat"), 503, "triton_unavailable")
+    assert client.get("/ping").status_code == 200
+
+
+def test_a_streamed_request_is_measured_when_it_ends(client, caplog, tokenizers):
+    generated = len(reply_ids(tokenizers["chat"], EOS["chat"]))
+    with caplog.at_level("INFO", logger="app.access"):
+        events(post(client, {"inputs": "hi", "stream": True}, "modelname=chat"))
+    (line,) = [r for r in caplog.records if r.name == "app.access"]
+    fields = line.fields
+    assert fields["status"] == 200 and fields["generated_tokens"] == generated and fields["time_to_first_token_s"] >= 0
+    metrics = client.get("/metrics").get_data(as_text=True)
+    for name in ("router_time_to_first_token_seconds_count", "router_generation_tokens_per_second_count"):
+        assert f'{name}{{model="chat"}} 1.0' in metrics
+    assert f'router_generated_tokens_total{{model="chat"}} {generated:.1f}' in metrics
+
+
+def test_a_v2_body_is_still_v2():
+    from app.router.parsing import is_v2
+
+    assert is_v2({"inputs": [{"name": "x"}]}) and not is_v2({"inputs": "a text"})

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.core.causal_lm_contract import context_length
+from app.core.causal_lm_contract import MAX_RUNNING_ROWS, context_length
 from app.core.generation_contract import end_ids, read_generation_config
 from app.triton.causal_lm_beams import BeamSearch, OnnxCausalLM
 from app.triton.causal_lm_requests import Cancelled, Closed, Late, Request, check
@@ -43,7 +43,6 @@ from app.triton.causal_lm_session import Graph, prompt_inputs
 from app.triton.causal_lm_tokens import Chooser, choose
 
 LOG = logging.getLogger(__name__)
-MAX_ROWS = 16  # running rows, by default: the rest of the requests wait for a row to end
 
 
 @dataclass(eq=False)
@@ -120,7 +119,7 @@ class Scheduler:
     tokens, the positions, the vocabulary, beam search's defaults); ``graph``: its ``decoder.onnx``;
     ``max_rows``: how many requests step together at most (beams are not counted: they run apart)."""
 
-    def __init__(self, folder: Path, graph: Graph, max_rows: int = MAX_ROWS, clock=time.monotonic) -> None:
+    def __init__(self, folder: Path, graph: Graph, max_rows: int = MAX_RUNNING_ROWS, clock=time.monotonic) -> None:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
         self.graph = graph
         self.ends = frozenset(end_ids(read_generation_config(folder), config))

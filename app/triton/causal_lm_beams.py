@@ -114,6 +114,8 @@ class BeamSearch:
 
     def submit(self, request: Request) -> None:
         with self.condition:
+            if self.closing.is_set():
+                raise Closed("the model is unloading")
             self.waiting.append(request)
             self.condition.notify()
 

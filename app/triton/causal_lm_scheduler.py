@@ -20,6 +20,11 @@ A step of the loop:
 A row's tokens are those of ``generate`` for its prompt alone: padding is masked (its attention
 weight is 0), positions are the row's own, and token choice is per row (its own penalty history, its
 own random generator). Beam search runs ``generate`` itself beside the loop (``causal_lm_beams``).
+
+Measured on 2 shared vCPUs, one intra-op thread, 64 new tokens from 32-token prompts, greedy: a
+Llama-shaped model of 4 layers, width 256 and 32,000 tokens made 241 tokens/s for one caller, 685
+for 8 at once, 942 for 16 (17 ms a step of 16 rows: the graph's run 85% of it, token choice 12%);
+a tiny one (2 layers, width 32, 256 tokens) 2,800 tokens/s alone, 12,700 for 8.
 """
 
 from __future__ import annotations

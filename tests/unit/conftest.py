@@ -67,6 +67,7 @@ class CausalLMs:
             "llama": lambda: transformers.LlamaConfig(**decoder, **shared),
             "qwen2": lambda: transformers.Qwen2Config(**decoder, **shared),
             "qwen3": lambda: transformers.Qwen3Config(head_dim=8, **decoder, **shared),
+            "mistral": lambda: transformers.MistralConfig(**decoder, **shared),
             "phi3": lambda: transformers.Phi3Config(pad_token_id=0, **decoder, **shared),
         }[kind]()
 

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 import torch
 
-from app.core.causal_lm_contract import GRAPH_FILE, SETTINGS
+from app.core.causal_lm_contract import ARCHITECTURES, GRAPH_FILE, SETTINGS
 from app.core.generation_contract import DEADLINE_MARKER
 from app.triton.causal_lm_requests import Cancelled, Closed, Refused, Request
 from app.triton.causal_lm_scheduler import Batch, Row, Scheduler
-from app.triton.causal_lm_session import Graph, open_session
+from app.triton.causal_lm_session import Graph, Turns, open_session
 
-KINDS = ("llama", "gpt2", "qwen2", "phi3")
+KINDS = ARCHITECTURES
 WAIT_S = 60
 
 
@@ -304,3 +304,21 @@ def test_a_batch_pads_on_the_left_and_cuts_the_columns_no_row_needs():
     assert batch.rows == rows[1:] and batch.last[:, 0].tolist() == [8, 9]
     batch.keep([])
     assert batch.mask.shape == (0, 0) and batch.cache[0].shape == (0, 1, 0, 1)
+
+
+def test_turns_on_the_graph_are_granted_in_the_order_they_were_asked_for():
+    turns, order = Turns(), []
+
+    def take(name):
+        with turns:
+            order.append(name)
+
+    threads = [threading.Thread(target=take, args=(name,)) for name in "cba"]
+    with turns:
+        for asked, thread in enumerate(threads, start=2):
+            thread.start()
+            while turns._next_ticket < asked:  # it has asked, and waits
+                time.sleep(0.001)
+    for thread in threads:
+        thread.join(WAIT_S)
+    assert order == ["c", "b", "a"]

@@ -82,11 +82,11 @@ class Batch:
 
     def join(self, rows: Sequence[Row], mask: np.ndarray, cache: Sequence[np.ndarray], last: Sequence[int]) -> None:
         total = max(self.mask.shape[1], mask.shape[1])
-        self.mask = np.concatenate([left_padded(self.mask, total, 1), left_padded(mask, total, 1)])
-        self.cache = [
+        joined = [
             np.concatenate([left_padded(mine, total, 2), left_padded(theirs, total, 2)])
             for mine, theirs in zip(self.cache, cache)
         ]
+        self.mask, self.cache = np.concatenate([left_padded(self.mask, total, 1), left_padded(mask, total, 1)]), joined
         self.last = np.concatenate([self.last, np.asarray(last, np.int64).reshape(-1, 1)])
         self.rows = [*self.rows, *rows]
         self._cut()
@@ -215,17 +215,22 @@ class Scheduler:
         ids, mask, positions = prompt_inputs([request.ids for request in requests])
         try:
             logits, cache = self.graph.run(ids, mask, positions, self.graph.empty(len(requests)))
+            rows = [Row(request, Chooser(request.ids, request.settings)) for request in requests]
+            tokens, logprobs = choose([row.chooser for row in rows], logits)
         except Exception as error:  # these requests fail; the running ones go on
             LOG.exception("prompt step failed")
             for request in requests:
                 self._end(request, error, "failed")
             return
-        rows = [Row(request, Chooser(request.ids, request.settings)) for request in requests]
-        tokens, logprobs = choose([row.chooser for row in rows], logits)
         kept = self._send(rows, tokens, logprobs)
-        self.batch.join(
-            [rows[i] for i in kept], mask[kept], [array[kept] for array in cache], [tokens[i] for i in kept]
-        )
+        try:
+            self.batch.join(
+                [rows[i] for i in kept], mask[kept], [array[kept] for array in cache], [tokens[i] for i in kept]
+            )
+        except Exception as error:  # those that were joining fail here; the running ones in turn()
+            for i in kept:
+                self._end(rows[i].request, error, "failed")
+            raise
 
     def _step(self) -> None:
         now = self.clock()

@@ -322,3 +322,33 @@ def test_turns_on_the_graph_are_granted_in_the_order_they_were_asked_for():
     for thread in threads:
         thread.join(WAIT_S)
     assert order == ["c", "b", "a"]
+
+
+class Failing(Graph):
+    """The graph, whose run fails at its calls numbered in ``failing`` (from 0)."""
+
+    def __init__(self, graph: Graph, failing: set[int]) -> None:
+        super().__init__(graph.session)
+        self.calls, self.failing = 0, failing
+
+    def run(self, *args):
+        self.calls += 1
+        if self.calls - 1 in self.failing:
+            raise RuntimeError("out of memory")
+        return super().run(*args)
+
+
+def test_a_failed_run_fails_the_rows_it_ran_and_the_loop_goes_on(causal_lms, graphs):
+    folder, model = causal_lms("llama")
+    steps = Scheduler(folder, Failing(graphs["llama"], {0, 3}))
+    joining, running, later = Collect(), Collect(), Collect()
+    steps.submit(request([1, 2], joining))  # its prompt step is call 0
+    steps.turn(block=False)
+    steps.submit(request([3, 4], running, max_new_tokens=10))  # calls 1 (prompt), 2, then 3 fails
+    turns_until_done(steps, [joining, running])
+    steps.submit(request([5, 6], later, max_new_tokens=4))
+    turns_until_done(steps, [later])
+    assert "out of memory" in str(joining.error) and joining.tokens == []
+    assert "out of memory" in str(running.error) and len(running.tokens) == 2
+    assert later.tokens == generate(model, [5, 6], max_new_tokens=4, do_sample=False)
+    assert steps.counts["failed"] == 2

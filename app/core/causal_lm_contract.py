@@ -31,8 +31,8 @@ The Triton model's tensors, per request (one prompt; ``max_batch_size`` 0, no ba
   ``logprob`` ``[tokens]`` (``generate``'s transition scores of the best beam); beam search does not
   sample: ``do_sample``, ``temperature``, ``top_k``, ``top_p`` and ``seed`` are not read.
 - errors, each a response with Triton's final flag: values the model refuses ``INVALID_ARG`` (the
-  message starts with the field's name), the deadline ``UNAVAILABLE``, a cancelled request
-  ``CANCELLED``, anything else ``INTERNAL``.
+  message starts with the field's name), the deadline or the model's unloading ``UNAVAILABLE``, a
+  cancelled request ``CANCELLED``, anything else ``INTERNAL``.
 
 The model's config: decoupled (``model_transaction_policy { decoupled: true }``), ``max_batch_size``
 0, and the parameter ``RUNNING_ROWS_PARAMETER`` (string, default ``MAX_RUNNING_ROWS``): how many

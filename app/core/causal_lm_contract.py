@@ -27,7 +27,17 @@ The Triton model's tensors, per request (one prompt; ``max_batch_size`` 0, no ba
   repetition penalty, temperature, top-k and top-p). The last response carries Triton's final flag;
   a generation ends at an end-of-sequence token of the folder's generation config (sent, as
   ``generate`` returns it) or at ``max_new_tokens``. With ``num_beams`` > 1 (beam search, not
-  streamed) every token comes in one response at the end, its ``token_id`` ``[tokens]``.
+  streamed) every token comes in one response at the end, its ``token_id`` ``[tokens]`` and its
+  ``logprob`` ``[tokens]`` (``generate``'s transition scores of the best beam); beam search does not
+  sample: ``do_sample``, ``temperature``, ``top_k``, ``top_p`` and ``seed`` are not read.
+- errors, each a response with Triton's final flag: values the model refuses ``INVALID_ARG`` (the
+  message starts with the field's name), the deadline or the model's unloading ``UNAVAILABLE``, a
+  cancelled request ``CANCELLED``, anything else ``INTERNAL``.
+
+The model's config: decoupled (``model_transaction_policy { decoupled: true }``), ``max_batch_size``
+0, and the parameter ``RUNNING_ROWS_PARAMETER`` (string, default ``MAX_RUNNING_ROWS``): how many
+requests step together; the others wait for a row to end. ONNX Runtime's intra-op threads and
+providers come from the parameters ``ort_intra_op_threads`` and ``ort_providers``, as text2text's.
 """
 
 from __future__ import annotations
@@ -48,6 +58,9 @@ MAX_STOP_SEQUENCES = 4  # as OpenAI's chat completions
 MAX_STOP_CHARACTERS = 64  # each stop sequence's length
 MAX_TEMPERATURE = 100.0
 MAX_PENALTY = 100.0
+MAX_TIMEOUT_MS = 24 * 3600 * 1000  # timeout_ms, at most (as text2text's)
+RUNNING_ROWS_PARAMETER = "max_running_rows"
+MAX_RUNNING_ROWS = 16
 # The architectures (config.json's model_type) whose export has been held to generate token for token.
 ARCHITECTURES = ("gpt2", "llama", "qwen2", "qwen3", "mistral", "phi3")
 

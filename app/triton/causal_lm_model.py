@@ -1,0 +1,188 @@
+"""Triton python-backend model of a ``text_generation`` model: continuous batching over the version
+folder's ``decoder.onnx`` (``app.triton.causal_lm_scheduler``), each token streamed as it is made.
+
+Copied as ``<model>/1/model.py`` by model preparation. The model is decoupled and ``max_batch_size``
+is 0 (``app.core.causal_lm_contract``): ``execute`` gets requests of one prompt each, checks their
+values, hands each to the scheduler with its response sender and returns at once; the scheduler's
+thread sends every token as one response of the request's stream, the last with Triton's final flag,
+and ends the stream of a request that failed (deadline, error) with an error response. A caller that
+cancels (``response_sender.is_cancelled()``, asked every step) has its row dropped at the next step.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from app.core.causal_lm_contract import (
+    GRAPH_FILE,
+    INPUT_IDS,
+    LOGPROB,
+    MAX_RUNNING_ROWS,
+    MAX_TIMEOUT_MS,
+    RUNNING_ROWS_PARAMETER,
+    SETTINGS,
+    TOKEN_ID,
+    defaults,
+)
+from app.core.generation_contract import TIMEOUT_MS, read_generation_config
+from app.triton.causal_lm_requests import Cancelled, Closed, Late, Refused, Request
+from app.triton.causal_lm_scheduler import Scheduler
+from app.triton.causal_lm_session import Graph, open_session
+
+try:
+    import triton_python_backend_utils as pb_utils
+except ImportError:  # outside Triton (unit tests put a stand-in here)
+    pb_utils = None
+
+PROVIDERS_PARAMETER = "ort_providers"  # ONNX Runtime's providers, by preference (the target's)
+WARM_UP_S = 120.0
+
+
+def read_request(arrays: Mapping[str, np.ndarray], given_defaults: Mapping[str, Any]) -> tuple[np.ndarray, dict, float]:
+    """A request's prompt, settings (a setting it does not send: the folder's default) and timeout in
+    seconds; ``Refused`` naming a tensor that is not one value, or a timeout out of its bounds."""
+    settings = dict(given_defaults)
+    for setting in SETTINGS:
+        value = arrays.get(setting.name)
+        if value is None:
+            continue
+        if value.size != 1:
+            raise Refused(f"{setting.name} must be one value, not an array of shape {value.shape}")
+        settings[setting.name] = bool(value.item()) if setting.dtype == "BOOL" else value.item()
+    timeout = arrays.get(TIMEOUT_MS, np.array([MAX_TIMEOUT_MS]))
+    if timeout.size != 1 or not 1 <= timeout.item() <= MAX_TIMEOUT_MS:
+        raise Refused(f"{TIMEOUT_MS} must be one value from 1 to {MAX_TIMEOUT_MS}")
+    if INPUT_IDS not in arrays:
+        raise Refused(f"{INPUT_IDS} must be given")
+    return np.asarray(arrays[INPUT_IDS], np.int64), settings, timeout.item() / 1000.0
+
+
+class Stream:
+    """A request's response sender as the scheduler's sink: one response a token."""
+
+    def __init__(self, sender) -> None:
+        self.sender = sender
+
+    def token(self, token_id: int, logprob: float, last: bool) -> None:
+        self._send([token_id], [logprob], last)
+
+    def sequence(self, token_ids: Sequence[int], logprobs: Sequence[float]) -> None:
+        self._send(token_ids, logprobs, True)
+
+    def _send(self, token_ids: Sequence[int], logprobs: Sequence[float], last: bool) -> None:
+        tensors = [
+            pb_utils.Tensor(TOKEN_ID, np.asarray(token_ids, np.int64)),
+            pb_utils.Tensor(LOGPROB, np.asarray(logprobs, np.float32)),
+        ]
+        flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if last else 0
+        self.sender.send(pb_utils.InferenceResponse(output_tensors=tensors), flags=flags)
+
+    def failed(self, error: Exception) -> None:
+        flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        self.sender.send(pb_utils.InferenceResponse(error=triton_error(error)), flags=flags)
+
+    def cancelled(self) -> bool:
+        return bool(self.sender.is_cancelled())
+
+
+def triton_error(error: Exception):
+    """The Triton error of a request's failure: the caller's values (400), its deadline (the router's
+    timeout) or the model's unloading, its cancellation, else the model's own failure (500)."""
+    codes = pb_utils.TritonError
+    if isinstance(error, Refused):
+        return codes(str(error), codes.INVALID_ARG)
+    if isinstance(error, (Late, Closed)):
+        return codes(str(error), codes.UNAVAILABLE)
+    if isinstance(error, Cancelled):
+        return codes(str(error), getattr(codes, "CANCELLED", codes.UNAVAILABLE))
+    return codes(f"generation failed: {error.__class__.__name__}: {error}")
+
+
+class Waited:
+    """The warm-up's sink: waits for its generation's end; its failure raised again."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.error: Exception | None = None
+
+    def token(self, token_id: int, logprob: float, last: bool) -> None:
+        if last:
+            self.done.set()
+
+    def sequence(self, token_ids: Sequence[int], logprobs: Sequence[float]) -> None:
+        self.done.set()
+
+    def failed(self, error: Exception) -> None:
+        self.error = error
+        self.done.set()
+
+    def cancelled(self) -> bool:
+        return False
+
+    def wait(self, timeout: float) -> None:
+        if not self.done.wait(timeout):
+            raise TimeoutError(f"the warm-up's generation did not end in {timeout:.0f} s")
+        if self.error is not None:
+            raise self.error
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict) -> None:
+        from app.triton.onnx_model import intra_op_threads, volunteer_for_the_oom_killer
+        from app.triton.text2text_model import limit_torch_threads
+        from clients.families import load_spec
+
+        volunteer_for_the_oom_killer()
+        config = json.loads(args["model_config"])
+        folder = load_spec(Path(args["model_repository"])).text.folder
+        parameters = config.get("parameters", {})
+        providers = parameters.get(PROVIDERS_PARAMETER, {}).get("string_value", "")
+        rows = parameters.get(RUNNING_ROWS_PARAMETER, {}).get("string_value", "").strip()
+        threads = intra_op_threads(config)
+        limit_torch_threads(threads)
+        path = Path(args["model_repository"]) / args["model_version"] / GRAPH_FILE
+        graph = Graph(open_session(path, threads, [p for p in providers.split(",") if p]))
+        self.scheduler = Scheduler(folder, graph, int(rows) if rows else MAX_RUNNING_ROWS).start()
+        self.defaults = defaults(read_generation_config(folder))
+        self.input_names = [tensor["name"] for tensor in config["input"]]
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """A short generation, greedy then beam search, before the model says READY: the first caller
+        does not pay for ONNX Runtime's first runs."""
+        token = min(self.scheduler.ends, default=0)
+        for beams in (1, 2):
+            waited = Waited()
+            settings = {**self.defaults, "max_new_tokens": 2, "do_sample": False, "num_beams": beams}
+            ids = np.array([token], np.int64)
+            self.scheduler.submit(Request(ids, settings, time.monotonic() + WARM_UP_S, waited))
+            waited.wait(WARM_UP_S)
+
+    def execute(self, requests: list) -> None:
+        for request in requests:
+            stream = Stream(request.get_response_sender())
+            try:
+                arrays = {name: self._input(request, name) for name in self.input_names}
+                ids, settings, timeout_s = read_request(
+                    {name: array for name, array in arrays.items() if array is not None}, self.defaults
+                )
+                self.scheduler.submit(Request(ids, settings, time.monotonic() + timeout_s, stream))
+            except Exception as error:  # noqa: BLE001 - answered to that request; the others go on
+                stream.failed(error)
+        # decoupled: nothing is returned; each request's responses go through its own sender
+
+    @staticmethod
+    def _input(request, name: str) -> np.ndarray | None:
+        tensor = pb_utils.get_input_tensor_by_name(request, name)
+        return None if tensor is None else tensor.as_numpy()
+
+    def finalize(self) -> None:
+        self.scheduler.close()
+        self.scheduler = None

@@ -1,0 +1,84 @@
+"""A generation request as the ``text_generation`` scheduler takes it, the check of its values, and
+the ways it can end other than with its last token (``app.core.causal_lm_contract``).
+
+A request carries its own ``Sink``: where its tokens go as they are chosen. The Triton model's sink
+sends each one as a response of the request's stream; the tests' sinks collect them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from app.core.causal_lm_contract import SETTINGS
+from app.core.generation_contract import DEADLINE_MARKER
+
+
+class Refused(ValueError):
+    """A request whose values cannot be generated from (the caller's fault: a 400); names the field."""
+
+
+class Late(RuntimeError):
+    """A request that passed its deadline (its message carries ``DEADLINE_MARKER``)."""
+
+    def __init__(self, made: int) -> None:
+        super().__init__(f"{DEADLINE_MARKER} after {made} new tokens")
+
+
+class Cancelled(RuntimeError):
+    """A request its caller cancelled: its row is dropped at the next step."""
+
+
+class Closed(RuntimeError):
+    """A request still running or waiting when the model is unloaded."""
+
+
+class Sink(Protocol):
+    """Where a request's answer goes. Each request gets exactly one ending: a ``token`` with ``last``,
+    a ``sequence`` (beam search: every token at once), or ``failed``."""
+
+    def token(self, token_id: int, logprob: float, last: bool) -> None: ...
+
+    def sequence(self, token_ids: Sequence[int], logprobs: Sequence[float]) -> None: ...
+
+    def failed(self, error: Exception) -> None: ...
+
+    def cancelled(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Request:
+    """One prompt: its token ids, every setting of ``SETTINGS`` by name, its deadline
+    (``time.monotonic()``) and its sink."""
+
+    ids: np.ndarray
+    settings: Mapping[str, Any]
+    deadline: float
+    sink: Sink
+
+
+def check(ids: np.ndarray, settings: Mapping[str, Any], vocabulary: int, context: int | None) -> None:
+    """What Triton's config cannot say of a request's values: one axis of at least one token id within
+    the vocabulary, each setting within its bounds (top_k at most the vocabulary), and the prompt with
+    its ``max_new_tokens`` within the model's positions (``context``, None: no bound)."""
+    if ids.ndim != 1 or len(ids) == 0:
+        raise Refused(f"input_ids must be a prompt of at least one token id, not an array of shape {ids.shape}")
+    if ids.min() < 0 or ids.max() >= vocabulary:
+        raise Refused(f"input_ids must be token ids from 0 to {vocabulary - 1}")
+    for setting in SETTINGS:
+        value = settings[setting.name]
+        high = vocabulary if setting.name == "top_k" else setting.high
+        if setting.dtype == "BOOL":
+            if not isinstance(value, (bool, np.bool_)):
+                raise Refused(f"{setting.name} must be true or false, not {value!r}")
+        elif not (setting.low is None or value >= setting.low) or not (high is None or value <= high):
+            raise Refused(f"{setting.name} must be from {setting.low:g} to {high:g}, not {value:g}")
+    wanted = len(ids) + int(settings["max_new_tokens"])
+    if context is not None and wanted > context:
+        raise Refused(
+            f"max_new_tokens: the prompt's {len(ids)} tokens and {settings['max_new_tokens']} new ones exceed "
+            f"the model's {context} positions"
+        )

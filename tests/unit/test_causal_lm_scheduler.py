@@ -1,0 +1,354 @@
+"""The text_generation scheduler against Hugging Face's ``generate``, on tiny random-weight models
+(``causal_lms``): whoever a request is batched with, and whenever it joins, its tokens are those
+``model.generate`` gives its prompt alone, token for token, and its log-probabilities those of
+``generate``'s processed scores."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from app.core.causal_lm_contract import ARCHITECTURES, GRAPH_FILE, SETTINGS
+from app.core.generation_contract import DEADLINE_MARKER
+from app.triton.causal_lm_requests import Cancelled, Closed, Refused, Request
+from app.triton.causal_lm_scheduler import Batch, Row, Scheduler
+from app.triton.causal_lm_session import Graph, Turns, open_session
+
+KINDS = ARCHITECTURES
+WAIT_S = 60
+
+
+class Collect:
+    """A sink that keeps what it is sent; ``cancel_after``: it says cancelled once it has that many tokens."""
+
+    def __init__(self, cancel_after: int | None = None) -> None:
+        self.tokens: list[int] = []
+        self.logprobs: list[float] = []
+        self.lasts: list[bool] = []
+        self.error: Exception | None = None
+        self.done = threading.Event()
+        self.cancel_after = cancel_after
+
+    def token(self, token_id, logprob, last):
+        assert not self.done.is_set(), "a token after the stream's end"
+        self.tokens.append(token_id)
+        self.logprobs.append(logprob)
+        self.lasts.append(last)
+        if last:
+            self.done.set()
+
+    def sequence(self, token_ids, logprobs):
+        assert not self.done.is_set()
+        self.tokens, self.logprobs = list(token_ids), list(logprobs)
+        self.done.set()
+
+    def failed(self, error):
+        assert not self.done.is_set()
+        self.error = error
+        self.done.set()
+
+    def cancelled(self):
+        return self.cancel_after is not None and len(self.tokens) >= self.cancel_after
+
+
+def request(prompt, sink=None, deadline=float("inf"), **settings) -> Request:
+    given = {s.name: s.default for s in SETTINGS} | settings
+    return Request(np.asarray(prompt, np.int64), given, deadline, sink or Collect())
+
+
+def prompts(count: int, seed: int = 0) -> list[list[int]]:
+    generator = np.random.default_rng(seed)
+    return [generator.integers(3, 256, size=int(generator.integers(1, 16))).tolist() for _ in range(count)]
+
+
+def generate(model, prompt, scores: bool = False, **settings):
+    """``generate``'s new tokens for ``prompt`` alone (and its processed scores, with ``scores``)."""
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        found = model.generate(
+            ids, attention_mask=torch.ones_like(ids), return_dict_in_generate=True, output_scores=True, **settings
+        )
+    tokens = found.sequences[0, len(prompt) :].tolist()
+    return (tokens, torch.cat(found.scores)) if scores else tokens
+
+
+@pytest.fixture(scope="module")
+def graphs(causal_lms):
+    return {kind: Graph(open_session(causal_lms(kind)[0] / GRAPH_FILE, 1)) for kind in KINDS}
+
+
+def scheduler(causal_lms, graphs, kind="llama", **options) -> Scheduler:
+    return Scheduler(causal_lms(kind)[0], graphs[kind], **options)
+
+
+def turns_until_done(scheduler: Scheduler, sinks, clock=None, most: int = 200) -> None:
+    for _ in range(most):
+        if all(sink.done.is_set() for sink in sinks):
+            return
+        scheduler.turn(block=False)
+        if clock is not None:
+            clock[0] += 1
+    raise AssertionError("the requests did not end")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_callers_joining_at_different_steps_get_their_own_generate(causal_lms, graphs, kind):
+    model = causal_lms(kind)[1]
+    steps = scheduler(causal_lms, graphs, kind)
+    joins = {0: ([5, 17, 99, 3, 42, 7, 250], 20), 2: ([9], 1), 4: ([11, 12, 13], 12), 7: (list(range(30, 41)), 8)}
+    sinks = {}
+    for turn in range(40):
+        if turn in joins:
+            prompt, new = joins[turn]
+            sinks[turn] = Collect()
+            steps.submit(request(prompt, sinks[turn], max_new_tokens=new))
+        steps.turn(block=False)
+        # the cache is as long as the longest running row needs (what a long prompt left is cut)
+        run = [len(row.request.ids) + row.made - 1 for row in steps.batch.rows]
+        assert steps.batch.mask.shape[1] == max(run, default=0)
+        assert {a.shape[2] for a in steps.batch.cache} == {max(run, default=0)}
+    for turn, (prompt, new) in joins.items():
+        assert sinks[turn].done.is_set() and sinks[turn].error is None
+        assert sinks[turn].tokens == generate(model, prompt, max_new_tokens=new, do_sample=False), turn
+        assert sinks[turn].lasts == [False] * (len(sinks[turn].tokens) - 1) + [True]
+    assert steps.counts["finished"] == 4
+
+
+def test_eight_requests_at_once_each_get_their_own_generate(causal_lms, graphs):
+    model = causal_lms("qwen2")[1]
+    steps = scheduler(causal_lms, graphs, "qwen2", max_rows=6).start()  # two wait for a row to end
+    try:
+        given = [(prompt, 3 + 2 * i, 1.0 + 0.1 * (i % 3)) for i, prompt in enumerate(prompts(8))]
+        sinks = [Collect() for _ in given]
+        for (prompt, new, penalty), sink in zip(given, sinks):
+            steps.submit(request(prompt, sink, max_new_tokens=new, repetition_penalty=penalty))
+        assert all(sink.done.wait(WAIT_S) for sink in sinks)
+    finally:
+        steps.close()
+    for (prompt, new, penalty), sink in zip(given, sinks):
+        assert sink.tokens == generate(model, prompt, max_new_tokens=new, repetition_penalty=penalty, do_sample=False)
+
+
+def test_greedy_with_a_repetition_penalty_and_its_logprobs_are_generates(causal_lms, graphs):
+    model = causal_lms("gpt2")[1]
+    steps = scheduler(causal_lms, graphs, "gpt2")
+    given = [([7, 7, 8, 9, 7], 1.5), ([100, 101], 0.7), ([3] * 9, 1.0)]
+    sinks = [Collect() for _ in given]
+    for (prompt, penalty), sink in zip(given, sinks):
+        steps.submit(request(prompt, sink, max_new_tokens=15, repetition_penalty=penalty))
+    turns_until_done(steps, sinks)
+    for (prompt, penalty), sink in zip(given, sinks):
+        tokens, scores = generate(model, prompt, True, max_new_tokens=15, repetition_penalty=penalty, do_sample=False)
+        assert sink.tokens == tokens
+        wanted = torch.log_softmax(scores, -1)[torch.arange(len(tokens)), tokens]
+        np.testing.assert_allclose(sink.logprobs, wanted.numpy(), atol=1e-4)
+
+
+SAMPLING = {"do_sample": True, "temperature": 0.7, "top_k": 40, "top_p": 0.9, "max_new_tokens": 16}
+
+
+def test_a_seeded_request_draws_the_same_alone_batched_and_as_generate(causal_lms, graphs):
+    model = causal_lms("phi3")[1]
+    prompt = [12, 40, 41, 200]
+
+    def drawn(seed, others=()):
+        steps = scheduler(causal_lms, graphs, "phi3")
+        sinks = [Collect() for _ in range(1 + len(others))]
+        steps.submit(request(prompt, sinks[0], seed=seed, **SAMPLING))
+        for (other, settings), sink in zip(others, sinks[1:]):
+            steps.submit(request(other, sink, **settings))
+        turns_until_done(steps, sinks)
+        return sinks[0]
+
+    alone = drawn(7)
+    batched = drawn(7, [([5, 6], SAMPLING | {"seed": 8}), ([9] * 12, {}), ([1, 2, 3], SAMPLING)])
+    assert batched.tokens == alone.tokens
+    assert drawn(8).tokens != alone.tokens
+    torch.manual_seed(7)
+    tokens, scores = generate(model, prompt, True, **SAMPLING)
+    assert alone.tokens == tokens
+    wanted = torch.log_softmax(scores, -1)[torch.arange(len(tokens)), tokens]
+    np.testing.assert_allclose(alone.logprobs, wanted.numpy(), atol=1e-4)
+
+
+def test_an_end_of_sequence_token_ends_its_row_and_is_sent(causal_lms, graphs, tmp_path):
+    folder, model = causal_lms("llama")
+    prompt = [20, 21, 22]
+    free = generate(model, prompt, max_new_tokens=12, do_sample=False, eos_token_id=None)
+    end = next(token for i, token in enumerate(free) if i >= 2 and token not in free[:i])
+    for name in ("config.json", "generation_config.json"):
+        shutil.copy(folder / name, tmp_path / name)
+    config = json.loads((tmp_path / "generation_config.json").read_text())
+    (tmp_path / "generation_config.json").write_text(json.dumps(config | {"eos_token_id": [end, 2]}))
+    steps = Scheduler(tmp_path, graphs["llama"])
+    ended, other = Collect(), Collect()
+    other_prompt = next(p for p in prompts(20, 1) if end not in generate(model, p, max_new_tokens=12, do_sample=False))
+    steps.submit(request(prompt, ended, max_new_tokens=12))
+    steps.submit(request(other_prompt, other, max_new_tokens=12))
+    turns_until_done(steps, [ended, other])
+    assert ended.tokens == generate(model, prompt, max_new_tokens=12, do_sample=False, eos_token_id=[end, 2])
+    assert ended.tokens[-1] == end and len(ended.tokens) < 12 and ended.lasts[-1]
+    assert other.tokens == generate(model, other_prompt, max_new_tokens=12, do_sample=False)
+
+
+def test_beam_search_is_generates_and_streams_go_on_beside_it(causal_lms, graphs):
+    model = causal_lms("qwen2")[1]
+    steps = scheduler(causal_lms, graphs, "qwen2").start()
+    try:
+        beams = [([4, 5, 6, 7], {"num_beams": 3}), ([80, 81], {"num_beams": 4, "repetition_penalty": 1.3})]
+        streams = [([9, 10], 14), ([50] * 6, 9)]
+        beam_sinks, stream_sinks, late = [Collect() for _ in beams], [Collect() for _ in streams], Collect()
+        for (prompt, settings), sink in zip(beams, beam_sinks):
+            steps.submit(request(prompt, sink, max_new_tokens=12, **settings))
+        steps.submit(request([4, 5], late, deadline=time.monotonic(), num_beams=2))
+        for (prompt, new), sink in zip(streams, stream_sinks):
+            steps.submit(request(prompt, sink, max_new_tokens=new))
+        assert all(sink.done.wait(WAIT_S) for sink in [*beam_sinks, *stream_sinks, late])
+    finally:
+        steps.close()
+    for (prompt, settings), sink in zip(beams, beam_sinks):
+        assert sink.error is None
+        assert sink.tokens == generate(model, prompt, max_new_tokens=12, do_sample=False, **settings)
+        assert len(sink.logprobs) == len(sink.tokens) and max(sink.logprobs) <= 0
+    for (prompt, new), sink in zip(streams, stream_sinks):
+        assert sink.tokens == generate(model, prompt, max_new_tokens=new, do_sample=False)
+    assert DEADLINE_MARKER in str(late.error) and steps.beams.counts["late"] == 1
+
+
+def test_a_request_past_its_deadline_fails_and_the_others_finish(causal_lms, graphs):
+    model = causal_lms("llama")[1]
+    clock = [0.0]
+    steps = scheduler(causal_lms, graphs, max_rows=2, clock=lambda: clock[0])
+    given = [([30, 31, 32], 100.0), ([40, 41], 3.0), ([50, 51, 52, 53], 100.0), ([60], 2.0)]
+    sinks = [Collect() for _ in given]
+    for (prompt, deadline), sink in zip(given, sinks):
+        steps.submit(request(prompt, sink, deadline=deadline, max_new_tokens=10))
+    turns_until_done(steps, sinks, clock)
+    late, waited = sinks[1], sinks[3]  # the last one waited for a row (max_rows 2), past its deadline
+    assert len(late.tokens) == 4 and DEADLINE_MARKER in str(late.error)  # two at now 0, one at 1, one at 2
+    assert waited.tokens == [] and DEADLINE_MARKER in str(waited.error)
+    for i in (0, 2):
+        assert sinks[i].error is None
+        assert sinks[i].tokens == generate(model, given[i][0], max_new_tokens=10, do_sample=False)
+    assert steps.counts["late"] == 2 and steps.counts["finished"] == 2
+
+
+def test_a_cancelled_request_stops_within_a_step_and_the_others_are_unaffected(causal_lms, graphs):
+    model = causal_lms("gpt2")[1]
+    steps = scheduler(causal_lms, graphs, "gpt2")
+    cancelled, others = Collect(cancel_after=3), [Collect(), Collect()]
+    steps.submit(request([70, 71, 72], cancelled, max_new_tokens=20))
+    for prompt, sink in zip(([1, 2], [99] * 5), others):
+        steps.submit(request(prompt, sink, max_new_tokens=10))
+    turns_until_done(steps, [cancelled, *others])
+    assert len(cancelled.tokens) == 3 and isinstance(cancelled.error, Cancelled)
+    for prompt, sink in zip(([1, 2], [99] * 5), others):
+        assert sink.tokens == generate(model, prompt, max_new_tokens=10, do_sample=False)
+    assert steps.counts["cancelled"] == 1
+
+
+@pytest.mark.parametrize(
+    ("ids", "settings", "field"),
+    [
+        ([], {}, "input_ids"),
+        ([[1, 2]], {}, "input_ids"),
+        ([1, 256], {}, "input_ids"),
+        ([-1], {}, "input_ids"),
+        ([1], {"max_new_tokens": 0}, "max_new_tokens"),
+        ([1] * 100, {"max_new_tokens": 29}, "max_new_tokens"),  # 128 positions
+        ([1], {"top_k": 257}, "top_k"),
+        ([1], {"top_p": 0.0}, "top_p"),
+        ([1], {"temperature": float("nan")}, "temperature"),
+        ([1], {"repetition_penalty": 101.0}, "repetition_penalty"),
+        ([1], {"num_beams": 9}, "num_beams"),
+        ([1], {"seed": -2}, "seed"),
+    ],
+)
+def test_refused_values_name_their_field(causal_lms, graphs, ids, settings, field):
+    steps = scheduler(causal_lms, graphs)
+    with pytest.raises(Refused, match=f"^{field}"):
+        steps.submit(request(ids, **settings))
+    steps.submit(request([1] * 100, max_new_tokens=28))  # the context's last position is allowed
+
+
+def test_closing_ends_every_request_left(causal_lms, graphs):
+    steps = scheduler(causal_lms, graphs, max_rows=1)
+    running, waiting = Collect(), Collect()
+    steps.submit(request([1, 2], running, max_new_tokens=50))
+    steps.submit(request([3, 4], waiting))
+    steps.turn(block=False)
+    steps.close()
+    assert isinstance(running.error, Closed) and isinstance(waiting.error, Closed)
+    assert len(running.tokens) == 2 and waiting.tokens == []
+
+
+def test_a_batch_pads_on_the_left_and_cuts_the_columns_no_row_needs():
+    batch = Batch([np.zeros((0, 1, 0, 1), np.float32)])
+    rows = [Row(request([1]), None) for _ in range(3)]
+    long_mask = np.array([[1, 1, 1, 1]])
+    batch.join(rows[:1], long_mask, [np.arange(4, dtype=np.float32).reshape(1, 1, 4, 1)], [7])
+    batch.join(rows[1:], np.array([[0, 1], [1, 1]]), [np.full((2, 1, 2, 1), 9, np.float32)], [8, 9])
+    assert batch.mask.tolist() == [[1, 1, 1, 1], [0, 0, 0, 1], [0, 0, 1, 1]]
+    assert batch.cache[0][:, 0, :, 0].tolist() == [[0, 1, 2, 3], [0, 0, 9, 9], [0, 0, 9, 9]]
+    assert batch.last[:, 0].tolist() == [7, 8, 9]
+    _, mask, positions = batch.feed()
+    assert mask[:, -1].tolist() == [1, 1, 1] and positions[:, 0].tolist() == [4, 1, 2]
+    batch.keep([1, 2])  # the long row ended: the two columns only it used go
+    assert batch.mask.tolist() == [[0, 1], [1, 1]] and batch.cache[0][:, 0, :, 0].tolist() == [[9, 9], [9, 9]]
+    assert batch.rows == rows[1:] and batch.last[:, 0].tolist() == [8, 9]
+    batch.keep([])
+    assert batch.mask.shape == (0, 0) and batch.cache[0].shape == (0, 1, 0, 1)
+
+
+def test_turns_on_the_graph_are_granted_in_the_order_they_were_asked_for():
+    turns, order = Turns(), []
+
+    def take(name):
+        with turns:
+            order.append(name)
+
+    threads = [threading.Thread(target=take, args=(name,)) for name in "cba"]
+    with turns:
+        for asked, thread in enumerate(threads, start=2):
+            thread.start()
+            while turns._next_ticket < asked:  # it has asked, and waits
+                time.sleep(0.001)
+    for thread in threads:
+        thread.join(WAIT_S)
+    assert order == ["c", "b", "a"]
+
+
+class Failing(Graph):
+    """The graph, whose run fails at its calls numbered in ``failing`` (from 0)."""
+
+    def __init__(self, graph: Graph, failing: set[int]) -> None:
+        super().__init__(graph.session)
+        self.calls, self.failing = 0, failing
+
+    def run(self, *args):
+        self.calls += 1
+        if self.calls - 1 in self.failing:
+            raise RuntimeError("out of memory")
+        return super().run(*args)
+
+
+def test_a_failed_run_fails_the_rows_it_ran_and_the_loop_goes_on(causal_lms, graphs):
+    folder, model = causal_lms("llama")
+    steps = Scheduler(folder, Failing(graphs["llama"], {0, 3}))
+    joining, running, later = Collect(), Collect(), Collect()
+    steps.submit(request([1, 2], joining))  # its prompt step is call 0
+    steps.turn(block=False)
+    steps.submit(request([3, 4], running, max_new_tokens=10))  # calls 1 (prompt), 2, then 3 fails
+    turns_until_done(steps, [joining, running])
+    steps.submit(request([5, 6], later, max_new_tokens=4))
+    turns_until_done(steps, [later])
+    assert "out of memory" in str(joining.error) and joining.tokens == []
+    assert "out of memory" in str(running.error) and len(running.tokens) == 2
+    assert later.tokens == generate(model, [5, 6], max_new_tokens=4, do_sample=False)
+    assert steps.counts["failed"] == 2

@@ -63,6 +63,10 @@ FAMILY_MODULES = "FAMILY_MODULES"
 # Set by `python -m scripts.sagemaker deploy`: the endpoint's name, on every access line (its
 # per-model CloudWatch metrics take the EndpointName dimension from it).
 ENDPOINT_NAME = "ENDPOINT_NAME"
+# The local stack's answer to boto3's invoke_endpoint_with_response_stream (app/router/event_stream.py):
+# PayloadParts of at most this many bytes (0: one a chunk). SageMaker's may end anywhere; smaller parts
+# show that a caller joins them.
+LOCAL_STREAM_PART_BYTES = "LOCAL_STREAM_PART_BYTES"
 # Development: the repository `make test-models` built, for the tests, the soak and the benchmark.
 TEST_MODEL_REPOSITORY = "TEST_MODEL_REPOSITORY"  # the test suite's repository: small networks of each family
 TEST_FULL_MODEL_REPOSITORY = "TEST_FULL_MODEL_REPOSITORY"  # the same models at full size (a few tests)
@@ -172,6 +176,7 @@ ENV_FIELDS: Mapping[str, tuple[str, Callable[[str], Any]]] = {
     "model_memory_limit_bytes": (MODEL_MEMORY_LIMIT, int),
     "model_load_timeout_s": (MODEL_LOAD_TIMEOUT, float),
     "endpoint_name": (ENDPOINT_NAME, str),
+    "local_stream_part_bytes": (LOCAL_STREAM_PART_BYTES, int),
 }
 
 # Upper bounds of the fields that have one.
@@ -214,6 +219,7 @@ class Settings:
     model_memory_limit_bytes: int = 0  # 0: only the memory the machine has available bounds a load
     model_load_timeout_s: float = DEFAULT_LOAD_TIMEOUT_S
     endpoint_name: str = ""  # on every access line when set
+    local_stream_part_bytes: int = 0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

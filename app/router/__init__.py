@@ -22,6 +22,7 @@ from app.core.health import health_policy, ping_answer
 from app.core.settings import Settings
 from app.router.accept import answer_type
 from app.router.batches import run_invocations
+from app.router.event_stream import as_payload_parts
 from app.router.generation import is_generation_body, parse_body, parse_streamed_envelope, streams
 from app.router.handlers import json_bytes, json_response, register_error_handlers
 from app.router.models_api import register as register_multi_model
@@ -155,6 +156,12 @@ def create_app(
         if loaded_models is not None and target:  # what SageMaker sends /models/<name>/invoke, called locally
             return answer_loaded(target)
         return answer(served)
+
+    @app.post("/invocations-response-stream")
+    def invocations_response_stream() -> Response:
+        """boto3's invoke_endpoint_with_response_stream against the local stack (NGINX rewrites its
+        path here): the answer to /invocations, in SageMaker's PayloadPart events."""
+        return as_payload_parts(invocations(), settings.local_stream_part_bytes)
 
     if loaded_models is not None:
 

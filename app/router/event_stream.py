@@ -21,6 +21,8 @@ import json
 import struct
 from collections.abc import Iterable, Iterator
 
+from flask import Response
+
 EVENT_STREAM_TYPE = "application/vnd.amazon.eventstream"
 CONTENT_TYPE_HEADER = "X-Amzn-SageMaker-Content-Type"  # the container's own content type
 _STRING = 7
@@ -65,3 +67,18 @@ def payload_parts(chunks: Iterable[bytes], part_bytes: int = 0) -> Iterator[byte
         step = part_bytes if part_bytes > 0 else max(1, len(chunk))
         for start in range(0, len(chunk), step):
             yield payload_part(chunk[start : start + step])
+
+
+def as_payload_parts(answer: Response, part_bytes: int = 0) -> Response:
+    """``answer`` as SageMaker's front end hands it to a streaming caller: a success's body (streamed
+    or whole) in ``PayloadPart`` events, its content type in ``X-Amzn-SageMaker-Content-Type``; an
+    error as it is (boto3 raises it before any event, as SageMaker's ``ModelError``)."""
+    if answer.status_code >= 300:
+        return answer
+    inner = answer.headers.get("Content-Type", "")
+    parts = payload_parts(answer.response, part_bytes)
+    wrapped = Response(parts, status=answer.status_code, mimetype=EVENT_STREAM_TYPE)
+    wrapped.headers[CONTENT_TYPE_HEADER] = inner
+    wrapped.headers["X-Accel-Buffering"] = "no"
+    wrapped.call_on_close(answer.close)
+    return wrapped

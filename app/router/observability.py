@@ -144,6 +144,10 @@ class Trace:
     streamed: bool = False
 
 
+# /invocations, and the local stack's answer to boto3's response stream (app/router/event_stream.py)
+INVOCATION_PATHS = ("/invocations", "/invocations-response-stream")
+
+
 def current() -> Trace:
     """The Trace of the request being served."""
     return request.environ[TRACE_KEY]
@@ -151,7 +155,7 @@ def current() -> Trace:
 
 def is_invocation(method: str, path: str) -> bool:
     """The routes that run a model: counted in flight, measured by stage."""
-    return method == "POST" and (path == "/invocations" or INVOKE_PATH.fullmatch(path) is not None)
+    return method == "POST" and (path in INVOCATION_PATHS or INVOKE_PATH.fullmatch(path) is not None)
 
 
 class Observed:

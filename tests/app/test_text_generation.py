@@ -267,3 +267,44 @@ def test_a_v2_body_is_still_v2():
     from app.router.parsing import is_v2
 
     assert is_v2({"inputs": [{"name": "x"}]}) and not is_v2({"inputs": "a text"})
+
+
+def payload_parts_of(response) -> tuple[bytes, list[dict]]:
+    """The bytes of a response-stream answer's PayloadParts, read by botocore's own parser."""
+    from botocore.eventstream import EventStreamBuffer
+
+    assert response.status_code == 200, response.get_data(as_text=True)
+    assert response.mimetype == "application/vnd.amazon.eventstream"
+    buffer = EventStreamBuffer()
+    buffer.add_data(response.get_data())
+    response.close()
+    messages = list(buffer)
+    assert {m.headers[":event-type"] for m in messages} == {"PayloadPart"}
+    return b"".join(m.payload for m in messages), messages
+
+
+def test_the_response_stream_path_answers_in_payload_parts(repository, triton):
+    """What boto3's invoke_endpoint_with_response_stream reads from the local stack: the same events,
+    in PayloadParts that may cut an event or a UTF-8 character (LOCAL_STREAM_PART_BYTES=5)."""
+    app = create_app(Settings(model_repository=repository, local_stream_part_bytes=5), triton=triton)
+    body = {"modelname": "chat", "payload": {"text": "Capital of France?", "stream": True}}
+    response = app.test_client().post("/invocations-response-stream", json=body)
+    assert response.headers["X-Amzn-SageMaker-Content-Type"].startswith("text/event-stream")
+    joined, messages = payload_parts_of(response)
+    assert max(len(m.payload) for m in messages) == 5
+    texts = [json.loads(block[len(b"data: ") :])["token"]["text"] for block in joined.split(b"\n\n")[:-1]]
+    assert "".join(texts) == REPLY
+    whole = app.test_client().post(
+        "/invocations-response-stream", json={"inputs": "hi"}, headers={ATTRIBUTES: "modelname=chat"}
+    )
+    assert json.loads(payload_parts_of(whole)[0]) == [{"generated_text": REPLY}]
+
+
+def test_the_response_stream_path_answers_an_error_as_it_is(client):
+    response = client.post(
+        "/invocations-response-stream",
+        json={"inputs": "hi", "parameters": {"top_p": 2}},
+        headers={ATTRIBUTES: "modelname=chat"},
+    )
+    assert response.status_code == 400
+    assert "top_p" in response.get_json()["error"]["message"]

@@ -27,6 +27,7 @@ from clients import (
     sentence_embedding,
     text2text,
     text_classification,
+    text_generation,
     token_classification,
 )
 from clients.base import ModelClient, Triton
@@ -39,6 +40,7 @@ BUILT_IN: tuple[Family, ...] = (
     sentence_embedding.FAMILY,
     fill_mask.FAMILY,
     text2text.FAMILY,
+    text_generation.FAMILY,
 )
 
 

@@ -4,6 +4,8 @@ copies these files into the model repository as ``<model>/1/model.py``, where Tr
 - ``onnx_model.py``: a network served by ONNX Runtime in the python backend (the python target).
 - ``text2text_model.py``: a text2text model, Hugging Face's ``generate`` over its three ONNX graphs
   (``onnx_generate.py``), batched across callers.
+- ``causal_lm_model.py``: a text_generation model, a decoupled model whose step scheduler runs the
+  requests' generations as one batch over ``decoder.onnx`` and streams each token as it is made.
 - ``image_steps.py``: the pre- and post-processing steps of an image model's Triton pipeline
   (``app.core.pipeline``), running the router's own family clients.
 """
@@ -13,3 +15,4 @@ from pathlib import Path
 ONNX_MODEL = Path(__file__).with_name("onnx_model.py")
 IMAGE_STEPS = Path(__file__).with_name("image_steps.py")
 TEXT2TEXT_MODEL = Path(__file__).with_name("text2text_model.py")
+CAUSAL_LM_MODEL = Path(__file__).with_name("causal_lm_model.py")

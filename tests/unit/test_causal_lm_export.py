@@ -117,6 +117,8 @@ def test_the_tokenizers_chat_templates_and_split_characters(built):
     llama = tokenizer("llama_random").apply_chat_template(chat, tokenize=False)
     assert llama == "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST]"
     assert tokenizer("gpt2_random").chat_template is None
+    served = AutoTokenizer.from_pretrained(built[1] / "qwen2_random" / "hf")  # the repository's copy (no weights)
+    assert served.apply_chat_template(chat, add_generation_prompt=True, tokenize=False) == qwen
     text = "Tokyo is the capital of 日本 🍰 über"
     for name in ("gpt2_random", "qwen3_random", "llama_random", "mistral_random", "phi3_random"):
         found = tokenizer(name)
@@ -242,3 +244,40 @@ def test_the_family_s_triton_model_missing_is_said(built, tmp_path, monkeypatch)
     monkeypatch.setattr(app.triton, "CAUSAL_LM_MODEL", tmp_path / "causal_lm_model.py")
     with pytest.raises(ExportError, match="causal_lm_model.py is missing"):
         causal_lm_export.write_version(tmp_path / "1", tmp_path, shutil.copyfile)
+
+
+def test_a_graph_whose_weights_lie_beside_it_keeps_them_in_one_file(built, tmp_path, monkeypatch):
+    """A graph over protobuf's 2 GB comes out of the exporter with a file per weight beside it: they
+    become one file, decoder.onnx.data, which ONNX Runtime reads and the version folder links."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    import app.triton
+    from scripts.model_prep import causal_lm_export
+
+    graph = built[1] / "llama_random" / "1" / GRAPH_FILE
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    onnx.save_model(
+        onnx.load(str(graph)),
+        str(partial / GRAPH_FILE),
+        save_as_external_data=True,
+        all_tensors_to_one_file=False,
+        size_threshold=0,
+    )
+    assert len(list(partial.iterdir())) > 10
+    causal_lm_export.one_data_file(partial / GRAPH_FILE)
+    assert sorted(p.name for p in partial.iterdir()) == [GRAPH_FILE, causal_lm_export.DATA_FILE]
+    assert causal_lm_export.graph_files(partial) == [GRAPH_FILE, causal_lm_export.DATA_FILE]
+    session, reference = (ort.InferenceSession(str(p)) for p in (partial / GRAPH_FILE, graph))
+    axes = {"batch": 2, "new": 3, "total": 3, "past": 0}  # the prompt's step: three tokens, no past
+    feed = {
+        i.name: np.ones([axes.get(d, d) for d in i.shape], dtype=np.int64 if "int64" in i.type else np.float32)
+        for i in session.get_inputs()
+    }
+    assert all(np.array_equal(a, b) for a, b in zip(session.run(None, feed), reference.run(None, feed)))
+    monkeypatch.setattr(app.triton, "CAUSAL_LM_MODEL", tmp_path / "model.py")
+    (tmp_path / "model.py").write_text("")
+    causal_lm_export.write_version(tmp_path / "1", partial, shutil.copyfile)
+    assert sorted(p.name for p in (tmp_path / "1").iterdir()) == [GRAPH_FILE, causal_lm_export.DATA_FILE, "model.py"]

@@ -126,7 +126,9 @@ def data_type(dtype: str) -> int:
 
 
 def to_text(config: mc.ModelConfig) -> str:
-    return text_format.MessageToString(config)
+    from clients.sized_configs import config_text
+
+    return config_text(config)
 
 
 ParseError = text_format.ParseError

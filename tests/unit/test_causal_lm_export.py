@@ -52,10 +52,13 @@ def test_the_set_holds_every_architecture_the_family_serves(built):
 
 @pytest.mark.parametrize("name", MODELS)
 def test_each_architecture_is_a_decoupled_python_model_over_its_checked_graph(built, name):
+    from app.serve.tritonserver import left_to_auto_complete
     from scripts.model_prep.triton_config import read_config
 
     folder = built[1] / name
     config = read_config(folder / "config.pbtxt")
+    assert "\nmax_batch_size: 0\n" in (folder / "config.pbtxt").read_text()  # said, not left to Triton
+    assert name not in left_to_auto_complete(built[1])
     assert config.backend == "python" and config.max_batch_size == 0
     assert config.model_transaction_policy.decoupled and not config.HasField("dynamic_batching")
     assert [i.name for i in config.input] == [t["name"] for t in inputs()]
@@ -163,8 +166,9 @@ def test_the_sizing_plan_counts_each_model_as_a_cpu_network_and_keeps_it_decoupl
             part = plan.part(name)
             assert part.count >= 1 and not part.on_gpu and part.cpu == part.count * part.threads, part
     found = sized_configs.read(built[1] / "llama_random" / "config.pbtxt", INSTANCE_TYPES["ml.c5.4xlarge"])
-    sized = parse(sized_configs.sized_text(found.config, plan.part("llama_random")))
-    assert sized.model_transaction_policy.decoupled and sized.max_batch_size == 0
+    text = sized_configs.sized_text(found.config, plan.part("llama_random"))
+    sized = parse(text)
+    assert sized.model_transaction_policy.decoupled and sized.max_batch_size == 0 and "max_batch_size: 0" in text
 
 
 def test_an_encoder_decoder_is_refused_by_the_family(small_models, tmp_path, capsys):

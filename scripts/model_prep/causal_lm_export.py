@@ -64,9 +64,10 @@ def refusal(spec: ModelSpec, what: str) -> ExportError:
     return ExportError(f"[{spec.name}] {spec.text.folder}: model_type {kind!r}: {what}{served}")
 
 
-def first_line(error: BaseException) -> str:
+def first_line(error: BaseException, limit: int = 300) -> str:
+    """An error's class and the first line of its message (at most ``limit`` characters)."""
     text = str(error).strip().splitlines()
-    return f"{error.__class__.__name__}: {text[0] if text else ''}".rstrip(": ")
+    return f"{error.__class__.__name__}: {text[0][:limit] if text else ''}".rstrip(": ")
 
 
 def load_model(spec: ModelSpec, choice: weights.WeightsChoice) -> nn.Module:

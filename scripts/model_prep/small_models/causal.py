@@ -4,7 +4,8 @@ Each folder is what ``save_pretrained`` writes (``config.json``, ``generation_co
 end-of-sequence ids, ``model.safetensors``, ``tokenizer.json``, ``tokenizer_config.json`` with the
 chat template where there is one) for a tiny model of an architecture the family serves
 (``app.core.causal_lm_contract.ARCHITECTURES``): two layers of width 32, four query heads sharing two
-key/value heads (grouped-query attention; GPT-2 has none), seeded random weights. The tokenizers are
+key/value heads (grouped-query attention; GPT-2 has none; Mistral attends to a window of the last
+``SLIDING_WINDOW`` tokens), seeded random weights. The tokenizers are
 trained here with the ``tokenizers`` library on ``SENTENCES`` (accented letters, 日本, an emoji):
 
 - byte-level BPE for GPT-2 (``GPT2TokenizerFast``: ``<|endoftext|>`` is its only special token, no
@@ -46,6 +47,9 @@ SENTENCES = [
     "Grüße aus München: the café serves crème brûlée 🍰 every day.",
 ]
 MAX_POSITIONS = 128  # the small models' context: prompt and new tokens together
+# Mistral's attention window, shorter than most texts of the tests (as Mistral 7B v0.1's 4096 tokens
+# are shorter than its context): a token attends to the last 8 only, though the cache keeps them all.
+SLIDING_WINDOW = 8
 CHATML = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
     "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
@@ -163,6 +167,8 @@ def model_config(architecture: str, tokenizer, hidden: int, layers: int, heads: 
     }
     if architecture in ("qwen2", "qwen3"):
         sizes["tie_word_embeddings"] = True  # as the small Qwen checkpoints
+    if architecture == "mistral":
+        sizes["sliding_window"] = SLIDING_WINDOW
     if architecture == "phi3":
         del sizes["head_dim"]  # Phi-3 derives it
     return AutoConfig.for_model(architecture, **sizes)

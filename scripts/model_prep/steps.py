@@ -255,24 +255,24 @@ def prepare(spec, recipe, options: Options, choice=None) -> dict:
     return {"model": spec.name, "weights": choice.source, "max_abs_diff": export.max_abs_diff}
 
 
-def prepare_generation(spec, options: Options, export=None) -> dict:
+def prepare_generation(spec, options: Options, exporter=None) -> dict:
     """A generation model: its checked graphs and the python-backend model that generates over them,
-    for any target (the target picks ONNX Runtime's providers). ``export``: the module that exports
+    for any target (the target picks ONNX Runtime's providers). ``exporter``: the module that exports
     and checks them (``ensure_export``, ``write_version`` and ``CHECKED``, what its checks held), a
     text2text model's three graphs (``generation_export``) by default."""
     from scripts.model_prep import generation_export, onnx_export, transformers_export
 
-    export_module = export or generation_export
+    exporter = exporter or generation_export
     choice = transformers_export.choose_weights(spec, options)
     cache = options.cache_dir / "onnx" / spec.name / choice.cache_key
-    report = export_module.ensure_export(spec, choice, cache, options.reexport, step)
+    report = exporter.ensure_export(spec, choice, cache, options.reexport, step)
     diffs = ", ".join(
         f"{n} {report['max_abs_diff'][n]:.2e} (limit {report['tolerance'][n]:.1e})" for n in report["max_abs_diff"]
     )
-    print(f"[{spec.name}] max abs diff ONNX Runtime vs torch: {diffs}; {export_module.CHECKED}", flush=True)
+    print(f"[{spec.name}] max abs diff ONNX Runtime vs torch: {diffs}; {exporter.CHECKED}", flush=True)
     tuning = tuning_for(spec, options)
     version = options.repository / spec.name / VERSION
-    export_module.write_version(version, cache, link_or_copy, graphs=not options.config_only)
+    exporter.write_version(version, cache, link_or_copy, graphs=not options.config_only)
     export = onnx_export.ExportResult(cache, report["onnx_sha256"], report["max_abs_diff"], report["tolerance"], True)
     write_model_files(spec, options, export, choice, tuning)
     print(f"[{spec.name}] wrote {options.repository / spec.name} ({options.target}, {choice.describe()})", flush=True)

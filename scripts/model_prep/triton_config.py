@@ -11,6 +11,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from app.core.sizing import SIZING_PARAMETER, auto_marker
 from app.core.spec import ModelSpec
 from clients.families import family_of
+from clients.sized_configs import config_text
 
 PYTHON, ONNXRUNTIME, TENSORRT = "python", "onnxruntime", "tensorrt"
 TARGETS = (PYTHON, ONNXRUNTIME, TENSORRT)
@@ -126,8 +127,6 @@ def data_type(dtype: str) -> int:
 
 
 def to_text(config: mc.ModelConfig) -> str:
-    from clients.sized_configs import config_text
-
     return config_text(config)
 
 

@@ -98,7 +98,18 @@ def sized_text(config: mc.ModelConfig, sized: sizing.Sized) -> str:
     key = THREAD_PARAMETERS.get(_backend(config))
     if key and sized.threads:
         config.parameters[key].string_value = str(sized.threads)
-    return text_format.MessageToString(config)
+    return config_text(config)
+
+
+def config_text(config: mc.ModelConfig) -> str:
+    """``config`` as config.pbtxt's text, ``max_batch_size`` written even where it is 0 (protobuf's text
+    leaves a default out, and a configuration silent about it is one Triton completes:
+    ``app.serve.tritonserver.left_to_auto_complete``)."""
+    text = text_format.MessageToString(config)
+    if config.max_batch_size:
+        return text
+    name, _, rest = text.partition("\n")
+    return f"{name}\nmax_batch_size: 0\n{rest}" if name.startswith("name:") else f"max_batch_size: 0\n{text}"
 
 
 def fixed(env: Mapping[str, str]) -> sizing.Fixed:

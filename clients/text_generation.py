@@ -319,7 +319,13 @@ def _decoder_only(config: Mapping[str, Any], folder: Path) -> None:
 
 
 def complete(raw: Mapping[str, Any], folder: Path, where: str) -> tuple[dict[str, Any], text_spec.TextModel]:
-    """A text_generation model.toml from its folder: the generation tensors (``app.core.causal_lm_contract``)."""
+    """A text_generation model.toml from its folder: the generation tensors (``app.core.causal_lm_contract``).
+    Its Triton model batches the requests itself: a ``max_batch_size`` other than 0 is refused."""
+    if raw.get("max_batch_size", 0) != 0:
+        raise TextSpecError(
+            f"{where}: max_batch_size must be 0 for {FAMILY_NAME} (or left out): its Triton model batches the "
+            "requests itself (each joins the running batch at the next step), so Triton batches none"
+        )
     return text_spec.resolve(
         raw,
         folder,
@@ -342,6 +348,7 @@ FAMILY = Family(
     complete=complete,
     export="scripts.model_prep.causal_lm_export:CAUSAL_LM",
     loop=True,
+    streams=True,
     counters=(
         Counter(
             GENERATED_TOKENS,

@@ -19,6 +19,9 @@ task's pipeline class, its model class and its modality, a ``Family`` holds:
   (a detector's NMS), so its preprocessing step also answers the letterbox's geometry;
 - ``loop``: the network is a python-backend loop (``generate``) on every target, which the sizing
   plan counts as a network on the CPU;
+- ``streams``: its Triton model is decoupled (``model_transaction_policy { decoupled: true }``): it
+  answers a request with a response per generated token, over gRPC's stream, and batches the requests
+  itself (they join its running batch at the next step): ``max_batch_size`` 0, no dynamic batching;
 - ``result``: the JSON schema of one input's result, its client's ``RESULT_SCHEMA``, with its
   options (``OPTIONS``) and input (``input_field``, ``INPUT_SCHEMA``) the OpenAPI document's
   (``app.router.openapi``);
@@ -70,6 +73,7 @@ class Family:
     dali: bool = False
     graph_postprocess: bool = False
     loop: bool = False
+    streams: bool = False
     counters: tuple[Counter, ...] = ()
     measures: tuple[Measure, ...] = ()
 

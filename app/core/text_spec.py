@@ -62,7 +62,8 @@ ROUTER_FILES = (
     "sentence_bert_config.json",
     "config_sentence_transformers.json",
     "generation_config.json",
-    "chat_template.jinja",  # a chat model's template where tokenizer_config.json does not hold it
+    "chat_template.jinja",  # a tokenizer's chat template, as transformers 5 saves it
+    "chat_template.json",  # a processor's, as older folders keep it
 )
 # The prompt names every SentenceTransformer has, empty unless its folder names a text for them.
 ST_DEFAULT_PROMPTS = ("query", "document")

@@ -4,8 +4,8 @@ copies these files into the model repository as ``<model>/1/model.py``, where Tr
 - ``onnx_model.py``: a network served by ONNX Runtime in the python backend (the python target).
 - ``text2text_model.py``: a text2text model, Hugging Face's ``generate`` over its three ONNX graphs
   (``onnx_generate.py``), batched across callers.
-- ``causal_lm_model.py``: a text_generation model, a decoupled model whose step scheduler
-  (``causal_lm_scheduler.py``) batches the callers' prompts continuously over one ONNX graph.
+- ``causal_lm_model.py``: a text_generation model, a decoupled model whose step scheduler runs the
+  requests' generations as one batch over ``decoder.onnx`` and streams each token as it is made.
 - ``image_steps.py``: the pre- and post-processing steps of an image model's Triton pipeline
   (``app.core.pipeline``), running the router's own family clients.
 """

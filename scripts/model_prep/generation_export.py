@@ -53,6 +53,7 @@ CHECK_TEXTS = 2  # the batch of the checks: the second text shorter (padded)
 CHECK_TOKENS = 12
 PAST_TOKENS = 3  # the decoder step is checked after this many tokens
 CHECK_NEW_TOKENS = 8
+CHECKED = "generate() equal, greedy and beam"  # what the checks held, printed after the diffs
 
 
 def layers_of(model: nn.Module) -> int:

@@ -135,7 +135,8 @@ def tuning_for(spec, options: Options):
         return table.get(spec.name, table.get("*", default))
 
     return Tuning(
-        max_batch_size=pick(options.max_batch_size, spec.max_batch_size),
+        # a model without a batch axis (max_batch_size 0: its tensors' dims have none) is given none
+        max_batch_size=pick(options.max_batch_size, spec.max_batch_size) if spec.max_batch_size else 0,
         max_queue_delay_microseconds=pick(options.max_queue_delay_us, spec.max_queue_delay_microseconds),
         instance_count=pick(options.instance_count, spec.instance_count),
         ort_threads=options.ort_threads or spec.threads,
@@ -254,21 +255,24 @@ def prepare(spec, recipe, options: Options, choice=None) -> dict:
     return {"model": spec.name, "weights": choice.source, "max_abs_diff": export.max_abs_diff}
 
 
-def prepare_generation(spec, options: Options) -> dict:
-    """A text2text model: its three checked graphs (``generation_export``) and the python-backend
-    model that runs ``generate`` over them, for any target (the target picks ONNX Runtime's providers)."""
+def prepare_generation(spec, options: Options, exporter=None) -> dict:
+    """A generation model: its checked graphs and the python-backend model that generates over them,
+    for any target (the target picks ONNX Runtime's providers). ``exporter``: the module that exports
+    and checks them (``ensure_export``, ``write_version`` and ``CHECKED``, what its checks held), a
+    text2text model's three graphs (``generation_export``) by default."""
     from scripts.model_prep import generation_export, onnx_export, transformers_export
 
+    exporter = exporter or generation_export
     choice = transformers_export.choose_weights(spec, options)
     cache = options.cache_dir / "onnx" / spec.name / choice.cache_key
-    report = generation_export.ensure_export(spec, choice, cache, options.reexport, step)
+    report = exporter.ensure_export(spec, choice, cache, options.reexport, step)
     diffs = ", ".join(
         f"{n} {report['max_abs_diff'][n]:.2e} (limit {report['tolerance'][n]:.1e})" for n in report["max_abs_diff"]
     )
-    print(f"[{spec.name}] max abs diff ONNX Runtime vs torch: {diffs}; generate() equal, greedy and beam", flush=True)
+    print(f"[{spec.name}] max abs diff ONNX Runtime vs torch: {diffs}; {exporter.CHECKED}", flush=True)
     tuning = tuning_for(spec, options)
     version = options.repository / spec.name / VERSION
-    generation_export.write_version(version, cache, link_or_copy, graphs=not options.config_only)
+    exporter.write_version(version, cache, link_or_copy, graphs=not options.config_only)
     export = onnx_export.ExportResult(cache, report["onnx_sha256"], report["max_abs_diff"], report["tolerance"], True)
     write_model_files(spec, options, export, choice, tuning)
     print(f"[{spec.name}] wrote {options.repository / spec.name} ({options.target}, {choice.describe()})", flush=True)
@@ -301,7 +305,7 @@ def prepare_onnx_file(spec, options: Options) -> dict:
 @dataclass(frozen=True)
 class Steps:
     """What a family's export (``Family.export``) calls to write its model: the shared preparation of
-    one checked graph (``prepare``), and a text2text model's three graphs (``prepare_generation``)."""
+    one checked graph (``prepare``), and a generation model's graphs and loop (``prepare_generation``)."""
 
     prepare: Callable[..., dict]
     prepare_generation: Callable[..., dict]

@@ -11,6 +11,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from app.core.sizing import SIZING_PARAMETER, auto_marker
 from app.core.spec import ModelSpec
 from clients.families import family_of
+from clients.sized_configs import config_text
 
 PYTHON, ONNXRUNTIME, TENSORRT = "python", "onnxruntime", "tensorrt"
 TARGETS = (PYTHON, ONNXRUNTIME, TENSORRT)
@@ -30,8 +31,8 @@ INSTANCE_KIND = {
 WEIGHTS_SOURCE_PARAMETER = "weights_source"
 ORT_THREADS_PARAMETER = "ort_intra_op_threads"  # app/triton/onnx_model.py reads it
 ORT_BACKEND_THREADS_PARAMETER = "intra_op_thread_count"  # Triton's onnxruntime backend reads it
-# A text2text model is Hugging Face's generate() in the python backend for every target
-# (app/triton/text2text_model.py); the target picks ONNX Runtime's providers, by preference.
+# A generation model (text2text, text_generation) runs in the python backend for every target
+# (app/triton/text2text_model.py, causal_lm_model.py); the target picks ONNX Runtime's providers, by preference.
 ORT_PROVIDERS_PARAMETER = "ort_providers"
 GENERATION_PROVIDERS = {
     PYTHON: "CPUExecutionProvider",
@@ -98,14 +99,21 @@ def model_config(spec: ModelSpec, target: str, tuning: Tuning, weights_source: s
 
 
 def generation_config(spec: ModelSpec, target: str, tuning: Tuning, weights_source: str) -> mc.ModelConfig:
-    """A text2text model: the python backend on every target, its tensors from the spec, no
-    warm-up request (its model.py warms up with a short generation of its own)."""
-    config = mc.ModelConfig(name=spec.name, max_batch_size=tuning.max_batch_size, backend="python")
+    """A generation model (a family's ``loop``): the python backend on every target, its tensors from
+    the spec, no warm-up request (its model.py warms up with a short generation of its own). A family
+    that ``streams`` gets a decoupled model (a response per token) that batches the requests itself:
+    ``max_batch_size`` 0 and no dynamic batching; the others, Triton's dynamic batching."""
+    streams = family_of(spec).streams
+    batch = 0 if streams else tuning.max_batch_size
+    config = mc.ModelConfig(name=spec.name, max_batch_size=batch, backend="python")
     for tensor in spec.inputs:
         config.input.add(name=tensor.name, data_type=data_type(tensor.dtype), dims=tensor.dims)
     for tensor in spec.outputs:
         config.output.add(name=tensor.name, data_type=data_type(tensor.dtype), dims=tensor.dims)
-    config.dynamic_batching.max_queue_delay_microseconds = tuning.max_queue_delay_microseconds
+    if streams:
+        config.model_transaction_policy.decoupled = True
+    else:
+        config.dynamic_batching.max_queue_delay_microseconds = tuning.max_queue_delay_microseconds
     config.instance_group.add(count=tuning.instance_count or 1, kind=mc.ModelInstanceGroup.KIND_CPU)
     config.parameters[WEIGHTS_SOURCE_PARAMETER].string_value = weights_source
     config.parameters[ORT_THREADS_PARAMETER].string_value = str(tuning.ort_threads)
@@ -119,7 +127,7 @@ def data_type(dtype: str) -> int:
 
 
 def to_text(config: mc.ModelConfig) -> str:
-    return text_format.MessageToString(config)
+    return config_text(config)
 
 
 ParseError = text_format.ParseError

@@ -24,6 +24,8 @@ from importlib import metadata
 from pathlib import Path
 
 from app.core.settings import PROJECT_ROOT
+from scripts.model_prep.small_models.causal import FAMILY as TEXT_GENERATION
+from scripts.model_prep.small_models.causal import causal_model_folder
 from scripts.model_prep.small_models.encoders import KINDS, NER_LABELS, model_folder, update_json_files
 from scripts.model_prep.small_models.seq2seq import FAMILY as TEXT2TEXT
 from scripts.model_prep.small_models.seq2seq import generation_model_folder
@@ -47,6 +49,8 @@ class ModelSet:
 E5_PROMPTS = {"query": "query: ", "passage": "passage: "}  # the prompts of E5-style retrieval models
 # A generation_config.json's own defaults: generate() and the family's client start from them
 GENERATION_DEFAULTS = {"num_beams": 3, "max_length": 12, "no_repeat_ngram_size": 2}
+# Sampling by default, as Qwen3's generation_config.json: a request that says nothing samples
+SAMPLING_DEFAULTS = {"do_sample": True, "temperature": 0.6, "top_p": 0.95, "top_k": 20}
 
 
 def _clean_up(flag: bool) -> dict:
@@ -111,6 +115,30 @@ SETS = {
             "bart_gen": (TEXT2TEXT, {"kind": "bart", "trained": True}),
         },
     ),
+    "causal": ModelSet(
+        "a tiny decoder-only model of each architecture text_generation serves (chat templates: ChatML on "
+        "Qwen, Llama 2's on Llama, none on GPT-2; qwen3's generation_config.json samples by default) and "
+        "a Llama trained on the sentences of causal.SENTENCES",
+        {
+            "gpt2_random": (TEXT_GENERATION, {"architecture": "gpt2"}),
+            "llama_random": (TEXT_GENERATION, {"architecture": "llama", "chat_template": "llama2"}),
+            "qwen2_random": (TEXT_GENERATION, {"architecture": "qwen2", "chat_template": "chatml"}),
+            "qwen3_random": (
+                TEXT_GENERATION,
+                {
+                    "architecture": "qwen3",
+                    "chat_template": "chatml",
+                    "files": {"generation_config.json": SAMPLING_DEFAULTS},
+                },
+            ),
+            "mistral_random": (TEXT_GENERATION, {"architecture": "mistral"}),
+            "phi3_random": (TEXT_GENERATION, {"architecture": "phi3"}),
+            "llama_trained": (
+                TEXT_GENERATION,
+                {"architecture": "llama", "trained": True, "hidden": 64, "chat_template": "llama2"},
+            ),
+        },
+    ),
 }
 
 
@@ -157,6 +185,8 @@ def default_root() -> Path:
 def _build_model(models: Path, name: str, family: str, options: dict) -> Path:
     if family == TEXT2TEXT:
         return generation_model_folder(models, name, **options)
+    if family == TEXT_GENERATION:
+        return causal_model_folder(models, name, **options)
     return model_folder(models, name, family, **options)
 
 

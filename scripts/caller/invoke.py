@@ -259,7 +259,12 @@ def caller(args: argparse.Namespace, client, s3) -> Callable[[str, bytes, str], 
         if args.async_prefix:
             return invoke_queued(client, s3, args, model, body, ctype)
         if args.stream:
-            return invoke_streamed(client, args.endpoint_name, model, body.decode(), args.option, route(args))
+            from botocore.exceptions import ClientError
+
+            try:
+                return invoke_streamed(client, args.endpoint_name, model, body.decode(), args.option, route(args))
+            except ClientError as error:
+                return False, error_lines(model, error), None
         return invoke(client, args.endpoint_name, model, body, ctype, args.option, route(args))
 
     return call

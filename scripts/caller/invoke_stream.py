@@ -117,10 +117,9 @@ def invoke_streamed(
     route: Mapping[str, str] | None = None,
     out: TextIO | None = None,
 ) -> tuple[bool, list[str], Any]:
-    """One streamed call: its text printed to ``out`` as it arrives; (ok, lines to print after, the text)."""
-    from botocore.exceptions import ClientError, EventStreamError
-
-    from scripts.caller.invoke import error_lines
+    """One streamed call: its text printed to ``out`` as it arrives; (ok, lines to print after, the text).
+    An error answered before the stream (the container's JSON error) is raised as boto3 raises it."""
+    from botocore.exceptions import EventStreamError
 
     out = out or sys.stdout
     progress = Progress()
@@ -137,8 +136,6 @@ def invoke_streamed(
             if piece:
                 progress.add(piece)
                 print(piece, end="", file=out, flush=True)
-    except ClientError as error:
-        return False, error_lines(model, error), None
     except (StreamFailed, EventStreamError) as error:
         print(file=out)
         return False, [f"  stream failed: {error}", f"  ({progress.summary()})"], progress.text

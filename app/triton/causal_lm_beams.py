@@ -24,7 +24,7 @@ from torch import nn
 from transformers import AutoConfig, GenerationMixin, PreTrainedModel, StoppingCriteria
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from app.triton.causal_lm_requests import Cancelled, Closed, Late, Request
+from app.triton.causal_lm_requests import Cancelled, Closed, Counts, Late, Request
 from app.triton.causal_lm_session import Graph
 
 LOG = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ class BeamSearch:
         self.waiting: deque[Request] = deque()
         self.condition = threading.Condition()
         self.thread = threading.Thread(target=self._loop, name="beam-search", daemon=True)
-        self.counts = dict.fromkeys(("finished", "failed", *ENDINGS.values()), 0)
+        self.counts = Counts(("finished", "failed", *ENDINGS.values()))
 
     def start(self) -> None:
         self.thread.start()

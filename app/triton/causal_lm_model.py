@@ -7,6 +7,11 @@ values, hands each to the scheduler with its response sender and returns at once
 thread sends every token as one response of the request's stream, the last with Triton's final flag,
 and ends the stream of a request that failed (deadline, error) with an error response. A caller that
 cancels (``response_sender.is_cancelled()``, asked every step) has its row dropped at the next step.
+
+Triton's own metrics (its metrics port, ``/metrics``) carry how the model's requests ended,
+``text_generation_requests_total{model, outcome}`` (``finished``, ``cancelled``, ``late``, ``failed``),
+and ``text_generation_steps_total{model}``, the batch steps run: a cancelled caller is seen there,
+in Triton, as well as on the router's ``router_generation_cancelled_total``.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ except ImportError:  # outside Triton (unit tests put a stand-in here)
     pb_utils = None
 
 PROVIDERS_PARAMETER = "ort_providers"  # ONNX Runtime's providers, by preference (the target's)
+OUTCOMES = ("finished", "cancelled", "late", "failed")
 WARM_UP_S = 120.0
 
 
@@ -133,6 +139,30 @@ class Waited:
             raise self.error
 
 
+def triton_metrics(model: str):
+    """What the scheduler's counts tell, as counters of Triton's metrics (None outside Triton, or where
+    the python backend has no custom metrics)."""
+    family = getattr(pb_utils, "MetricFamily", None)
+    if family is None:
+        return None
+    ended = family(
+        name="text_generation_requests_total",
+        description="text_generation requests by how they ended: finished, cancelled (the caller went away), "
+        "late (past the deadline), failed",
+        kind=family.COUNTER,
+    )
+    steps = family(name="text_generation_steps_total", description="Batch steps run", kind=family.COUNTER)
+    counters = {outcome: ended.Metric(labels={"model": model, "outcome": outcome}) for outcome in OUTCOMES}
+    counters["steps"] = steps.Metric(labels={"model": model})
+
+    def observe(name: str, added: int) -> None:
+        counter = counters.get(name)
+        if counter is not None:
+            counter.increment(added)
+
+    return observe
+
+
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         from app.triton.onnx_model import intra_op_threads, volunteer_for_the_oom_killer
@@ -149,7 +179,9 @@ class TritonPythonModel:
         limit_torch_threads(threads)
         path = Path(args["model_repository"]) / args["model_version"] / GRAPH_FILE
         graph = Graph(open_session(path, threads, [p for p in providers.split(",") if p]))
-        self.scheduler = Scheduler(folder, graph, int(rows) if rows else MAX_RUNNING_ROWS).start()
+        self.scheduler = Scheduler(folder, graph, int(rows) if rows else MAX_RUNNING_ROWS)
+        self.scheduler.counts.observe = self.scheduler.beams.counts.observe = triton_metrics(args["model_name"])
+        self.scheduler.start()
         self.defaults = defaults(read_generation_config(folder))
         self.input_names = [tensor["name"] for tensor in config["input"]]
         self._warm_up()

@@ -7,7 +7,7 @@ sends each one as a response of the request's stream; the tests' sinks collect t
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -15,6 +15,21 @@ import numpy as np
 
 from app.core.causal_lm_contract import SETTINGS
 from app.core.generation_contract import DEADLINE_MARKER
+
+
+class Counts(dict):
+    """How the requests ended (and how many steps ran), by name; ``observe(name, added)`` is told of
+    each increase (the Triton model's metrics)."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        super().__init__(dict.fromkeys(names, 0))
+        self.observe: Callable[[str, int], None] | None = None
+
+    def __setitem__(self, name: str, value: int) -> None:
+        added = value - self.get(name, 0)
+        super().__setitem__(name, value)
+        if self.observe is not None and added:
+            self.observe(name, added)
 
 
 class Refused(ValueError):

@@ -43,7 +43,7 @@ import numpy as np
 from app.core.causal_lm_contract import MAX_RUNNING_ROWS, context_length
 from app.core.generation_contract import end_ids, read_generation_config
 from app.triton.causal_lm_beams import BeamSearch, OnnxCausalLM
-from app.triton.causal_lm_requests import Cancelled, Closed, Late, Request, check
+from app.triton.causal_lm_requests import Cancelled, Closed, Counts, Late, Request, check
 from app.triton.causal_lm_session import Graph, prompt_inputs
 from app.triton.causal_lm_tokens import Chooser, choose
 
@@ -138,7 +138,7 @@ class Scheduler:
         self.condition = threading.Condition()
         self.closing = False
         self.thread = threading.Thread(target=self._loop, name="causal-lm-steps", daemon=True)
-        self.counts = dict.fromkeys(("finished", "late", "cancelled", "failed", "steps"), 0)
+        self.counts = Counts(("finished", "late", "cancelled", "failed", "steps"))
 
     def start(self) -> Scheduler:
         self.thread.start()

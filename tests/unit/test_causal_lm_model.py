@@ -9,6 +9,7 @@ import json
 import threading
 import time
 from types import SimpleNamespace
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -50,6 +51,34 @@ class FakeUtils:
     def get_input_tensor_by_name(request, name):
         array = request.tensors.get(name)
         return None if array is None else SimpleNamespace(as_numpy=lambda: array)
+
+
+class FakeMetricFamily:
+    """pb_utils.MetricFamily: each metric's labels and value, by the family's name."""
+
+    COUNTER = "COUNTER"
+    values: ClassVar[dict] = {}
+
+    def __init__(self, name, description, kind):
+        self.name = name
+
+    def Metric(self, labels):
+        key = (self.name, tuple(sorted(labels.items())))
+        FakeMetricFamily.values[key] = 0
+        values = FakeMetricFamily.values
+
+        class Metric:
+            def increment(self, added):
+                values[key] += added
+
+        return Metric()
+
+
+FakeUtils.MetricFamily = FakeMetricFamily
+
+
+def metric(name: str, **labels) -> int:
+    return FakeMetricFamily.values[(name, tuple(sorted({"model": "chat", **labels}.items())))]
 
 
 class Sender:
@@ -97,7 +126,14 @@ def model(causal_lms, tmp_path_factory):
         "parameters": {"ort_intra_op_threads": {"string_value": "1"}, RUNNING_ROWS_PARAMETER: {"string_value": "4"}},
     }
     served = backend.TritonPythonModel()
-    served.initialize({"model_config": json.dumps(config), "model_repository": str(repository), "model_version": "1"})
+    served.initialize(
+        {
+            "model_config": json.dumps(config),
+            "model_repository": str(repository),
+            "model_version": "1",
+            "model_name": "chat",
+        }
+    )
     yield served
     served.finalize()
     patch.undo()
@@ -177,7 +213,10 @@ def test_a_request_past_its_deadline_ends_unavailable(model):
 
 def test_a_cancelled_request_ends_at_the_next_step(model, causal_lms):
     cancelled, other = Sender(cancel_after=3), Sender()
+    before = metric("text_generation_requests_total", outcome="cancelled")
     model.execute([triton_request([7, 8], cancelled, max_new_tokens=30), triton_request([9], other, max_new_tokens=10)])
     assert cancelled.done.wait(WAIT_S) and other.done.wait(WAIT_S)
     assert len(cancelled.tokens()) == 3 and cancelled.sent[-1][0].error.code == "CANCELLED"
+    assert metric("text_generation_requests_total", outcome="cancelled") == before + 1  # Triton's metrics
+    assert metric("text_generation_steps_total") > 0
     assert other.tokens() == generate(causal_lms, [9], max_new_tokens=10)

@@ -193,7 +193,9 @@ def parts_from_specs(specs: Mapping[str, ModelSpec], target: str, machine: Machi
         # a family served as a python-backend loop (generate) runs it on every target: it takes CPU
         kind = sizing.CPU_NETWORK if family_of(spec).loop else network
         threads = 0 if kind == sizing.GPU_NETWORK else spec.threads
-        parts.append(sizing.Part(name, name, kind, spec.instance_count, threads))
+        # a family that streams batches its requests itself: one instance unless model.toml says more
+        instances = spec.instance_count or (1 if family_of(spec).streams else 0)
+        parts.append(sizing.Part(name, name, kind, instances, threads))
         if spec.pipeline == TRITON:
             kind = sizing.DALI if target == "tensorrt" else sizing.PYTHON_STEP
             threads = spec.preprocess_threads if kind == sizing.DALI else 0

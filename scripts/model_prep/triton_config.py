@@ -102,8 +102,12 @@ def generation_config(spec: ModelSpec, target: str, tuning: Tuning, weights_sour
     """A generation model (a family's ``loop``): the python backend on every target, its tensors from
     the spec, no warm-up request (its model.py warms up with a short generation of its own). A family
     that ``streams`` gets a decoupled model (a response per token) that batches the requests itself:
-    ``max_batch_size`` 0 and no dynamic batching; the others, Triton's dynamic batching."""
+    ``max_batch_size`` 0 and no dynamic batching, and one instance unless model.toml asks for more:
+    its requests join one running batch, where two instances would each step half of them (the
+    sizing then gives that instance the threads two would have had); the others, Triton's dynamic
+    batching."""
     streams = family_of(spec).streams
+    instances = tuning.instance_count or (1 if streams else 0)
     batch = 0 if streams else tuning.max_batch_size
     config = mc.ModelConfig(name=spec.name, max_batch_size=batch, backend="python")
     for tensor in spec.inputs:
@@ -114,11 +118,11 @@ def generation_config(spec: ModelSpec, target: str, tuning: Tuning, weights_sour
         config.model_transaction_policy.decoupled = True
     else:
         config.dynamic_batching.max_queue_delay_microseconds = tuning.max_queue_delay_microseconds
-    config.instance_group.add(count=tuning.instance_count or 1, kind=mc.ModelInstanceGroup.KIND_CPU)
+    config.instance_group.add(count=instances or 1, kind=mc.ModelInstanceGroup.KIND_CPU)
     config.parameters[WEIGHTS_SOURCE_PARAMETER].string_value = weights_source
     config.parameters[ORT_THREADS_PARAMETER].string_value = str(tuning.ort_threads)
     config.parameters[ORT_PROVIDERS_PARAMETER].string_value = GENERATION_PROVIDERS[target]
-    config.parameters[SIZING_PARAMETER].string_value = auto_marker(tuning.instance_count, tuning.ort_threads)
+    config.parameters[SIZING_PARAMETER].string_value = auto_marker(instances, tuning.ort_threads)
     return config
 
 

@@ -65,7 +65,8 @@ def test_each_architecture_is_a_decoupled_python_model_over_its_checked_graph(bu
     assert [i.name for i in config.input][1 : 1 + len(SETTING_NAMES)] == list(SETTING_NAMES)
     assert [o.name for o in config.output] == [t["name"] for t in outputs()]
     assert config.parameters["ort_providers"].string_value == "CPUExecutionProvider"
-    assert config.parameters["sizing"].string_value == "instances,threads"
+    # one instance (its requests join one running batch), its threads sized by serve
+    assert config.parameters["sizing"].string_value == "threads" and config.instance_group[0].count == 1
     assert sorted(p.name for p in (folder / "1").iterdir()) == [GRAPH_FILE, "model.py"]
     source = json.loads((folder / "source.json").read_text())
     assert source["weights"] == "file" and source["tuning"]["max_batch_size"] == 0
@@ -164,7 +165,7 @@ def test_the_sizing_plan_counts_each_model_as_a_cpu_network_and_keeps_it_decoupl
         assert {part.triton_name for part in plan.parts} == set(MODELS), instance_type
         for name in MODELS:
             part = plan.part(name)
-            assert part.count >= 1 and not part.on_gpu and part.cpu == part.count * part.threads, part
+            assert part.count == 1 and not part.on_gpu and part.cpu == part.threads >= 1, part
     found = sized_configs.read(built[1] / "llama_random" / "config.pbtxt", INSTANCE_TYPES["ml.c5.4xlarge"])
     text = sized_configs.sized_text(found.config, plan.part("llama_random"))
     sized = parse(text)

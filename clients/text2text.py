@@ -53,6 +53,18 @@ OPTIONS = (
 )
 
 
+def require_generation_packages(spec, family: str) -> None:
+    """A generation family's Triton model imports torch and transformers (requirements-generation.txt):
+    without them here, where Triton's python backend runs, the model would fail to load there."""
+    missing = [name for name in GENERATION_PACKAGES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise SpecError(
+            f"{spec.folder}/model.toml: a {family} model runs its generation inside Triton with "
+            f"{' and '.join(missing)}, missing from this environment: pip install -r requirements-generation.txt "
+            "(the serving image: make image IMAGE_GENERATION=true)"
+        )
+
+
 class Text2TextClient(TextClient[None]):
     family = "text2text_generation"
     RESULT_SCHEMA: ClassVar[Mapping[str, Any]] = {
@@ -68,13 +80,7 @@ class Text2TextClient(TextClient[None]):
 
     def configure(self) -> None:
         super().configure()
-        missing = [name for name in GENERATION_PACKAGES if importlib.util.find_spec(name) is None]
-        if missing:  # Triton's python backend runs in this environment: the model would fail to load there
-            raise SpecError(
-                f"{self.spec.folder}/model.toml: a text2text model runs Hugging Face's generate inside Triton, "
-                f"which needs {' and '.join(missing)} in this environment: pip install -r requirements-generation.txt "
-                "(the serving image: make image IMAGE_GENERATION=true)"
-            )
+        require_generation_packages(self.spec, self.family)
         try:
             self.generation = generation_contract.read_generation_config(self.text.folder)
         except generation_contract.GenerationSpecError as error:

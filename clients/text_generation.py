@@ -42,7 +42,8 @@ from clients.chat_template import ChatTemplate
 from clients.generation import Generation, account, collect
 from clients.options import Option
 from clients.text import SPACES_BEFORE, TRUNCATION, TextClient, clean_up_tokenization, cleans_up_spaces, load_tokenizer
-from clients.text_stream import TextStream
+from clients.text2text import require_generation_packages
+from clients.text_stream import TextStream, byte_fallback_tokens
 
 FAMILY_NAME = "text_generation"
 DEADLINE_MARGIN_S = 0.25  # left between the end of a generation and the router's deadline: the way back
@@ -120,6 +121,7 @@ class TextGenerationClient(TextClient[None]):
             raise SpecError(f'{spec.folder}/model.toml: the {self.family} family needs [export] transformers = "..."')
         self.text = spec.text
         folder = spec.text.folder
+        require_generation_packages(spec, self.family)
         self.tokenizer = load_tokenizer(spec.text)
         self.setting_types = {t.name: t.numpy_dtype for t in spec.inputs}
         needed = (INPUT_IDS, *causal_lm_contract.SETTING_NAMES, generation_contract.TIMEOUT_MS)
@@ -139,6 +141,7 @@ class TextGenerationClient(TextClient[None]):
         self.clean_up = cleans_up_spaces(spec.text, self.tokenizer)
         self.chat = ChatTemplate.from_folder(folder)
         self.sequence_length = self.context
+        self.byte_tokens = byte_fallback_tokens(self.tokenizer)
 
     def option_limits(self) -> Mapping[str, float]:
         return {
@@ -245,7 +248,7 @@ class TextGenerationClient(TextClient[None]):
         milliseconds = max(1, int((budget - DEADLINE_MARGIN_S) * 1000))
         arrays[generation_contract.TIMEOUT_MS] = np.array([milliseconds], dtype=np.int64)
         held = [written for written, _ in SPACES_BEFORE] if self.clean_up else []
-        text = TextStream(self.decode, ask.stops, ask.include_stop, held)
+        text = TextStream(self.decode, ask.stops, ask.include_stop, held, self.byte_tokens)
         stream = self.triton.stream(self.spec.triton_name, arrays, self.output_names, budget, version)
         seed = None if ask.settings[SEED] == NO_SEED else int(ask.settings[SEED])
         return Generation(

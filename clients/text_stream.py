@@ -8,7 +8,11 @@ transformers' ``TextStreamer`` does) and answers the new end of that text, holdi
 - text that ends in U+FFFD: a multi-byte character whose bytes have not all come (byte-level BPE,
   SentencePiece's byte fallback);
 - text that could be the start of a stop sequence, or of a pattern the decode's clean-up would
-  change (``" ."`` becomes ``"."`` once the period comes).
+  change (``" ."`` becomes ``"."`` once the period comes);
+- the text of a run of byte-fallback tokens (``<0x21>``) still open: Hugging Face's ``ByteFallback``
+  decoder writes a run's bytes as their characters only when the whole run is valid UTF-8, else a
+  U+FFFD for each byte, so a valid ``"!"`` may turn into ``"\ufffd"`` when the next byte comes
+  (``byte_tokens``: the ids of those tokens; the run's text waits for the token after it).
 
 A stop sequence is looked for in the decoded text (wherever it falls among the tokens); the first
 one found ends the generation, the text cut right after it (``include_stop``: as Hugging Face's TGI
@@ -17,9 +21,28 @@ answers) or right before it (as OpenAI's chat completions answer).
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable, Sequence
 
+from tokenizers import Tokenizer
+
 REPLACEMENT = "\ufffd"
+
+
+BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
+
+
+def byte_fallback_tokens(tokenizer: Tokenizer) -> frozenset[int]:
+    """The ids of a tokenizer's byte-fallback tokens (``<0x21>``), where its decoder has Hugging Face's
+    ``ByteFallback`` step (Llama, Mistral, Phi-3 style); else none."""
+    decoder = json.loads(tokenizer.to_str()).get("decoder") or {}
+    steps = decoder.get("decoders", [decoder]) if decoder.get("type") == "Sequence" else [decoder]
+    if not any(step.get("type") == "ByteFallback" for step in steps):
+        return frozenset()
+    return frozenset(
+        i for token, i in tokenizer.get_vocab(with_added_tokens=False).items() if BYTE_TOKEN.fullmatch(token)
+    )
 
 
 class TextStream:
@@ -31,12 +54,14 @@ class TextStream:
         stops: Sequence[str] = (),
         include_stop: bool = True,
         held: Sequence[str] = (),
+        byte_tokens: frozenset[int] = frozenset(),
     ) -> None:
         self.decode = decode
         self.stops = tuple(stops)
         self.include_stop = include_stop
         # prefixes that may not be answered yet: a stop's or a clean-up pattern's start
         self.held = tuple(s for s in (*self.stops, *held) if s)
+        self.byte_tokens = byte_tokens
         self.ids: list[int] = []
         self.text = ""  # the decode of every token so far (cut at a stop once one is found)
         self.sent = 0  # characters of it answered
@@ -77,10 +102,22 @@ class TextStream:
         at, self.stopped = found
         return at + len(self.stopped) if self.include_stop else at
 
+    def _closed(self) -> int:
+        """How much of the text no later token can change: all of it, unless it ends in a run of
+        byte-fallback tokens, whose text is then the decode of the tokens before the run (when that
+        is where the whole decode begins; else nothing more is final yet)."""
+        open_run = len(self.ids)
+        while open_run and self.ids[open_run - 1] in self.byte_tokens:
+            open_run -= 1
+        if open_run == len(self.ids):
+            return len(self.text)
+        before = self.decode(self.ids[:open_run])
+        return len(before) if self.text.startswith(before) else self.sent
+
     def _ready(self) -> int:
         """How much of the text is final: short of a trailing U+FFFD, and of any end of it that
         begins a held sequence."""
-        end = len(self.text.rstrip(REPLACEMENT))
+        end = min(len(self.text.rstrip(REPLACEMENT)), self._closed())
         hold = 0
         for sequence in self.held:
             for size in range(min(len(sequence) - 1, end), hold, -1):

@@ -17,6 +17,7 @@ in Triton, as well as on the router's ``router_generation_cancelled_total``.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -46,6 +47,7 @@ try:
 except ImportError:  # outside Triton (unit tests put a stand-in here)
     pb_utils = None
 
+LOG = logging.getLogger(__name__)
 PROVIDERS_PARAMETER = "ort_providers"  # ONNX Runtime's providers, by preference (the target's)
 OUTCOMES = ("finished", "cancelled", "late", "failed")
 WARM_UP_S = 120.0
@@ -155,10 +157,15 @@ def triton_metrics(model: str):
     counters = {outcome: ended.Metric(labels={"model": model, "outcome": outcome}) for outcome in OUTCOMES}
     counters["steps"] = steps.Metric(labels={"model": model})
 
+    families = (ended, steps)  # a Metric outlives its MetricFamily only while the family is referenced
+
     def observe(name: str, added: int) -> None:
         counter = counters.get(name)
-        if counter is not None:
-            counter.increment(added)
+        if counter is not None and families:
+            try:
+                counter.increment(added)
+            except Exception:  # a metric never fails a generation
+                LOG.exception("counting %s on Triton's metrics failed", name)
 
     return observe
 

@@ -47,11 +47,11 @@ from pathlib import Path
 from typing import Any
 
 from scripts.caller import invoke_async
+from scripts.caller.errors import error_lines, failure_lines, keep_error_bodies
 from scripts.caller.invoke_args import IMAGE_MODELS, TEXT_MODELS, add_arguments, check_arguments, route
 from scripts.caller.invoke_stream import invoke_streamed
 
 CONTENT_TYPES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png", ".txt": "text/plain; charset=utf-8"}
-RAW_ERROR_BODY = "RawErrorBody"
 
 
 def make_client(region: str | None, endpoint_url: str | None):
@@ -135,11 +135,7 @@ def invoke(
     from botocore.exceptions import ClientError
 
     attributes = custom_attributes(model, options)
-    client.meta.events.register(
-        f"before-parse.{client.meta.service_model.service_id.hyphenize()}.InvokeEndpoint",
-        _keep_error_body,
-        unique_id="invoke-keep-error-body",
-    )
+    keep_error_bodies(client, "InvokeEndpoint")
     try:
         response = client.invoke_endpoint(
             EndpointName=endpoint_name,
@@ -163,34 +159,6 @@ def answer_lines(model: str, raw: bytes) -> tuple[bool, list[str], Any]:
     if isinstance(answer, dict) and "result" in answer:
         return True, [f"{model} (version {answer.get('version')}):", *format_result(answer["result"])], answer["result"]
     return True, [f"{model}:", *format_result(answer)], answer
-
-
-def _keep_error_body(response_dict, customized_response_dict, **_) -> None:
-    """botocore drops the body of an error it cannot parse (the local stack's own JSON): keep it."""
-    if response_dict.get("status_code", 200) >= 400:
-        customized_response_dict[RAW_ERROR_BODY] = response_dict.get("body", b"")
-
-
-def error_lines(model: str, error) -> list[str]:
-    """The container's own JSON error: SageMaker wraps it in a ModelError; the local stack sends it as is."""
-    response = error.response
-    status = response.get("OriginalStatusCode") or response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    body = response.get("OriginalMessage")  # a ModelError: what the container answered
-    if body is None:
-        raw = response.get(RAW_ERROR_BODY)
-        body = raw.decode(errors="replace") if raw else response.get("Error", {}).get("Message", "")
-    code = response.get("Error", {}).get("Code", "")
-    label = f"status {status}" + (f" ({code})" if code and code != str(status) else "")
-    return failure_lines(f"{model}: failed with {label}", body)
-
-
-def failure_lines(heading: str, body: Any) -> list[str]:
-    """The heading, then the body indented: pretty JSON when it is JSON."""
-    try:
-        body = json.dumps(json.loads(body), indent=2)
-    except (TypeError, ValueError):
-        pass
-    return [heading, *("  " + line for line in str(body).splitlines())]
 
 
 def invoke_queued(

@@ -121,6 +121,9 @@ def invoke_streamed(
     An error answered before the stream (the container's JSON error) is raised as boto3 raises it."""
     from botocore.exceptions import EventStreamError
 
+    from scripts.caller.errors import keep_error_bodies
+
+    keep_error_bodies(client, "InvokeEndpointWithResponseStream")
     out = out or sys.stdout
     progress = Progress()
     print(f"{model}:", file=out, flush=True)

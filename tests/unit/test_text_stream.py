@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from clients.text import SPACES_BEFORE, clean_up_tokenization
-from clients.text_stream import REPLACEMENT, TextStream
+from clients.text_stream import REPLACEMENT, TextStream, byte_fallback_tokens
 from tests.tiny_causal import CORPUS, byte_fallback_bpe, byte_level_bpe
 
 TOKENIZERS = {"byte_level": byte_level_bpe(), "byte_fallback": byte_fallback_bpe()}
@@ -40,6 +40,20 @@ def test_byte_tokens_are_held_until_their_character_is_whole():
     stream = TextStream(decoder(tokenizer))
     pieces = [stream.push([token]) for token in ids]
     assert "".join(pieces) == "ok 🚢" and pieces[-2] == ""
+
+
+def test_a_run_of_byte_tokens_waits_until_it_closes():
+    """What a random model writes: "!" as a byte token, then bytes that make the run invalid UTF-8,
+    which the ByteFallback decoder writes as one U+FFFD a byte, the "!" among them."""
+    tokenizer = TOKENIZERS["byte_fallback"]
+    byte = {value: tokenizer.token_to_id(f"<0x{value:02X}>") for value in (0x21, 0xFA, 0xCC)}
+    ids = [*tokenizer.encode("ok").ids, byte[0x21], byte[0xFA], byte[0xCC], *tokenizer.encode("ok").ids]
+    whole = tokenizer.decode(ids, skip_special_tokens=True)
+    assert "!" not in whole  # the run, invalid, is three U+FFFD
+    assert "".join(streamed(TextStream(decoder(tokenizer)), ids)) != whole  # what a decode of all so far gives
+    tokens = byte_fallback_tokens(tokenizer)
+    assert len(tokens) == 256 and not byte_fallback_tokens(TOKENIZERS["byte_level"])
+    assert "".join(streamed(TextStream(decoder(tokenizer), byte_tokens=tokens), ids)) == whole
 
 
 @pytest.mark.parametrize("include_stop", [True, False])

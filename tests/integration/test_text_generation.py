@@ -1,0 +1,321 @@
+"""The text_generation family through the whole stack (NGINX, gunicorn, the router, a real Triton whose
+decoupled python-backend model batches the requests step by step over ONNX Runtime) against Hugging
+Face's ``model.generate`` on the same folders: the "causal" set of scripts.model_prep.small_models, a
+tiny random-weight folder of each architecture served (GPT-2, Qwen2 and Qwen3 with byte-level BPE;
+Llama, Mistral and Phi-3 SentencePiece-style with byte fallback) and a small trained Llama.
+
+Greedy and beam search answer what ``generate`` answers for that prompt alone, token for token, in
+each request form; streamed, the events arrive as they are made, through NGINX, and their texts
+joined are the whole answer; eight callers at once each get their own answer; a short request
+joins a long generation instead of waiting for it; a caller that leaves ends its generation in
+Triton; a seeded sampling request repeats itself whoever it runs beside; bad input is a 400 naming
+the field and the next stream is served; boto3's ``invoke_endpoint_with_response_stream`` reads the
+local stack's PayloadParts (cut small) as it reads SageMaker's."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import requests
+
+from scripts.devtools import Stack
+from scripts.model_prep.small_models.sets import SETS, Built
+from tests.references import served_copy
+from tests.support import assert_conforms, assert_error, post
+
+pytestmark = pytest.mark.integration
+
+MODELS = tuple(SETS["causal"].models)
+PROMPTS = ("The quick brown fox", "Hello there, how are", "Le café est")
+LONG = "llama_long"  # llama_random with more positions: the long generations of the streaming tests
+LONG_POSITIONS = 1024
+PART_BYTES = 7  # the local response stream's PayloadParts, cut small
+
+
+@pytest.fixture(scope="module")
+def models(small_models: Built) -> Path:
+    return small_models.models("causal")
+
+
+@pytest.fixture(scope="module")
+def stack(small_models: Built, tmp_path_factory, stopping: list[Stack]):
+    shared = small_models.repository("causal")
+    repository = served_copy(shared, MODELS, tmp_path_factory.mktemp("repository"))
+    # Llama's positions are rotary, computed in the graph: the same graph serves a longer context
+    long = repository / LONG
+    shutil.copytree(shared / "llama_random", long)
+    config = long / "config.pbtxt"
+    config.write_text(config.read_text().replace('name: "llama_random"', f'name: "{LONG}"'))
+    for file, key in (("config.json", "max_position_embeddings"), ("tokenizer_config.json", "model_max_length")):
+        path = long / "hf" / file
+        path.write_text(json.dumps({**json.loads(path.read_text()), key: LONG_POSITIONS}))
+    env = {"LOCAL_STREAM_PART_BYTES": str(PART_BYTES)}
+    started = Stack(repository, env_extra=env).start(tmp_path_factory.mktemp("generation-stack-logs"))
+    stopping.append(started)
+    started.wait_healthy()
+    yield started
+    started.begin_stop()
+
+
+@pytest.fixture(scope="module")
+def references(models: Path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return {
+        name: (
+            AutoModelForCausalLM.from_pretrained(models / name / "hf").eval(),
+            AutoTokenizer.from_pretrained(models / name / "hf"),
+        )
+        for name in MODELS
+    }
+
+
+def generate(references, name: str, prompt: str, **settings) -> tuple[list[int], str]:
+    """``generate``'s new tokens for ``prompt`` alone, and their text (special tokens skipped)."""
+    import torch
+
+    model, tokenizer = references[name]
+    encoded = tokenizer(prompt, return_tensors="pt")
+    with torch.no_grad():
+        ids = model.generate(**encoded, pad_token_id=tokenizer.pad_token_id or 0, **settings)[0]
+    new = ids[encoded.input_ids.shape[1] :].tolist()
+    return new, tokenizer.decode(new, skip_special_tokens=True)
+
+
+def result(stack: Stack, model: str, payload: dict):
+    r = post(stack, {"modelname": model, "payload": payload})
+    assert_conforms(r, "/invocations", "POST")
+    assert r.status_code == 200, r.text[:500]
+    return r.json()["result"]
+
+
+def streamed(stack: Stack, body: dict, attributes: str | None = None) -> tuple[list, list[float], float]:
+    """A streamed call's events, each one's arrival in seconds after the request was sent, and the whole time."""
+    headers = {"Content-Type": "application/json"}
+    if attributes:
+        headers["X-Amzn-SageMaker-Custom-Attributes"] = attributes
+    start = time.monotonic()
+    with requests.post(f"{stack.url}/invocations", json=body, headers=headers, stream=True, timeout=60) as r:
+        assert r.status_code == 200, r.text[:500]
+        assert r.headers["Content-Type"].startswith("text/event-stream")
+        assert r.headers.get("Transfer-Encoding") == "chunked"
+        events, times, pending = [], [], b""
+        for chunk in r.iter_content(chunk_size=None):
+            pending += chunk
+            while b"\n\n" in pending:
+                raw, pending = pending.split(b"\n\n", 1)
+                data = raw.decode()[len("data: ") :]
+                events.append(data if data == "[DONE]" else json.loads(data))
+                times.append(time.monotonic() - start)
+    return events, times, time.monotonic() - start
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_greedy_answers_equal_generate_token_for_token(stack, references, name):
+    wanted = [generate(references, name, p, max_new_tokens=12, do_sample=False) for p in PROMPTS]
+    answers = result(stack, name, {"text": list(PROMPTS), "max_new_tokens": 12, "do_sample": False})
+    assert [a["generated_text"] for a in answers] == [text for _, text in wanted]
+    tgi = requests.post(
+        f"{stack.url}/invocations",
+        json={"inputs": PROMPTS[0], "parameters": {"max_new_tokens": 12, "do_sample": False, "details": True}},
+        headers={"X-Amzn-SageMaker-Custom-Attributes": f"modelname={name}"},
+        timeout=60,
+    )
+    assert tgi.status_code == 200, tgi.text
+    [answer] = tgi.json()
+    assert [t["id"] for t in answer["details"]["tokens"]] == wanted[0][0]
+    assert answer["generated_text"] == wanted[0][1]
+
+
+def test_the_trained_model_continues_its_sentence_and_beam_search_equals_generate(stack, references):
+    found = result(stack, "llama_trained", {"text": PROMPTS[0], "max_new_tokens": 30})
+    assert found["generated_text"] == generate(references, "llama_trained", PROMPTS[0], max_new_tokens=30)[1]
+    assert found["finish_reason"] == "eos_token" and "lazy dog" in found["generated_text"]
+    for beams in (2, 4):
+        settings = {"num_beams": beams, "max_new_tokens": 10, "do_sample": False}
+        found = result(stack, "llama_random", {"text": PROMPTS[1], **settings})
+        assert found["generated_text"] == generate(references, "llama_random", PROMPTS[1], **settings)[1]
+
+
+@pytest.mark.parametrize("name", ["qwen2_random", "llama_random"])
+def test_a_chat_is_the_folders_template_then_generate(stack, references, name):
+    _, tokenizer = references[name]
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Où est le café?"}]
+    prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    import torch
+
+    model, _ = references[name]
+    ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
+    with torch.no_grad():
+        new = model.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=tokenizer.pad_token_id or 0)
+    r = post(stack, {"model": name, "messages": messages, "max_tokens": 8, "temperature": 0})
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert answer["object"] == "chat.completion" and answer["model"] == name
+    assert answer["choices"][0]["message"] == {
+        "role": "assistant",
+        "content": tokenizer.decode(new[0, ids.shape[1] :], skip_special_tokens=True),
+    }
+    assert answer["usage"]["prompt_tokens"] == ids.shape[1]
+    events, _, _ = streamed(
+        stack, {"model": name, "messages": messages, "max_tokens": 8, "temperature": 0, "stream": True}
+    )
+    assert events[-1] == "[DONE]"
+    assert all(e["object"] == "chat.completion.chunk" for e in events[:-1])
+    text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events[:-1])
+    assert text == answer["choices"][0]["message"]["content"]
+
+
+def test_a_folder_without_a_chat_template_refuses_messages(stack):
+    r = post(stack, {"model": "gpt2_random", "messages": [{"role": "user", "content": "hi"}]})
+    assert_error(r, 400, "invalid_input", "chat template")
+
+
+@pytest.mark.parametrize("name", ["llama_random", "gpt2_random", "qwen3_random"])
+def test_streamed_events_joined_are_the_whole_answer(stack, name):
+    payload = {"text": PROMPTS[2], "max_new_tokens": 40, "do_sample": False}
+    whole = result(stack, name, payload)["generated_text"]
+    events, _, _ = streamed(stack, {"modelname": name, "payload": {**payload, "stream": True}})
+    assert "".join(e["token"]["text"] for e in events) == whole == events[-1]["generated_text"]
+    assert all(e["generated_text"] is None for e in events[:-1])
+
+
+def test_tokens_arrive_as_they_are_made_not_at_the_end(stack):
+    """Through NGINX and gunicorn, a 300-token generation's first event arrives within the first fifth
+    of the answer's time, and its events spread over the rest."""
+    body = {"modelname": LONG, "payload": {"text": "hello", "max_new_tokens": 300, "do_sample": False, "stream": True}}
+    events, times, total = streamed(stack, body)
+    assert len(events) == 300
+    assert times[0] < total / 5, (times[0], total)
+    assert times[len(times) // 2] < 0.8 * total, (times[len(times) // 2], total)
+
+
+def test_eight_callers_at_once_each_get_their_own_answer(stack, references):
+    prompts = [f"{PROMPTS[i % 3]} {i}" for i in range(8)]
+    wanted = [generate(references, "llama_trained", p, max_new_tokens=20, do_sample=False)[1] for p in prompts]
+
+    def one(i: int) -> str:
+        if i % 2:
+            events, _, _ = streamed(
+                stack,
+                {"modelname": "llama_trained", "payload": {"text": prompts[i], "max_new_tokens": 20, "stream": True}},
+            )
+            return events[-1]["generated_text"]
+        return result(stack, "llama_trained", {"text": prompts[i], "max_new_tokens": 20})["generated_text"]
+
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(one, range(8))) == wanted
+
+
+def test_a_short_request_joins_a_long_generation_instead_of_waiting(stack):
+    long = {"modelname": LONG, "payload": {"text": "hello", "max_new_tokens": 900, "do_sample": False, "stream": True}}
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(streamed, stack, long)
+        time.sleep(0.3)
+        start = time.monotonic()
+        short = result(stack, LONG, {"text": "hi", "max_new_tokens": 4})
+        short_s = time.monotonic() - start
+        long_events, _, long_s = running.result()
+    assert short["generated_tokens"] == 4 and len(long_events) == 900
+    assert short_s < long_s / 3, (short_s, long_s)
+
+
+def triton_metric(stack: Stack, outcome: str, model: str = LONG) -> float:
+    text = requests.get(f"http://127.0.0.1:{stack.triton_ports[2]}/metrics", timeout=10).text
+    key = f'text_generation_requests_total{{model="{model}",outcome="{outcome}"}}'
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(key))
+
+
+def test_a_caller_that_leaves_ends_its_generation_in_triton(stack):
+    before = triton_metric(stack, "cancelled")
+    body = json.dumps({"modelname": LONG, "payload": {"text": "hello", "max_new_tokens": 1000, "stream": True}})
+    with socket.create_connection(("127.0.0.1", stack.port), timeout=30) as connection:
+        head = f"POST /invocations HTTP/1.1\r\nHost: local\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        connection.sendall(head.encode() + body.encode())
+        assert b"data: " in connection.recv(4096)  # the stream has begun; the caller goes away
+    deadline = time.monotonic() + 20
+    while triton_metric(stack, "cancelled") == before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert triton_metric(stack, "cancelled") == before + 1
+    metrics = requests.get(f"{stack.url}/metrics", timeout=10).text
+    assert f'router_generation_cancelled_total{{model="{LONG}"}}' in metrics
+    events, _, _ = streamed(stack, {"modelname": LONG, "payload": {"text": "hi", "max_new_tokens": 5, "stream": True}})
+    assert len(events) == 5
+
+
+def test_a_seeded_sample_repeats_itself_whoever_it_runs_beside(stack):
+    payload = {"text": PROMPTS[0], "max_new_tokens": 16, "do_sample": True, "temperature": 1.5, "seed": 7}
+    alone = result(stack, "llama_random", payload)["generated_text"]
+    with ThreadPoolExecutor(4) as pool:
+        others = [pool.submit(result, stack, "llama_random", {**payload, "seed": s}) for s in (1, 2, 3)]
+        again = result(stack, "llama_random", payload)["generated_text"]
+        differing = {f.result()["generated_text"] for f in others}
+    assert again == alone
+    assert len(differing | {alone}) > 1
+
+
+@pytest.mark.parametrize(
+    "body, attributes, fragments",
+    [
+        ({"modelname": "llama_random", "payload": {"text": "hi", "max_new_tokens": 500}}, None, ["max_new_tokens"]),
+        ({"modelname": "llama_random", "payload": {"text": "hi " * 200}}, None, ["tokens", "128"]),
+        ({"modelname": "llama_random", "payload": {"text": "hi", "top_p": 1.5}}, None, ["top_p"]),
+        ({"modelname": "llama_random", "payload": {"text": "hi", "temperature": -1}}, None, ["temperature"]),
+        ({"inputs": "hi", "parameters": {"stop": ["a", "b", "c", "d", "e"]}}, "modelname=llama_random", ["stop"]),
+        ({"model": "qwen2_random", "messages": [{"role": "wizard", "content": "hi"}]}, None, ["role"]),
+        ({"model": "qwen2_random", "messages": [{"role": "user", "content": 3}]}, None, ["content"]),
+        ({"modelname": "llama_random", "payload": {"text": ["a", "b"], "stream": True}}, None, ["stream"]),
+    ],
+    ids=["max_new_tokens", "context", "top_p", "temperature", "stop", "role", "content", "stream-list"],
+)
+def test_bad_input_is_a_400_and_the_next_stream_is_served(stack, body, attributes, fragments):
+    r = post(stack, body, attributes=attributes)
+    assert_error(r, 400, "invalid_input", *fragments)
+    assert stack.ping().status_code == 200
+    events, _, _ = streamed(
+        stack, {"modelname": "llama_random", "payload": {"text": "hi", "max_new_tokens": 3, "stream": True}}
+    )
+    assert len(events) == 3
+
+
+def test_boto3_reads_the_local_response_stream_as_sagemakers(stack, tmp_path, capsys):
+    """invoke_endpoint_with_response_stream through NGINX: PayloadParts of 7 bytes, cutting events and
+    characters, joined by the caller; ``scripts.caller invoke --stream`` prints the tokens."""
+    from scripts.caller import invoke
+    from scripts.caller.invoke_stream import event_text, payload_bytes, sse_events
+
+    client = invoke.make_client(None, stack.url)
+    payload = {"text": PROMPTS[2], "max_new_tokens": 30, "do_sample": False}
+    response = client.invoke_endpoint_with_response_stream(
+        EndpointName="local",
+        ContentType="application/json",
+        Body=json.dumps({"modelname": "llama_random", "payload": {**payload, "stream": True}}),
+    )
+    parts = list(payload_bytes(response["Body"]))
+    assert max(len(p) for p in parts) == PART_BYTES and len(parts) > 30
+    text = "".join(event_text(e) for e in sse_events(parts))
+    assert text == result(stack, "llama_random", payload)["generated_text"]
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text(PROMPTS[0])
+    argv = ["--endpoint-url", stack.url, "--stream", "--option", "max_new_tokens=30", f"llama_trained={prompt}"]
+    assert invoke.main(argv) == 0
+    assert "jumps over the lazy dog" in capsys.readouterr().out
+
+
+def test_json_lines_are_answered_whole(stack, references):
+    lines = [{"modelname": "llama_trained", "payload": {"text": p, "max_new_tokens": 10}} for p in PROMPTS[:2]]
+    r = requests.post(
+        f"{stack.url}/invocations",
+        data="\n".join(json.dumps(line) for line in lines),
+        headers={"Content-Type": "application/jsonlines", "Accept": "application/jsonlines"},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    answers = [json.loads(line)["result"]["generated_text"] for line in r.text.splitlines()]
+    assert answers == [generate(references, "llama_trained", p, max_new_tokens=10)[1] for p in PROMPTS[:2]]

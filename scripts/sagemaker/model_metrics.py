@@ -116,7 +116,22 @@ METRICS = (
         "Count",
         _field(access.GENERATED_TOKENS),
         f"{_field(access.GENERATED_TOKENS)} >= 0",
-        "tokens a text2text model generated (generated_tokens; its Sum a minute / 60: tokens per second)",
+        "tokens a text2text or text_generation model generated (generated_tokens; its Sum a minute / 60: "
+        "tokens per second)",
+    ),
+    MetricSpec(
+        "TimeToFirstToken",
+        "Seconds",
+        _field(access.TIME_TO_FIRST_TOKEN),
+        f"{_field(access.TIME_TO_FIRST_TOKEN)} >= 0",
+        "a text_generation request's seconds to its first token (time_to_first_token_s; p50 and p99)",
+    ),
+    MetricSpec(
+        "GenerationTokensPerSecond",
+        "Count/Second",
+        _field(access.TOKENS_PER_SECOND),
+        f"{_field(access.TOKENS_PER_SECOND)} >= 0",
+        "a text_generation request's tokens per second after its first (tokens_per_second)",
     ),
 )
 METRIC_NAMES = tuple(m.name for m in METRICS)

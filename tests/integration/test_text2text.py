@@ -112,6 +112,18 @@ def generated(references, name: str, text: str, **settings) -> str:
     return tokenizer.decode(ids, skip_special_tokens=True)
 
 
+def causal_generated(folder: Path, text: str, max_new_tokens: int) -> str:
+    """A decoder-only model's ``generate`` for ``text``: its new tokens, decoded."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
+    encoded = tokenizer(text, return_tensors="pt")
+    with torch.no_grad():
+        ids = model.generate(**encoded, max_new_tokens=max_new_tokens, do_sample=False)[0]
+    return tokenizer.decode(ids[encoded.input_ids.shape[1] :], skip_special_tokens=True)
+
+
 def result(stack: Stack, model: str, payload: dict):
     r = post(stack, {"modelname": model, "payload": payload})
     assert_conforms(r, "/invocations", "POST")
@@ -266,10 +278,20 @@ def test_a_python_backend_t5_folder_as_aws_example_writes_it_is_served_unchanged
     assert answer == generated(references, "t5_gen", CORPUS[6]) == " ".join(CORPUS[6].split()[:3])
 
 
-def test_an_archive_loads_answers_and_unloads_on_a_multi_model_endpoint(
+def test_generation_archives_load_answer_and_unload_on_a_multi_model_endpoint(
     models, small_models, references, tmp_path, new_stack
 ):
-    names, extracted = multi_model_archive(models, "t5_gen", tmp_path, small_models.cache)
+    """A text2text archive and a text_generation one (a decoupled model, streamed as on a single-model
+    endpoint when called locally), each loaded, called and unloaded."""
+    names, extracted = multi_model_archive(models, "t5_gen", tmp_path / "t5", small_models.cache)
+    causal_names, causal = multi_model_archive(
+        small_models.models("causal"), "llama_trained", tmp_path / "causal", small_models.cache
+    )
+    assert {
+        "llama_trained/1/decoder.onnx",
+        "llama_trained/1/model.py",
+        "llama_trained/hf/tokenizer.json",
+    } <= causal_names
     assert {"t5_gen/1/encoder.onnx", "t5_gen/1/decoder_init.onnx", "t5_gen/1/decoder_step.onnx"} <= names
     assert "t5_gen/1/model.py" in names and "t5_gen/hf/tokenizer.json" in names
     assert not any(name.endswith(".safetensors") for name in names), sorted(names)
@@ -289,3 +311,16 @@ def test_an_archive_loads_answers_and_unloads_on_a_multi_model_endpoint(
     assert requests.delete(f"{stack.url}/models/translator", timeout=60).status_code == 200
     gone = requests.post(f"{stack.url}/models/translator/invoke", json={"payload": {"text": "a"}}, timeout=60)
     assert gone.status_code == 404, gone.text
+    loaded = requests.post(f"{stack.url}/models", json={"model_name": "writer", "url": str(causal)}, timeout=180)
+    assert loaded.status_code == 200, loaded.text
+    body = {"payload": {"text": "The quick brown fox", "max_new_tokens": 30}}
+    r = requests.post(f"{stack.url}/models/writer/invoke", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    whole = r.json()["result"]["generated_text"]
+    assert whole == causal_generated(small_models.models("causal") / "llama_trained" / "hf", "The quick brown fox", 30)
+    body["payload"]["stream"] = True
+    streamed = requests.post(f"{stack.url}/models/writer/invoke", json=body, timeout=60)
+    assert streamed.headers["Content-Type"].startswith("text/event-stream")
+    events = [json.loads(block[len("data: ") :]) for block in streamed.text.split("\n\n")[:-1]]
+    assert events[-1]["generated_text"] == whole
+    assert requests.delete(f"{stack.url}/models/writer", timeout=60).status_code == 200

@@ -47,6 +47,8 @@ def test_every_field_a_filter_reads_is_one_the_router_writes():
         access.TARGET_MODEL,
         access.ENDPOINT,
         access.GENERATED_TOKENS,
+        access.TIME_TO_FIRST_TOKEN,
+        access.TOKENS_PER_SECOND,
         *(access.stage_field(s) for s in access.STAGES),
     }
     for form in (REAL_TIME, MULTI_MODEL):
@@ -162,3 +164,26 @@ def test_the_generated_tokens_filter_publishes_a_text2text_lines_count_and_nothi
     assert published.value == 17 and published.dimensions == {"EndpointName": "mm", "Model": "t5"}
     del line[access.GENERATED_TOKENS]  # a request of another family
     assert publish(tokens, json.dumps(line)) == []
+
+
+def test_a_streamed_generations_line_publishes_its_time_to_first_token_and_rate():
+    from scripts.sagemaker.filter_pattern import publish
+
+    filters = {f["filterName"]: f for f in metric_filters("mm", REAL_TIME)}
+    line = {
+        access.LOGGER_FIELD: access.LOGGER,
+        access.METHOD: "POST",
+        access.PATH: "/invocations",
+        access.MODEL: "chat",
+        access.ENDPOINT: "mm",
+        access.STATUS: 200,
+        access.DURATION_MS: 910.0,
+        access.GENERATED_TOKENS: 64,
+        access.TIME_TO_FIRST_TOKEN: 0.042,
+        access.TOKENS_PER_SECOND: 73.5,
+    }
+    [first] = publish(filters["mm/TimeToFirstToken"], json.dumps(line))
+    [rate] = publish(filters["mm/GenerationTokensPerSecond"], json.dumps(line))
+    assert (first.value, rate.value) == (0.042, 73.5) and first.dimensions == {"EndpointName": "mm", "Model": "chat"}
+    del line[access.TIME_TO_FIRST_TOKEN], line[access.TOKENS_PER_SECOND]  # a request of another family
+    assert publish(filters["mm/TimeToFirstToken"], json.dumps(line)) == []

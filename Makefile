@@ -31,7 +31,7 @@ IMAGE_REPOSITORY ?= models
 # IMAGE_GENERATION=true: the image with torch and transformers, for text2text models (requirements-generation.txt).
 IMAGE_GENERATION ?= false
 
-.PHONY: help run test models test-models deps nginx samples clean bench soak fuzz audit lint-imports lint podman image image-run docs docs-serve gpu-check bench-text bench-generation
+.PHONY: help run test models test-models deps nginx samples clean bench soak fuzz audit lint-imports lint podman image image-run docs docs-serve gpu-check bench-text bench-generation bench-chat
 
 help:
 	@echo "make run     install, prepare the models (TARGET=$(TARGET), WEIGHTS=$(WEIGHTS)), serve on :$(PORT)"
@@ -44,6 +44,7 @@ help:
 	@echo "make bench   benchmark a running stack (make run) against Triton alone and its SageMaker front end"
 	@echo "make bench-text  the text families on a stack of their own: throughput, router CPU, embeddings vs encode()"
 	@echo "make bench-generation  text2text on a stack of its own (a t5-small-sized T5): tokens/s vs model.generate"
+	@echo "make bench-chat  text_generation on a stack of its own (a 34M Llama): tokens/s vs model.generate, TTFT, ITL"
 	@echo "make gpu-check  on a GPU machine: the gpu tests and DALI's images/s (WHEELS=dir: offline, from wheels)"
 	@echo "make clean   remove the venv, build/ and the built model files"
 
@@ -165,6 +166,13 @@ bench-text: test-models nginx
 BENCH_GENERATION_ARGS ?=
 bench-generation: $(VENV)/.serving $(VENV)/.models nginx
 	$(PY) -m scripts.bench.generation $(BENCH_GENERATION_ARGS)
+
+# The text_generation family (prepares build/bench-chat/: a Llama of about 34M parameters, random
+# weights; starts and stops its own stack on free ports): BENCH_CHAT_ARGS="--quick" for a smoke run,
+# "--env TRITON_THREADS=bench_llama=2" for another sizing. Results: build/bench-chat/.
+BENCH_CHAT_ARGS ?=
+bench-chat: $(VENV)/.serving $(VENV)/.models nginx
+	$(PY) -m scripts.bench.chat $(BENCH_CHAT_ARGS)
 
 # Not part of `make test`. SOAK_ARGS="--duration 30" for a short try; FUZZ_EXAMPLES per operation
 # (schemathesis), V2_FUZZ_EXAMPLES per model (the KServe v2 bodies; make test runs 100).

@@ -1,0 +1,131 @@
+"""What the chat benchmark measures, decided before anything starts: its arguments, its rows (the
+endpoint at two concurrencies, streamed callers, a short request's time to first token alone and
+beside long generations, ``generate`` in this process at batch 1) and the comparisons they feed."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.core.causal_lm_contract import MAX_NEW_TOKENS
+from app.core.settings import PROJECT_ROOT
+from scripts.bench.generation.plan import env_entry
+from scripts.terminal import positive
+
+DEFAULT_OUT = PROJECT_ROOT / "build" / "bench-chat"
+MODEL = "bench_llama"  # the model's name in the benchmark's repository
+GENERATE, ENDPOINT, STREAM, SHORT_ALONE, SHORT_LOADED = "generate", "endpoint", "stream", "short-alone", "short-loaded"
+PROBES = (SHORT_ALONE, SHORT_LOADED)  # the rows that send one short streamed request at a time
+TEXTS, TEXT_TOKENS = 32, 24  # the prompts every row cycles through, and their tokens (<s> included)
+MAX_NEW = 64  # tokens generated a prompt (random weights never end one early: prepare)
+SHORT_NEW, LONG_NEW = 8, 256  # the short request's tokens, and those of the long generations beside it
+CONCURRENCY = 8
+GOAL_TOKENS = 3.0  # the endpoint at concurrency 8 against generate at batch 1, generated tokens/s: at least
+GOAL_TTFT = 3.0  # a short request's time to first token beside the long generations against alone: at most
+PROG = "python -m scripts.bench.chat"
+DESCRIPTION = (
+    "The text_generation family through the public port against model.generate in one process: generated "
+    "tokens/s, time to first token and inter-token latency, on a Llama-style model of about 34M parameters."
+)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One measured row. ``generate``: ``model.generate`` in this process, one prompt a call;
+    ``endpoint``: whole answers through the public port at ``concurrency`` client threads;
+    ``stream``: streamed answers, each event's arrival timed; ``short-alone`` / ``short-loaded``: one
+    short streamed request at a time, alone or while ``concurrency`` long streamed generations run."""
+
+    side: str
+    concurrency: int = 1
+
+    @property
+    def key(self) -> str:
+        return self.side if self.side in (GENERATE, *PROBES) else f"{self.side}/c{self.concurrency}"
+
+    def label(self, max_new: int, short_new: int, long_new: int) -> str:
+        if self.side == GENERATE:
+            return f"model.generate, batch 1, one process, {max_new} tokens"
+        if self.side == ENDPOINT:
+            return f"endpoint, whole answers, c={self.concurrency}, {max_new} tokens"
+        if self.side == STREAM:
+            return f"endpoint, streamed, c={self.concurrency}, {max_new} tokens"
+        if self.side == SHORT_ALONE:
+            return f"short request alone, streamed, {short_new} tokens"
+        return f"short request beside {self.concurrency} of {long_new} tokens, streamed, {short_new} tokens"
+
+
+def plan_rows(concurrency: int) -> list[Row]:
+    """``generate`` at batch 1; the endpoint at ``concurrency`` and at 1; streamed at ``concurrency``;
+    the short request alone and beside ``concurrency - 1`` long generations (``concurrency`` requests
+    in all, as the streamed row)."""
+    rows = [
+        Row(GENERATE),
+        Row(ENDPOINT, concurrency),
+        Row(ENDPOINT, 1),
+        Row(STREAM, concurrency),
+        Row(SHORT_ALONE),
+        Row(SHORT_LOADED, max(1, concurrency - 1)),
+    ]
+    return list(dict.fromkeys(rows))  # concurrency 1 asked for: the endpoint's row once
+
+
+def goal_rows(concurrency: int) -> dict[str, tuple[Row, Row]]:
+    """The comparisons the verdicts make: (the measured row, its reference) by name."""
+    return {
+        "tokens": (Row(ENDPOINT, concurrency), Row(GENERATE)),
+        "ttft": (Row(SHORT_LOADED, max(1, concurrency - 1)), Row(SHORT_ALONE)),
+    }
+
+
+def long_tokens(asked: int, positions: int | None, prompt_tokens: int) -> int:
+    """The long generations' tokens: as asked, unless the model's positions hold fewer after the
+    longest prompt (the small model's 128)."""
+    return asked if positions is None else max(1, min(asked, positions - prompt_tokens))
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog=PROG, description=DESCRIPTION, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    add = p.add_argument
+    add("--out", type=Path, default=DEFAULT_OUT, help="results.json, the model's sources, the cache and logs go here")
+    add("--repository", type=Path, help="the repository to prepare and serve (default: OUT/repository)")
+    add("--no-prepare", action="store_true", help=f"serve --repository as it is (it holds {MODEL})")
+    add("--small", action="store_true", help="a tiny Llama (scripts.model_prep.small_models): a smoke run")
+    add("--seconds", type=positive(float), default=10.0, help="seconds of load per row per round")
+    add("--rounds", type=positive(int), default=2, help="interleaved rounds")
+    add("--warmup-seconds", type=positive(float, zero=True), default=2.0, help="unmeasured load per row first")
+    add("--concurrency", type=positive(int), default=CONCURRENCY, help="client threads of the loaded rows")
+    add("--texts", type=positive(int), default=TEXTS, help="different prompts each row cycles through")
+    add("--text-tokens", type=positive(int), default=TEXT_TOKENS, help="tokens a prompt, <s> included")
+    add("--max-new-tokens", type=positive(int), default=MAX_NEW, help="tokens generated a prompt, greedy")
+    add("--short-new-tokens", type=positive(int), default=SHORT_NEW, help="tokens of the short request")
+    add("--long-new-tokens", type=positive(int), default=LONG_NEW, help="tokens of the long generations beside it")
+    add(
+        "--generate-threads",
+        type=positive(int),
+        help="PyTorch's threads for generate in this process (default: PyTorch's own, every CPU)",
+    )
+    add(
+        "--env",
+        type=env_entry,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an environment variable for serve",
+    )
+    add("--timeout", type=float, default=120.0, help="seconds one request may take")
+    add("--quick", action="store_true", help="smoke run: one round of 0.5 s rows, short warm-up")
+    args = p.parse_args(argv)
+    if max(args.max_new_tokens, args.short_new_tokens, args.long_new_tokens) > MAX_NEW_TOKENS:
+        p.error(f"new tokens: at most {MAX_NEW_TOKENS} (the family's bound)")
+    args.rounds, args.seconds, args.warmup_seconds = (
+        (1, 0.5, 0.1) if args.quick else (args.rounds, args.seconds, args.warmup_seconds)
+    )
+    args.repository = (args.repository or args.out / "repository").resolve()
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command, as results.json records it
+    return args

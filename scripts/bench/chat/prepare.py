@@ -1,0 +1,166 @@
+"""The chat benchmark's model and repository, prepared by ``scripts.model_prep`` in this process.
+
+Realistic (the default): ``bench_llama``, a Llama of about 34M parameters (``LlamaConfig``: width
+384, feed-forward 1024, 6 layers, 6 query heads of 64 sharing 2 key/value heads, 2,048 positions,
+untied input and output embeddings of 32,000 tokens: Llama 2's vocabulary, so the language-model
+head, a ``384 x 32,000`` product each step of every row, costs what a small Llama's does) with
+seeded random weights, and a tokenizer of Llama's kind (``LlamaTokenizerFast``: a SentencePiece-style
+BPE with byte fallback, ``<unk>`` 0, ``<s>`` 1, ``</s>`` 2, ``<s>`` put before each prompt) trained
+here on sentences of the text benchmark's words, its vocabulary padded with dummy pieces (``▁zq<n>``:
+no merge makes them, so no prompt is cut into them, and a generated one decodes to `` zq<n>``) up
+to 32,000 entries: every id the model may choose decodes.
+
+The ``</s>`` row of ``lm_head`` is zero: its logit is 0 at every step, below the largest of the
+other 31,999 random logits, so greedy search never ends a generation early and every generation
+makes exactly ``max_new_tokens`` (the endpoint's bodies have no ``min_new_tokens``; the benchmark
+counts each answer's tokens and reports tokens a call).
+
+The folder is built once (``models/bench_llama/hf``, kept while its ``BUILD`` stamp matches), and
+model preparation's ``--cache-dir`` keeps the ONNX export of those bytes: a second run exports nothing.
+
+``--small``: the tiny Llama of ``scripts.model_prep.small_models`` (two layers of width 32, 128
+positions), a smoke run.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from app.core.spec import ModelSpec
+from clients.families import load_spec
+from clients.text_generation import FAMILY_NAME
+from scripts.bench.chat.plan import MODEL
+from scripts.bench.generation.prepare import corpus
+from scripts.bench.text.prepare import write_model_toml
+
+SEED = 0
+VOCABULARY = 32_000  # Llama 2's
+TRAINED_PIECES = 2000  # the BPE's vocabulary before the padding (specials and the 256 bytes included)
+SPECIALS = ["<unk>", "<s>", "</s>"]  # Llama's ids 0, 1, 2
+DUMMY = "\u2581zq{}"  # a padding piece: "▁zq<n>"
+ARCHITECTURE = {
+    "hidden_size": 384,
+    "intermediate_size": 1024,
+    "num_hidden_layers": 6,
+    "num_attention_heads": 6,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "max_position_embeddings": 2048,
+    "tie_word_embeddings": False,
+}
+BUILD = json.dumps({"seed": SEED, "vocabulary": VOCABULARY, "trained": TRAINED_PIECES, "eos_row": 0, **ARCHITECTURE})
+
+
+def padded_vocabulary(trained: dict[str, int], size: int = VOCABULARY) -> dict[str, int]:
+    """The trained pieces at their ids, then dummy pieces up to ``size`` entries."""
+    found = dict(sorted(trained.items(), key=lambda item: item[1]))
+    if list(found.values()) != list(range(len(found))):
+        raise ValueError("the trained vocabulary's ids are not 0 .. n-1")
+    return found | {DUMMY.format(i): len(found) + i for i in range(size - len(found))}
+
+
+def llama_tokenizer(size: int = VOCABULARY):
+    """LlamaTokenizerFast on a byte-fallback BPE trained on ``corpus()``, padded to ``size`` pieces."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import LlamaTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first")
+    trainer = trainers.BpeTrainer(
+        vocab_size=TRAINED_PIECES,
+        min_frequency=1,
+        special_tokens=[*SPECIALS, *(f"<0x{byte:02X}>" for byte in range(256))],
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(corpus(), trainer=trainer)
+    model = json.loads(tokenizer.to_str())["model"]
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+    return LlamaTokenizerFast(
+        vocab=padded_vocabulary(model["vocab"], size),
+        merges=merges,
+        add_bos_token=True,
+        add_eos_token=False,
+        model_max_length=ARCHITECTURE["max_position_embeddings"],
+    )
+
+
+def llama_folder(folder: Path) -> Path:
+    """A ``save_pretrained`` folder of the Llama above with seeded random weights, the ``</s>`` row of
+    ``lm_head`` zero, greedy search by default, and its tokenizer (padding: ``<unk>``, as many Llama
+    folders)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = llama_tokenizer()
+    tokenizer.pad_token = tokenizer.unk_token
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **ARCHITECTURE,
+    )
+    torch.manual_seed(SEED)
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight[tokenizer.eos_token_id] = 0.0
+    generation = model.generation_config
+    generation.do_sample, generation.num_beams = False, 1
+    generation.bos_token_id, generation.eos_token_id = config.bos_token_id, config.eos_token_id
+    generation.pad_token_id = config.pad_token_id
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def sources(out: Path, small: bool) -> Path:
+    """Where the model's source (model.toml and Hugging Face folder) is written."""
+    return out / ("models-small" if small else "models")
+
+
+def model_source(models: Path, small: bool) -> Path:
+    """``models/bench_llama`` with its model.toml and ``hf/`` folder, built unless already there."""
+    model = models / MODEL
+    stamp = model / "BUILD"
+    if small:
+        from scripts.model_prep.small_models.causal import causal_model_folder
+
+        if not (model / "model.toml").is_file():
+            causal_model_folder(models, MODEL, "llama", seed=SEED)
+        return model
+    if not stamp.is_file() or stamp.read_text() != BUILD or not (model / "hf" / "model.safetensors").is_file():
+        print(f"building {model / 'hf'} (a Llama of about 34M parameters, random weights, a padded BPE) ...")
+        llama_folder(model / "hf")
+        stamp.write_text(BUILD)
+    write_model_toml(model, FAMILY_NAME)
+    return model
+
+
+def prepare_repository(out: Path, repository: Path, small: bool) -> Path:
+    """The model's source in ``out/models`` (its ONNX export cached in ``out/cache``), prepared into ``repository``."""
+    from scripts.model_prep import cli
+
+    models = sources(out, small)
+    model_source(models, small)
+    repository.mkdir(parents=True, exist_ok=True)
+    argv = ["--source", str(models), "--repository", str(repository), "--cache-dir", str(out / "cache")]
+    argv += ["--models", MODEL, "--weights", "pretrained", "--seed", str(SEED)]
+    if cli.main(argv) != 0:
+        raise SystemExit(f"python -m scripts.model_prep {' '.join(argv)} failed (its error is above)")
+    return repository
+
+
+def ready(out: Path, repository: Path, small: bool, build: bool) -> ModelSpec:
+    """The served model's spec, its repository prepared first (unless ``build`` is False: served as
+    it is); a clear stop when the repository lacks it."""
+    out.mkdir(parents=True, exist_ok=True)
+    if build:
+        print(f"preparing {repository} ({'small' if small else 'realistic'} model) ...", flush=True)
+        prepare_repository(out, repository, small)
+    if not (repository / MODEL / "model.toml").is_file():
+        raise SystemExit(f"{repository} lacks {MODEL}: run without --no-prepare")
+    return load_spec(repository / MODEL)

@@ -1,0 +1,48 @@
+"""The chat benchmark end to end, as a smoke run: ``python -m scripts.bench.chat --small --quick`` on a
+tiny Llama (scripts.model_prep.small_models) in a temporary folder. It prepares its repository, starts
+and stops its stack, and writes a row for everything it measures, every call generating exactly the
+tokens it asked for, the streamed rows timed, the endpoint's tokens equal to ``generate``'s. No
+figure is checked: on a shared machine they only mean something side by side in one run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from app.core.settings import PROJECT_ROOT
+from scripts.bench.chat import plan
+
+pytestmark = pytest.mark.integration
+
+MAX_NEW_TOKENS, SHORT_NEW_TOKENS = 16, 4
+
+
+def test_a_quick_run_on_a_tiny_llama_writes_every_row(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "scripts.bench.chat", "--small", "--quick", "--out", str(tmp_path)]
+        + ["--max-new-tokens", str(MAX_NEW_TOKENS), "--short-new-tokens", str(SHORT_NEW_TOKENS)],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,  # 30 to 40 s on 2 shared vCPUs, most of it the stack's start
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    rows = {row["key"]: row for row in results["rows"]}
+    assert set(rows) == {row.key for row in plan.plan_rows(8)}
+    for key, row in rows.items():
+        assert row["requests"] > 0 and row["errors"] == 0, (key, row["first_error"])
+        asked = SHORT_NEW_TOKENS if row["side"] in plan.PROBES else MAX_NEW_TOKENS
+        assert row["tokens_per_call"] == asked, key  # random weights end no generation early
+        streamed = row["side"] not in (plan.GENERATE, plan.ENDPOINT)
+        assert (row["ttft_p50_ms"] is not None) == streamed and (row["itl_p99_ms"] is not None) == streamed, key
+    assert results["settings"]["long_new"] < plan.LONG_NEW  # the small model's 128 positions
+    checks = results["checks"]
+    assert checks["same_as_generate"] and checks["stream_tokens_same_as_generate"]
+    assert checks["tokens_of_the_first_answer"] == [MAX_NEW_TOKENS] * 3
+    assert [verdict["passed"] is None for verdict in results["verdicts"]] == [False, False, True]  # two goals
+    assert "| row | tokens/s |" in done.stdout and done.stdout.count("PASS ") + done.stdout.count("FAIL ") == 2
+    assert done.stdout.count("info ") == 2 and "stopping the stack" in done.stdout

@@ -50,6 +50,7 @@ except ImportError:  # outside Triton (unit tests put a stand-in here)
 LOG = logging.getLogger(__name__)
 PROVIDERS_PARAMETER = "ort_providers"  # ONNX Runtime's providers, by preference (the target's)
 OUTCOMES = ("finished", "cancelled", "late", "failed")
+CANCEL_CHECK_S = 0.05  # a caller gone is seen within this (and the next step)
 WARM_UP_S = 120.0
 
 
@@ -75,8 +76,10 @@ def read_request(arrays: Mapping[str, np.ndarray], given_defaults: Mapping[str, 
 class Stream:
     """A request's response sender as the scheduler's sink: one response a token."""
 
-    def __init__(self, sender) -> None:
+    def __init__(self, sender, clock=time.monotonic) -> None:
         self.sender = sender
+        self.clock = clock
+        self.asked = float("-inf")  # when Triton was last asked whether the caller cancelled
 
     def token(self, token_id: int, logprob: float, last: bool) -> None:
         self._send([token_id], [logprob], last)
@@ -97,6 +100,12 @@ class Stream:
         self.sender.send(pb_utils.InferenceResponse(error=triton_error(error)), flags=flags)
 
     def cancelled(self) -> bool:
+        """Whether the caller cancelled, asked of Triton at most every ``CANCEL_CHECK_S`` (each asking is a
+        round trip from the stub to the server, and the scheduler asks for every row at every step)."""
+        now = self.clock()
+        if now - self.asked < CANCEL_CHECK_S:
+            return False
+        self.asked = now
         return bool(self.sender.is_cancelled())
 
 

@@ -120,6 +120,7 @@ def model(causal_lms, tmp_path_factory):
     (repository / "1" / GRAPH_FILE).symlink_to(folder / GRAPH_FILE)
     patch = pytest.MonkeyPatch()
     patch.setattr(backend, "pb_utils", FakeUtils)
+    patch.setattr(backend, "CANCEL_CHECK_S", 0.0)  # asked at every step: the tests count tokens exactly
     patch.setattr("clients.families.load_spec", lambda _: SimpleNamespace(text=SimpleNamespace(folder=folder)))
     config = {
         "input": inputs(),
@@ -220,3 +221,17 @@ def test_a_cancelled_request_ends_at_the_next_step(model, causal_lms):
     assert metric("text_generation_requests_total", outcome="cancelled") == before + 1  # Triton's metrics
     assert metric("text_generation_steps_total") > 0
     assert other.tokens() == generate(causal_lms, [9], max_new_tokens=10)
+
+
+def test_triton_is_asked_about_cancellation_at_most_every_fifty_milliseconds(monkeypatch):
+    monkeypatch.setattr(backend, "CANCEL_CHECK_S", 0.05)
+    now = [0.0]
+    sender = Sender(cancel_after=0)
+    asked = []
+    sender.is_cancelled = lambda: asked.append(now[0]) or True
+    stream = backend.Stream(sender, clock=lambda: now[0])
+    answers = []
+    for step in range(11):  # a step every 10 ms
+        now[0] = step * 0.01
+        answers.append(stream.cancelled())
+    assert asked == [0.0, 0.05, 0.1] and answers.count(True) == 3

@@ -288,7 +288,8 @@ def test_boto3_reads_the_local_response_stream_as_sagemakers(stack, tmp_path, ca
     """invoke_endpoint_with_response_stream through NGINX: PayloadParts of 7 bytes, cutting events and
     characters, joined by the caller; ``scripts.caller invoke --stream`` prints the tokens."""
     from scripts.caller import invoke
-    from scripts.caller.invoke_stream import event_text, payload_bytes, sse_events
+    from scripts.caller.invoke_stream import payload_bytes
+    from scripts.events import event_text, sse_events
 
     client = invoke.make_client(None, stack.url)
     payload = {"text": PROMPTS[2], "max_new_tokens": 30, "do_sample": False}

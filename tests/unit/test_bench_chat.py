@@ -11,7 +11,7 @@ import pytest
 
 from scripts.bench.chat import endpoint, plan, prepare, report
 from scripts.bench.report import Cell
-from scripts.caller.invoke_stream import StreamFailed
+from scripts.events import StreamFailed
 
 
 def test_defaults_and_quick(tmp_path):

@@ -14,7 +14,7 @@ from urllib3.response import HTTPResponse
 
 from app.router.event_stream import EVENT_STREAM_TYPE, model_stream_error, payload_parts
 from scripts.caller import invoke
-from scripts.caller.invoke_stream import DONE, StreamFailed, event_text, sse_events
+from scripts.events import DONE, StreamFailed, event_text, sse_events
 
 PIECES = ["Le", " café", " 日本", " 🙂", "."]
 

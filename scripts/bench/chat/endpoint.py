@@ -4,7 +4,7 @@ the long generations a short request is sent beside.
 Every body is the JSON envelope (``{"modelname", "payload": {"text", "max_new_tokens"}}``, greedy:
 the folder's default). A whole answer's tokens are its ``result.generated_tokens``. A streamed one
 (``"stream": true``) is read as it comes (``http.client``'s ``read1``, the chunks NGINX passes on),
-its server-sent events joined by ``scripts.caller.invoke_stream.sse_events``; each token's event is
+its server-sent events joined by ``scripts.events.sse_events``; each token's event is
 timed on arrival: the time to the first token (from the request's start) and the time between
 consecutive tokens (inter-token latency; two events in one chunk are 0 apart, as the caller sees
 them)."""
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from scripts.bench.chat.plan import MODEL
 from scripts.bench.text.run import JSON_HEADERS
-from scripts.caller.invoke_stream import event_text, sse_events
+from scripts.events import event_text, sse_events
 
 READ_BYTES = 65536
 CANCELLED_METRIC = f'router_generation_cancelled_total{{model="{MODEL}"}}'

@@ -177,9 +177,18 @@ def test_a_folder_without_a_chat_template_refuses_messages(stack):
     assert_error(r, 400, "invalid_input", "chat template")
 
 
-@pytest.mark.parametrize("name", ["llama_random", "gpt2_random", "qwen3_random"])
-def test_streamed_events_joined_are_the_whole_answer(stack, name):
-    payload = {"text": PROMPTS[2], "max_new_tokens": 40, "do_sample": False}
+@pytest.mark.parametrize(
+    "name, prompt",
+    [
+        ("llama_random", PROMPTS[2]),
+        ("gpt2_random", PROMPTS[2]),
+        ("qwen3_random", PROMPTS[2]),
+        ("qwen2_trained", "Grüße aus"),  # its sentence: ü, é, û and an emoji, several byte-level pieces each
+        ("llama_trained", "Tokyo is the capital"),  # 日本 as byte-fallback tokens
+    ],
+)
+def test_streamed_events_joined_are_the_whole_answer(stack, name, prompt):
+    payload = {"text": prompt, "max_new_tokens": 40, "do_sample": False}
     whole = result(stack, name, payload)["generated_text"]
     events, _, _ = streamed(stack, {"modelname": name, "payload": {**payload, "stream": True}})
     assert "".join(e["token"]["text"] for e in events) == whole == events[-1]["generated_text"]

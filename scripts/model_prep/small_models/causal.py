@@ -179,7 +179,7 @@ def _train(model, tokenizer, seed: int) -> None:
     in place, on one thread (the same weights on every machine); ends in eval mode."""
     import torch
 
-    texts = [f"{tokenizer.bos_token}{line}{tokenizer.eos_token}" for line in SENTENCES]
+    texts = [f"{tokenizer.bos_token or ''}{line}{tokenizer.eos_token}" for line in SENTENCES]
     batch = tokenizer(texts, padding=True, add_special_tokens=False, return_tensors="pt")
     labels = batch.input_ids.masked_fill(batch.attention_mask == 0, -100)
     threads = torch.get_num_threads()

@@ -118,7 +118,7 @@ SETS = {
     "causal": ModelSet(
         "a tiny decoder-only model of each architecture text_generation serves (chat templates: ChatML on "
         "Qwen, Llama 2's on Llama, none on GPT-2; qwen3's generation_config.json samples by default) and "
-        "a Llama trained on the sentences of causal.SENTENCES",
+        "a Llama (SentencePiece-style) and a Qwen2 (byte-level BPE, ChatML) trained on the sentences of causal.SENTENCES",
         {
             "gpt2_random": (TEXT_GENERATION, {"architecture": "gpt2"}),
             "llama_random": (TEXT_GENERATION, {"architecture": "llama", "chat_template": "llama2"}),
@@ -136,6 +136,10 @@ SETS = {
             "llama_trained": (
                 TEXT_GENERATION,
                 {"architecture": "llama", "trained": True, "hidden": 64, "chat_template": "llama2"},
+            ),
+            "qwen2_trained": (
+                TEXT_GENERATION,
+                {"architecture": "qwen2", "trained": True, "hidden": 64, "chat_template": "chatml"},
             ),
         },
     ),

@@ -116,10 +116,23 @@ def _model_graphs(config: MetricsConfig, endpoint: str, region: str) -> list[dic
             **ms,
         ),
         _graph(
-            "Tokens generated per model (text2text; a minute's sum)",
+            "Tokens generated per model (text2text, text_generation; a minute's sum)",
             _per_model(config, endpoint, "GeneratedTokens"),
             region,
             "Sum",
+        ),
+        _graph(
+            "Time to first token per model, p50 and p99 (text_generation, s)",
+            _per_model(config, endpoint, "TimeToFirstToken", stat="p50")
+            + _per_model(config, endpoint, "TimeToFirstToken", stat="p99"),
+            region,
+            "p99",
+        ),
+        _graph(
+            "Tokens per second per request, p50 (text_generation)",
+            _per_model(config, endpoint, "GenerationTokensPerSecond", stat="p50"),
+            region,
+            "p50",
         ),
     ]
 

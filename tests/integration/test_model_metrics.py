@@ -108,7 +108,10 @@ def check(form: str, lines: dict[str, str], sent: dict[str, tuple[str, int]], di
                 "Invocation5XXErrors": 1.0 if status >= 500 else None,
                 "Latency": line["duration_ms"],
                 "TritonLatency": line.get("triton_ms"),
-                "GeneratedTokens": line.get("generated_tokens"),  # text2text models only: none here
+                # generation models only: none here
+                "GeneratedTokens": line.get("generated_tokens"),
+                "TimeToFirstToken": line.get("time_to_first_token_s"),
+                "GenerationTokensPerSecond": line.get("tokens_per_second"),
             }[metric]
             if value is not None:
                 expected[rid] = (value, dims)

@@ -270,16 +270,19 @@ class TritonStream:
             response = answer.infer_response
             self.version = response.model_version or self.version
             final = response.parameters[FINAL].bool_param if FINAL in response.parameters else False
-            if final:
-                self.close()
+            if final:  # the request is complete: the call ends as Triton ends it, nothing cancelled
+                self.done = True
             if response.outputs:
                 return _arrays(response, self.output_names)
         raise StopIteration
 
     def close(self) -> None:
-        """Cancels the call (a no-op once it has ended): Triton sees the request cancelled."""
-        self.done = True
-        self.call.cancel()
+        """Cancels the call while its request runs (Triton sees it cancelled); a call whose final
+        answer came is left to end: a cancellation racing the stream's own end could leave the request
+        counted in flight in Triton, and an unload waits for those."""
+        if not self.done:
+            self.done = True
+            self.call.cancel()
 
 
 def _request(

@@ -82,7 +82,16 @@ def test_tokens_until_the_final_flag(client):
     (request,) = call.requests
     assert request.model_name == "gen" and request.parameters[EMPTY_FINAL].bool_param
     assert [t.name for t in request.inputs] == ["input_ids"] and call.timeout == 2.0
-    assert found.version == "1" and call.cancelled  # ended: the cancel is a no-op
+    assert found.version == "1" and not call.cancelled  # ended by Triton: nothing to cancel
+    found.close()
+    assert not call.cancelled
+
+
+def test_closing_a_stream_still_running_cancels_it(client):
+    found, call = stream(client, [response(5), response(6), response(7, final=True)])
+    next(found)
+    found.close()
+    assert call.cancelled
 
 
 def test_an_empty_final_response_ends_it(client):

@@ -18,6 +18,7 @@ from scripts.bench.chat.plan import (
     goal_rows,
 )
 from scripts.bench.report import Cell
+from scripts.bench.tables import calls, cell, markdown
 from scripts.bench.text.report import NOISY_CORES, machine, merged, outside_cores
 from scripts.bench.text.report import format_verdicts as format_goal_lines
 from scripts.devtools import percentile
@@ -167,36 +168,26 @@ def results(rows: Sequence[Row], cells: Mapping[str, Sequence[Cell]], counts, ar
     }
 
 
-def _cell(value: float | None, digits: int = 1) -> str:
-    return "—" if value is None else f"{value:,.{digits}f}"
-
-
-def _calls(row: Mapping[str, Any]) -> str:
-    return f"{row['requests']}" + (f" ({row['errors']} errors)" if row["errors"] else "")
-
-
 # The table's columns: (header, the cell of a row), the numbers right-aligned.
 COLUMNS = (
     ("row", lambda row: row["label"]),
-    ("tokens/s", lambda row: _cell(row["tokens_per_s"])),
-    ("tokens/call", lambda row: _cell(row["tokens_per_call"])),
-    ("p50 ms", lambda row: _cell(row["p50_ms"])),
-    ("TTFT p50 ms", lambda row: _cell(row["ttft_p50_ms"])),
-    ("TTFT p99 ms", lambda row: _cell(row["ttft_p99_ms"])),
-    ("ITL p50 ms", lambda row: _cell(row["itl_p50_ms"])),
-    ("ITL p99 ms", lambda row: _cell(row["itl_p99_ms"])),
-    ("router CPU ms/token", lambda row: _cell(row["router_cpu_ms_per_token"], 2)),
-    ("Triton CPU ms/token", lambda row: _cell(row["triton_cpu_ms_per_token"], 2)),
-    ("this process CPU ms/token", lambda row: _cell(row["own_cpu_ms_per_token"], 2)),
-    ("calls", _calls),
+    ("tokens/s", lambda row: cell(row["tokens_per_s"])),
+    ("tokens/call", lambda row: cell(row["tokens_per_call"])),
+    ("p50 ms", lambda row: cell(row["p50_ms"])),
+    ("TTFT p50 ms", lambda row: cell(row["ttft_p50_ms"])),
+    ("TTFT p99 ms", lambda row: cell(row["ttft_p99_ms"])),
+    ("ITL p50 ms", lambda row: cell(row["itl_p50_ms"])),
+    ("ITL p99 ms", lambda row: cell(row["itl_p99_ms"])),
+    ("router CPU ms/token", lambda row: cell(row["router_cpu_ms_per_token"], 2)),
+    ("Triton CPU ms/token", lambda row: cell(row["triton_cpu_ms_per_token"], 2)),
+    ("this process CPU ms/token", lambda row: cell(row["own_cpu_ms_per_token"], 2)),
+    ("calls", calls),
 )
 
 
 def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
     """The rows as the markdown table of docs/performance-text.md's "Text generation"."""
-    header = "| " + " | ".join(name for name, _ in COLUMNS) + " |"
-    rule = "| --- |" + " ---: |" * (len(COLUMNS) - 1)
-    return "\n".join([header, rule, *("| " + " | ".join(cell(row) for _, cell in COLUMNS) + " |" for row in rows)])
+    return markdown(COLUMNS, rows)
 
 
 def format_verdicts(found: Sequence[Mapping[str, Any]], checks: Mapping[str, Any]) -> str:

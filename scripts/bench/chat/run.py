@@ -17,6 +17,7 @@ import requests
 
 from app.core.causal_lm_contract import context_length
 from app.core.generation_contract import end_ids
+from scripts.bench import prepared
 from scripts.bench.chat import endpoint, plan, prepare, report
 from scripts.bench.chat.endpoint import Caller, LongGenerations
 from scripts.bench.generation.run import in_main_thread, own_and_machine
@@ -188,7 +189,7 @@ def measure(stack: Stack, rows, texts, generate: Generate, args) -> tuple[dict, 
 def main(argv: Sequence[str] | None = None) -> int:
     args = plan.parse_args(argv)
     spec = prepare.ready(args.out.resolve(), args.repository, args.small, not args.no_prepare)
-    folder = prepare.sources(args.out.resolve(), args.small) / plan.MODEL / "hf"
+    folder = prepared.sources(args.out.resolve(), args.small) / plan.MODEL / "hf"
     print(f"loading AutoModelForCausalLM({folder}) for the in-process side ...", flush=True)
     generate = Generate(folder)
     if args.generate_threads:

@@ -28,8 +28,8 @@ import shutil
 from pathlib import Path
 
 from app.core.spec import ModelSpec
-from clients.families import load_spec
 from clients.text2text import FAMILY
+from scripts.bench import prepared
 from scripts.bench.generation.plan import MODEL
 from scripts.bench.text.plan import WORDS
 from scripts.bench.text.prepare import write_model_toml
@@ -118,11 +118,6 @@ def t5_small_folder(folder: Path) -> Path:
     return folder
 
 
-def sources(out: Path, small: bool) -> Path:
-    """Where the model's source (model.toml and Hugging Face folder) is written."""
-    return out / ("models-small" if small else "models")
-
-
 def model_source(models: Path, small: bool) -> Path:
     """``models/bench_t5`` with its model.toml and ``hf/`` folder, built unless already there."""
     model = models / MODEL
@@ -143,25 +138,11 @@ def model_source(models: Path, small: bool) -> Path:
 
 def prepare_repository(out: Path, repository: Path, small: bool) -> Path:
     """The model's source in ``out/models`` (its ONNX export cached in ``out/cache``), prepared into ``repository``."""
-    from scripts.model_prep import cli
-
-    models = sources(out, small)
-    model_source(models, small)
-    repository.mkdir(parents=True, exist_ok=True)
-    argv = ["--source", str(models), "--repository", str(repository), "--cache-dir", str(out / "cache")]
-    argv += ["--models", MODEL, "--weights", "pretrained", "--seed", str(SEED)]
-    if cli.main(argv) != 0:
-        raise SystemExit(f"python -m scripts.model_prep {' '.join(argv)} failed (its error is above)")
-    return repository
+    return prepared.prepare_repository(out, repository, MODEL, SEED, small, model_source)
 
 
 def ready(out: Path, repository: Path, small: bool, build: bool) -> ModelSpec:
-    """The served model's spec, its repository prepared first (unless ``build`` is False: served as
-    it is); a clear stop when the repository lacks it."""
-    out.mkdir(parents=True, exist_ok=True)
-    if build:
-        print(f"preparing {repository} ({'small' if small else 'realistic'} model) ...", flush=True)
-        prepare_repository(out, repository, small)
-    if not (repository / MODEL / "model.toml").is_file():
-        raise SystemExit(f"{repository} lacks {MODEL}: run without --no-prepare")
-    return load_spec(repository / MODEL)
+    """The served model's spec, its repository prepared first (unless ``build`` is False: served as it is)."""
+    return prepared.ready(
+        out, repository, MODEL, small, (lambda: prepare_repository(out, repository, small)) if build else None
+    )

@@ -9,6 +9,7 @@ from typing import Any
 
 from scripts.bench.generation.plan import ENDPOINT, GOAL, PROG, Row, goal_rows
 from scripts.bench.report import Cell
+from scripts.bench.tables import calls, cell, markdown
 from scripts.bench.text.report import NOISY_CORES, machine, merged, outside_cores
 from scripts.bench.text.report import format_verdicts as format_goal_lines
 
@@ -107,35 +108,25 @@ def results(rows: Sequence[Row], cells: Mapping[str, Sequence[Cell]], counts, ar
     }
 
 
-def _cell(value: float | None, digits: int = 1) -> str:
-    return "—" if value is None else f"{value:,.{digits}f}"
-
-
-def _calls(row: Mapping[str, Any]) -> str:
-    return f"{row['requests']}" + (f" ({row['errors']} errors)" if row["errors"] else "")
-
-
 # The table's columns: (header, the cell of a row), the numbers right-aligned.
 COLUMNS = (
     ("row", lambda row: row["label"]),
     ("texts/call", lambda row: str(row["texts_per_request"])),
-    ("req/s", lambda row: _cell(row["requests_per_s"])),
-    ("texts/s", lambda row: _cell(row["texts_per_s"])),
-    ("tokens/s", lambda row: _cell(row["tokens_per_s"])),
-    ("p50 ms", lambda row: _cell(row["p50_ms"])),
-    ("Triton texts/execution", lambda row: _cell(row["texts_per_execution"])),
-    ("router CPU ms/request", lambda row: _cell(row["router_cpu_ms"], 2)),
-    ("Triton CPU ms/token", lambda row: _cell(row["triton_cpu_ms_per_token"], 2)),
-    ("this process CPU ms/token", lambda row: _cell(row["own_cpu_ms_per_token"], 2)),
-    ("calls", _calls),
+    ("req/s", lambda row: cell(row["requests_per_s"])),
+    ("texts/s", lambda row: cell(row["texts_per_s"])),
+    ("tokens/s", lambda row: cell(row["tokens_per_s"])),
+    ("p50 ms", lambda row: cell(row["p50_ms"])),
+    ("Triton texts/execution", lambda row: cell(row["texts_per_execution"])),
+    ("router CPU ms/request", lambda row: cell(row["router_cpu_ms"], 2)),
+    ("Triton CPU ms/token", lambda row: cell(row["triton_cpu_ms_per_token"], 2)),
+    ("this process CPU ms/token", lambda row: cell(row["own_cpu_ms_per_token"], 2)),
+    ("calls", calls),
 )
 
 
 def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
     """The rows as the markdown table of docs/performance-text.md's "Text2text generation"."""
-    header = "| " + " | ".join(name for name, _ in COLUMNS) + " |"
-    rule = "| --- |" + " ---: |" * (len(COLUMNS) - 1)
-    return "\n".join([header, rule, *("| " + " | ".join(cell(row) for _, cell in COLUMNS) + " |" for row in rows)])
+    return markdown(COLUMNS, rows)
 
 
 def format_verdicts(found: Sequence[Mapping[str, Any]]) -> str:

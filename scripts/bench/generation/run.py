@@ -15,6 +15,7 @@ from typing import Any
 
 from app.core.generation_contract import end_ids
 from app.triton.onnx_generate import trimmed
+from scripts.bench import prepared
 from scripts.bench.generation import plan, prepare, report, stack_side
 from scripts.bench.load import Load, Progress, run_load
 from scripts.bench.placement import CpuMeter
@@ -154,7 +155,7 @@ def measure(stack: Stack, rows, texts, generate: Generate, args) -> tuple[dict[s
 def main(argv: Sequence[str] | None = None) -> int:
     args = plan.parse_args(argv)
     spec = prepare.ready(args.out.resolve(), args.repository, args.small, not args.no_prepare)
-    folder = prepare.sources(args.out.resolve(), args.small) / plan.MODEL / "hf"
+    folder = prepared.sources(args.out.resolve(), args.small) / plan.MODEL / "hf"
     print(f"loading AutoModelForSeq2SeqLM({folder}) for the in-process side ...", flush=True)
     generate = Generate(folder)
     texts = make_texts(generate.count, args.text_tokens, args.texts, seed=1)

@@ -16,6 +16,7 @@ in Triton, as well as on the router's ``router_generation_cancelled_total``.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import threading
@@ -94,14 +95,19 @@ class Stream:
         ]
         flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if last else 0
         self.sender.send(pb_utils.InferenceResponse(output_tensors=tensors), flags=flags)
+        if last:
+            self.sender = None  # the request is done: its sender let go at once (see initialize)
 
     def failed(self, error: Exception) -> None:
         flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         self.sender.send(pb_utils.InferenceResponse(error=triton_error(error)), flags=flags)
+        self.sender = None  # the request is done: its sender let go at once (see initialize)
 
     def cancelled(self) -> bool:
         """Whether the caller cancelled, asked of Triton at most every ``CANCEL_CHECK_S`` (each asking is a
         round trip from the stub to the server, and the scheduler asks for every row at every step)."""
+        if self.sender is None:
+            return False
         now = self.clock()
         if now - self.asked < CANCEL_CHECK_S:
             return False
@@ -197,6 +203,11 @@ class TritonPythonModel:
         graph = Graph(open_session(path, threads, [p for p in providers.split(",") if p]))
         self.scheduler = Scheduler(folder, graph, int(rows) if rows else MAX_RUNNING_ROWS)
         self.scheduler.counts.observe = self.scheduler.beams.counts.observe = triton_metrics(args["model_name"])
+        # Triton counts a request in flight until the stub has deleted its response sender, and does not
+        # unload a model with one in flight; a sender caught in a reference cycle lives until the cyclic
+        # collector runs, which an idle stub may never do (an unload then waited forever). So it runs
+        # whenever the loop runs out of work.
+        self.scheduler.idle = gc.collect
         self.scheduler.start()
         self.defaults = defaults(read_generation_config(folder))
         self.input_names = [tensor["name"] for tensor in config["input"]]
@@ -232,5 +243,7 @@ class TritonPythonModel:
         return None if tensor is None else tensor.as_numpy()
 
     def finalize(self) -> None:
+        LOG.info("unloading: the scheduler stops (its running requests fail)")
         self.scheduler.close()
         self.scheduler = None
+        LOG.info("unloading: the scheduler stopped")

@@ -254,6 +254,8 @@ def test_a_caller_that_leaves_ends_its_generation_in_triton(stack):
     assert triton_metric(stack, "cancelled") == before + 1
     metrics = requests.get(f"{stack.url}/metrics", timeout=10).text
     assert f'router_generation_cancelled_total{{model="{LONG}"}}' in metrics
+    # the router's thread let the request go: nothing is in flight any more
+    assert "\nrouter_requests_in_flight 0.0" in metrics, [l for l in metrics.splitlines() if "in_flight" in l]
     events, _, _ = streamed(stack, {"modelname": LONG, "payload": {"text": "hi", "max_new_tokens": 5, "stream": True}})
     assert len(events) == 5
 

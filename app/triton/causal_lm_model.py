@@ -203,15 +203,16 @@ class TritonPythonModel:
         graph = Graph(open_session(path, threads, [p for p in providers.split(",") if p]))
         self.scheduler = Scheduler(folder, graph, int(rows) if rows else MAX_RUNNING_ROWS)
         self.scheduler.counts.observe = self.scheduler.beams.counts.observe = triton_metrics(args["model_name"])
-        # Triton counts a request in flight until the stub has deleted its response sender, and does not
-        # unload a model with one in flight; a sender caught in a reference cycle lives until the cyclic
-        # collector runs, which an idle stub may never do (an unload then waited forever). So it runs
-        # whenever the loop runs out of work.
-        self.scheduler.idle = gc.collect
         self.scheduler.start()
         self.defaults = defaults(read_generation_config(folder))
         self.input_names = [tensor["name"] for tensor in config["input"]]
         self._warm_up()
+        # Triton counts a request in flight until the stub has deleted its response sender, and does not
+        # unload a model with one in flight; a sender caught in a reference cycle lives until the cyclic
+        # collector runs, which an idle stub may never do (an unload then waited forever). So it runs
+        # whenever the loop runs out of work, from
+        # the end of the warm-up on (not while Triton loads its other models).
+        self.scheduler.idle = gc.collect
 
     def _warm_up(self) -> None:
         """A short generation, greedy then beam search, before the model says READY: the first caller

@@ -43,3 +43,13 @@ def ready(out: Path, repository: Path, model: str, small: bool, build: Callable[
     if not (repository / model / "model.toml").is_file():
         raise SystemExit(f"{repository} lacks {model}: run without --no-prepare")
     return load_spec(repository / model)
+
+
+def kept_or_built(model: Path, build: str, what: str, make: Callable[[Path], Path]) -> None:
+    """``model/hf`` made by ``make`` unless its ``BUILD`` stamp says it was made from ``build`` (the
+    builder's settings) and its weights are there: a second run builds nothing."""
+    stamp = model / "BUILD"
+    if not stamp.is_file() or stamp.read_text() != build or not (model / "hf" / "model.safetensors").is_file():
+        print(f"building {model / 'hf'} ({what}) ...")
+        make(model / "hf")
+        stamp.write_text(build)

@@ -120,17 +120,13 @@ def llama_folder(folder: Path) -> Path:
 def model_source(models: Path, small: bool) -> Path:
     """``models/bench_llama`` with its model.toml and ``hf/`` folder, built unless already there."""
     model = models / MODEL
-    stamp = model / "BUILD"
     if small:
         from scripts.model_prep.small_models.causal import causal_model_folder
 
         if not (model / "model.toml").is_file():
             causal_model_folder(models, MODEL, "llama", seed=SEED)
         return model
-    if not stamp.is_file() or stamp.read_text() != BUILD or not (model / "hf" / "model.safetensors").is_file():
-        print(f"building {model / 'hf'} (a Llama of about 34M parameters, random weights, a padded BPE) ...")
-        llama_folder(model / "hf")
-        stamp.write_text(BUILD)
+    prepared.kept_or_built(model, BUILD, "a Llama of about 34M parameters, random weights, a padded BPE", llama_folder)
     write_model_toml(model, FAMILY_NAME)
     return model
 

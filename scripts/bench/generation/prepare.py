@@ -121,17 +121,15 @@ def t5_small_folder(folder: Path) -> Path:
 def model_source(models: Path, small: bool) -> Path:
     """``models/bench_t5`` with its model.toml and ``hf/`` folder, built unless already there."""
     model = models / MODEL
-    stamp = model / "BUILD"
     if small:
         from scripts.model_prep.small_models.seq2seq import generation_model_folder
 
         if not (model / "model.toml").is_file():
             generation_model_folder(models, MODEL, kind="t5", seed=SEED)
         return model
-    if not stamp.is_file() or stamp.read_text() != BUILD or not (model / "hf" / "model.safetensors").is_file():
-        print(f"building {model / 'hf'} (t5-small's architecture, random weights, a padded Unigram tokenizer) ...")
-        t5_small_folder(model / "hf")
-        stamp.write_text(BUILD)
+    prepared.kept_or_built(
+        model, BUILD, "t5-small's architecture, random weights, a padded Unigram tokenizer", t5_small_folder
+    )
     write_model_toml(model, FAMILY.name)
     return model
 

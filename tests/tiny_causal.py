@@ -1,111 +1,39 @@
-"""Tiny text_generation folders for the router's tests, built with the tokenizers library alone (no
-hub, no weights): a byte-level BPE (GPT-2's kind) and a SentencePiece-style BPE with byte fallback
-(Llama's kind), each trained in milliseconds on a few lines that hold multi-byte characters, and a
-folder around one (config.json, tokenizer_config.json with a chat template, generation_config.json,
-model.toml) that the family's client reads. A stand-in for Triton's stream (``FakeGenerator``) answers
-a scripted reply one token at a time."""
+"""text_generation folders for the router's tests, as the small-model set ``causal`` builds them
+(``scripts.model_prep.small_models.causal``: a byte-level BPE with ChatML, Qwen2's kind; a
+SentencePiece-style BPE with byte fallback, Llama's kind), and a stand-in for Triton's stream
+(``FakeGenerator``) that answers a scripted reply one token at a time."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-CORPUS = [
-    "hello world, the quick brown fox jumps over the lazy dog.",
-    "héllo wörld: café, naïve, über, señor. Paris is the capital of France.",
-    "日本語のテキスト and 中文 text, emoji 🙂🚀 too.",
-    "User: hi Assistant: hello there! The end.",
-]
-CHATML = (
-    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
-LLAMA2 = (
-    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}"
-    "{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}"
-    "{% set system_message = false %}{% endif %}{% for message in loop_messages %}"
-    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
-    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
-    "{% if loop.index0 == 0 and system_message != false %}"
-    "{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}"
-    "{% else %}{% set content = message['content'] %}{% endif %}"
-    "{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
-    "{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}"
-)
+from scripts.model_prep.small_models.causal import causal_model_folder
 
-
-def byte_level_bpe() -> Tokenizer:
-    """GPT-2's kind: byte-level pre-tokenizer and decoder, ``<|endoftext|>`` and ChatML's tokens added."""
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=special,
-        show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tokenizer.train_from_iterator(CORPUS * 4, trainer)
-    return tokenizer
-
-
-def byte_fallback_bpe() -> Tokenizer:
-    """Llama's kind: "▁" for spaces, a BOS added, characters outside the vocabulary as byte tokens."""
-    bytes_ = [f"<0x{b:02X}>" for b in range(256)]
-    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
-    tokenizer.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
-    tokenizer.pre_tokenizer = pre_tokenizers.Split("▁", behavior="merged_with_next")
-    trainer = trainers.BpeTrainer(
-        vocab_size=160, special_tokens=["<unk>", "<s>", "</s>"], limit_alphabet=40, show_progress=False
-    )
-    tokenizer.train_from_iterator(CORPUS * 4, trainer)
-    spec = json.loads(tokenizer.to_str())
-    vocabulary = spec["model"]["vocab"]
-    for token in bytes_:  # in the vocabulary, not added tokens: a decode keeps them
-        vocabulary.setdefault(token, len(vocabulary))
-    spec["model"]["byte_fallback"] = True
-    spec["pre_tokenizer"] = None
-    tokenizer = Tokenizer.from_str(json.dumps(spec))
-    tokenizer.decoder = decoders.Sequence(
-        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
-    )
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", tokenizer.token_to_id("<s>"))]
-    )
-    return tokenizer
+ARCHITECTURES = {"byte_level": "qwen2", "byte_fallback": "llama"}
 
 
 def write_folder(
     root: Path,
     name: str,
     kind: str = "byte_fallback",
-    template: str | None = CHATML,
+    template: str | None = "chatml",
     positions: int = 64,
     generation: dict | None = None,
 ) -> Path:
-    """A model folder ``root/name`` (model.toml, ``hf/``) of the text_generation family."""
-    hf = root / name / "hf"
-    hf.mkdir(parents=True, exist_ok=True)
-    tokenizer = byte_fallback_bpe() if kind == "byte_fallback" else byte_level_bpe()
-    tokenizer.save(str(hf / "tokenizer.json"))
-    bos, eos = ("<s>", "</s>") if kind == "byte_fallback" else ("<|endoftext|>", "<|endoftext|>")
-    eos_id = tokenizer.token_to_id(eos)
-    model_type = "llama" if kind == "byte_fallback" else "gpt2"
-    config = {"model_type": model_type, "max_position_embeddings": positions, "eos_token_id": eos_id}
-    (hf / "config.json").write_text(json.dumps(config))
-    settings = {"bos_token": bos, "eos_token": eos, "tokenizer_class": "PreTrainedTokenizerFast"}
-    if template is not None:
-        settings["chat_template"] = template
-    (hf / "tokenizer_config.json").write_text(json.dumps(settings))
-    (hf / "generation_config.json").write_text(json.dumps({"eos_token_id": eos_id, **(generation or {})}))
-    (root / name / "model.toml").write_text('family = "text_generation"\n[export]\ntransformers = "hf"\n')
-    return root / name
+    """A model folder ``root/name`` (model.toml, ``hf/``) of the text_generation family: ``kind``'s
+    tokenizer, ``template`` its chat template (a name of ``causal.CHAT_TEMPLATES`` or the Jinja),
+    ``positions`` its context, ``generation`` set in its ``generation_config.json``."""
+    return causal_model_folder(
+        root,
+        name,
+        ARCHITECTURES[kind],
+        chat_template=template,
+        files={"config.json": {"max_position_embeddings": positions}, "generation_config.json": generation or {}},
+    )
 
 
 class FakeStream:

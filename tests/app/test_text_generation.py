@@ -15,14 +15,14 @@ from app.core.errors import InferenceTimeout, TritonUnavailable
 from app.core.settings import Settings
 from app.router import create_app
 from tests.support import assert_error
-from tests.tiny_causal import CHATML, FakeGenerator, write_folder
+from tests.tiny_causal import FakeGenerator, write_folder
 
 ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
 REPLY = "Paris is the capital of France. 日本 🚀"
 CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Capital of France?"}]
 
 
-EOS = {"chat": "<|endoftext|>", "plain": "</s>"}
+EOS = {"chat": "<|im_end|>", "plain": "</s>"}
 
 
 def reply_ids(tokenizer, eos: str) -> list[int]:
@@ -32,7 +32,7 @@ def reply_ids(tokenizer, eos: str) -> list[int]:
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory):
     root = tmp_path_factory.mktemp("generation")
-    write_folder(root, "chat", "byte_level", CHATML, positions=64, generation={"max_new_tokens": 40})
+    write_folder(root, "chat", "byte_level", "chatml", positions=64, generation={"max_new_tokens": 40})
     write_folder(root, "plain", "byte_fallback", None, positions=48)
     return root
 
@@ -145,7 +145,7 @@ def test_tgi_whole_streamed_and_stopped(client, triton):
 
 def test_chat_whole_and_streamed(client, triton, app, tokenizers):
     generated = len(reply_ids(tokenizers["chat"], EOS["chat"]))
-    response = post(client, {"model": "chat", "messages": CHAT, "max_tokens": 25, "stop": ". 日"})
+    response = post(client, {"model": "chat", "messages": CHAT, "max_tokens": 20, "stop": ". 日"})
     completion = response.get_json()
     assert response.status_code == 200, completion
     assert completion["object"] == "chat.completion" and completion["model"] == "chat"
@@ -178,7 +178,7 @@ def test_the_model_a_body_names(client, repository, triton):
 
 
 def test_the_only_generation_model_answers_a_body_without_a_name(tmp_path, triton):
-    write_folder(tmp_path, "chat", "byte_level", CHATML)
+    write_folder(tmp_path, "chat", "byte_level", "chatml")
     app = create_app(Settings(model_repository=tmp_path), triton=triton)
     assert post(app.test_client(), {"messages": CHAT}).get_json()["model"] == "chat"
 

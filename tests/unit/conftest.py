@@ -1,5 +1,5 @@
 """The built repositories of every target, shared by the config tests (model and pipeline), the
-boto3 clients that record what deploy sends to moto, and tiny decoder-only models (``causal_lms``)."""
+boto3 clients that record what deploy sends to moto, and the small decoder-only models by architecture (``causal_lms``)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 import boto3
 import pytest
 
+from scripts.model_prep.small_models.sets import Built
 from scripts.sagemaker import deploy
 from tests.support import REGION, TARGETS, build_repository
 
@@ -41,54 +42,33 @@ def sent(aws):
 
 
 class CausalLMs:
-    """Tiny random-weight decoder-only models (vocabulary 256, width 32, 2 layers), each built the first
-    time a test asks for it, seeded: a Hugging Face folder and its ``decoder.onnx``
-    (``scripts.model_prep.causal_lm_graph``), with the PyTorch model to hold the graph's answers to."""
+    """The small-model set ``causal``'s tiny random-weight decoder-only models, by architecture: a folder
+    with the Hugging Face files and the prepared ``decoder.onnx`` side by side, and the PyTorch model
+    to hold the graph's answers to (loaded the first time a test asks for it)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, small_models: Built, root: Path) -> None:
+        self.small_models = small_models
         self.root = root
         self.built: dict = {}
-
-    @staticmethod
-    def config(kind: str):
-        import transformers
-
-        shared = {"vocab_size": 256, "bos_token_id": 1, "eos_token_id": 2, "initializer_range": 0.1}
-        decoder = {
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "max_position_embeddings": 128,
-        }
-        return {
-            "gpt2": lambda: transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=128, **shared),
-            "llama": lambda: transformers.LlamaConfig(**decoder, **shared),
-            "qwen2": lambda: transformers.Qwen2Config(**decoder, **shared),
-            "qwen3": lambda: transformers.Qwen3Config(head_dim=8, **decoder, **shared),
-            "mistral": lambda: transformers.MistralConfig(**decoder, **shared),
-            "phi3": lambda: transformers.Phi3Config(pad_token_id=0, **decoder, **shared),
-        }[kind]()
 
     def __call__(self, kind: str):
         """(folder, model): the folder holds config.json, generation_config.json and decoder.onnx."""
         if kind not in self.built:
-            import torch
             from transformers import AutoModelForCausalLM
 
             from app.core.causal_lm_contract import GRAPH_FILE
-            from scripts.model_prep.causal_lm_graph import export
 
-            torch.manual_seed(0)
-            model = AutoModelForCausalLM.from_config(self.config(kind), attn_implementation="eager").eval()
+            name = f"{kind}_random"
+            source = self.small_models.models("causal") / name / "hf"
             folder = self.root / kind
-            model.save_pretrained(folder)
-            export(model, folder / GRAPH_FILE)
-            self.built[kind] = (folder, model)
+            folder.mkdir()
+            for path in source.iterdir():
+                (folder / path.name).symlink_to(path)
+            (folder / GRAPH_FILE).symlink_to(self.small_models.repository("causal") / name / "1" / GRAPH_FILE)
+            self.built[kind] = (folder, AutoModelForCausalLM.from_pretrained(source).eval())
         return self.built[kind]
 
 
 @pytest.fixture(scope="session")
-def causal_lms(tmp_path_factory) -> CausalLMs:
-    return CausalLMs(tmp_path_factory.mktemp("causal-lms"))
+def causal_lms(small_models: Built, tmp_path_factory) -> CausalLMs:
+    return CausalLMs(small_models, tmp_path_factory.mktemp("causal-lms"))

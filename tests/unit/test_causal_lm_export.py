@@ -76,9 +76,10 @@ def test_each_architecture_is_a_decoupled_python_model_over_its_checked_graph(bu
         assert 0 <= diff <= source["tolerance"][check] < 2e-3, check
 
 
-def test_the_trained_llama_continues_its_sentences_over_the_served_graph(built):
+@pytest.mark.parametrize("name", [name for name in MODELS if name.endswith("_trained")])
+def test_each_trained_model_continues_its_sentences_over_the_served_graph(built, name):
     """Greedy over the repository's decoder.onnx (ONNX Runtime, the cache carried between steps)
-    from a sentence's first words: the rest of that sentence, then </s>."""
+    from a sentence's first words: the rest of that sentence, then its end, as ``generate`` answers."""
     import onnxruntime as ort
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -86,18 +87,23 @@ def test_the_trained_llama_continues_its_sentences_over_the_served_graph(built):
     from clients.families import load_spec
     from scripts.model_prep import causal_lm_export
 
-    spec = load_spec(built[0] / "llama_trained")
+    spec = load_spec(built[0] / name)
     model = AutoModelForCausalLM.from_pretrained(spec.text.folder).eval()
     tokenizer = AutoTokenizer.from_pretrained(spec.text.folder)
-    session = ort.InferenceSession(str(built[1] / "llama_trained" / "1" / GRAPH_FILE))
+    session = ort.InferenceSession(str(built[1] / name / "1" / GRAPH_FILE))
     starts = ["The quick brown fox", "Tokyo is the capital"]
     tokenizer.padding_side = "left"
+    tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token  # GPT-2 has none
     batch = tokenizer(starts, return_tensors="pt", padding=True)
     ends, pad = causal_lm_export.end_ids(spec, model)
     with torch.no_grad():
         tokens = causal_lm_export.greedy_over_graph(
             spec, model, session, batch.input_ids, batch.attention_mask, ends, pad, 30
         )
+        for start, row in zip(starts, tokens):
+            ids = tokenizer(start, return_tensors="pt").input_ids
+            alone = model.generate(ids, max_new_tokens=30, do_sample=False, pad_token_id=pad)
+            assert row == alone[0, ids.shape[1] :].tolist()
     # decoded with the prompt: a SentencePiece decoder drops the space before a text's first word
     texts = [
         tokenizer.decode(tokenizer(start).input_ids + row, skip_special_tokens=True)

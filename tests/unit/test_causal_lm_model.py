@@ -187,8 +187,8 @@ def test_beam_search_answers_every_token_in_one_final_response(model, causal_lms
 @pytest.mark.parametrize(
     ("prompt", "settings", "field"),
     [
-        ([1, 999], {}, INPUT_IDS),
-        ([1], {"top_k": 300}, "top_k"),
+        ([1, 99_999], {}, INPUT_IDS),
+        ([1], {"top_k": 100_000}, "top_k"),
         ([1], {"max_new_tokens": 200}, "max_new_tokens"),
         ([1], {TIMEOUT_MS: 0}, TIMEOUT_MS),
     ],

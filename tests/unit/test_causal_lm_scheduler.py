@@ -258,11 +258,11 @@ def test_a_cancelled_request_stops_within_a_step_and_the_others_are_unaffected(c
     [
         ([], {}, "input_ids"),
         ([[1, 2]], {}, "input_ids"),
-        ([1, 256], {}, "input_ids"),
+        ([1, "vocabulary"], {}, "input_ids"),  # the first id past the vocabulary
         ([-1], {}, "input_ids"),
         ([1], {"max_new_tokens": 0}, "max_new_tokens"),
         ([1] * 100, {"max_new_tokens": 29}, "max_new_tokens"),  # 128 positions
-        ([1], {"top_k": 257}, "top_k"),
+        ([1], {"top_k": "vocabulary + 1"}, "top_k"),
         ([1], {"top_p": 0.0}, "top_p"),
         ([1], {"temperature": float("nan")}, "temperature"),
         ([1], {"repetition_penalty": 101.0}, "repetition_penalty"),
@@ -272,6 +272,9 @@ def test_a_cancelled_request_stops_within_a_step_and_the_others_are_unaffected(c
 )
 def test_refused_values_name_their_field(causal_lms, graphs, ids, settings, field):
     steps = scheduler(causal_lms, graphs)
+    size = {"vocabulary": steps.vocabulary, "vocabulary + 1": steps.vocabulary + 1}
+    ids = [size.get(i, i) if isinstance(i, str) else i for i in ids]
+    settings = {name: size.get(value, value) if isinstance(value, str) else value for name, value in settings.items()}
     with pytest.raises(Refused, match=f"^{field}"):
         steps.submit(request(ids, **settings))
     steps.submit(request([1] * 100, max_new_tokens=28))  # the context's last position is allowed

@@ -11,7 +11,8 @@ from app.core.settings import Settings
 from app.core.spec import SpecError
 from clients.chat_template import ChatTemplate, check_messages, template_source
 from clients.families import load_spec, make_client
-from tests.tiny_causal import CHATML, LLAMA2, FakeGenerator, write_folder
+from scripts.model_prep.small_models.causal import CHATML, LLAMA2_CHAT
+from tests.tiny_causal import FakeGenerator, write_folder
 
 CONVERSATIONS = [
     [{"role": "user", "content": "hello wörld 🙂"}],
@@ -22,7 +23,7 @@ CONVERSATIONS = [
         {"role": "user", "content": "And of Japan, 日本?"},
     ],
 ]
-TEMPLATES = {"chatml": ("byte_level", CHATML), "llama2": ("byte_fallback", LLAMA2)}
+TEMPLATES = {"chatml": ("byte_level", CHATML), "llama2": ("byte_fallback", LLAMA2_CHAT)}
 
 
 @pytest.fixture(scope="module", params=list(TEMPLATES))
@@ -48,7 +49,7 @@ def test_rendered_and_encoded_as_transformers_does(folder, client, messages):
 
 
 def test_a_template_that_refuses_the_conversation_is_a_400(tmp_path):
-    folder = write_folder(tmp_path, "chat", "byte_fallback", LLAMA2)
+    folder = write_folder(tmp_path, "chat", "byte_fallback", LLAMA2_CHAT)
     template = ChatTemplate.from_folder(folder / "hf")
     with pytest.raises(InvalidInput, match="roles must alternate"):
         template.render([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])

@@ -8,9 +8,12 @@ import pytest
 
 from clients.text import SPACES_BEFORE, clean_up_tokenization
 from clients.text_stream import REPLACEMENT, TextStream, byte_fallback_tokens
-from tests.tiny_causal import CORPUS, byte_fallback_bpe, byte_level_bpe
+from scripts.model_prep.small_models.causal import SENTENCES, tokenizer_of
 
-TOKENIZERS = {"byte_level": byte_level_bpe(), "byte_fallback": byte_fallback_bpe()}
+TOKENIZERS = {
+    "byte_level": tokenizer_of("qwen2").backend_tokenizer,
+    "byte_fallback": tokenizer_of("llama").backend_tokenizer,
+}
 
 
 def decoder(tokenizer):
@@ -23,7 +26,7 @@ def streamed(stream: TextStream, ids: list[int]) -> list[str]:
 
 
 @pytest.mark.parametrize("kind", TOKENIZERS)
-@pytest.mark.parametrize("line", CORPUS)
+@pytest.mark.parametrize("line", SENTENCES)
 def test_pieces_join_to_the_whole_decode(kind, line):
     tokenizer = TOKENIZERS[kind]
     ids = tokenizer.encode(line).ids
@@ -59,9 +62,9 @@ def test_a_run_of_byte_tokens_waits_until_it_closes():
 @pytest.mark.parametrize("include_stop", [True, False])
 def test_stop_sequence_split_across_tokens(include_stop):
     tokenizer = TOKENIZERS["byte_level"]
-    line = CORPUS[1]
+    line = SENTENCES[-2]  # "Tokyo is the capital of 日本 and Kyoto was its capital before."
     ids = tokenizer.encode(line).ids
-    stop = "capital"  # more than one token here
+    stop = "Kyoto"  # more than one token here
     assert not any(stop in tokenizer.decode([i]) for i in ids)
     stream = TextStream(decoder(tokenizer), [stop, "never"], include_stop=include_stop)
     pieces = []

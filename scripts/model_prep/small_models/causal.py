@@ -54,20 +54,23 @@ CHATML = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
     "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
-# Llama 2's: <s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {answer} </s><s>[INST] ...
+# Llama 2's, as its folders ship it: <s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {answer} </s><s>[INST] ...
 LLAMA2_CHAT = (
-    "{% if messages[0]['role'] == 'system' %}{% set system = messages[0]['content'] %}"
-    "{% set messages = messages[1:] %}{% else %}{% set system = '' %}{% endif %}"
-    "{% for message in messages %}"
+    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}"
+    "{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}"
+    "{% set system_message = false %}{% endif %}{% for message in loop_messages %}"
     "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
     "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
-    "{% if message['role'] == 'user' %}"
-    "{% set content = message['content'] %}"
-    "{% if loop.index0 == 0 and system %}{% set content = '<<SYS>>\\n' + system + '\\n<</SYS>>\\n\\n' + content %}"
-    "{% endif %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
-    "{% else %}{{ ' ' + message['content'].strip() + ' ' + eos_token }}{% endif %}{% endfor %}"
+    "{% if loop.index0 == 0 and system_message != false %}"
+    "{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}"
+    "{% else %}{% set content = message['content'] %}{% endif %}"
+    "{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}"
 )
 CHAT_TEMPLATES = {"chatml": CHATML, "llama2": LLAMA2_CHAT}
+# each architecture's chat template in the sets, as its instruct folders ship one (GPT-2's have none;
+# Mistral's and Phi-3's left out: a folder without one refuses chat requests)
+TEMPLATES = {"gpt2": None, "llama": "llama2", "qwen2": "chatml", "qwen3": "chatml", "mistral": None, "phi3": None}
 TRAIN_STEPS = 150  # full-batch Adam steps of the trained Llama (width 64): about 20 ms each on 2 cores
 LEARNING_RATE = 1e-2
 
@@ -175,13 +178,17 @@ def model_config(architecture: str, tokenizer, hidden: int, layers: int, heads: 
 
 
 def _train(model, tokenizer, seed: int) -> None:
-    """Full-batch Adam on ``SENTENCES``, each between ``<s>`` and ``</s>`` (padding left out of the loss),
+    """Full-batch Adam on ``SENTENCES``, each encoded as a prompt is and ended by ``</s>`` (padding left out of the loss),
     in place, on one thread (the same weights on every machine); ends in eval mode."""
     import torch
 
-    texts = [f"{tokenizer.bos_token or ''}{line}{tokenizer.eos_token}" for line in SENTENCES]
-    batch = tokenizer(texts, padding=True, add_special_tokens=False, return_tensors="pt")
-    labels = batch.input_ids.masked_fill(batch.attention_mask == 0, -100)
+    # each sentence as a prompt is encoded (a SentencePiece tokenizer puts <s> first), then its end
+    rows = [ids + [tokenizer.eos_token_id] for ids in tokenizer(SENTENCES).input_ids]
+    width = max(map(len, rows))  # padded on the right by hand: GPT-2's tokenizer has no padding token
+    ids = torch.tensor([row + [0] * (width - len(row)) for row in rows])
+    mask = torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in rows])
+    batch = {"input_ids": ids, "attention_mask": mask}
+    labels = ids.masked_fill(mask == 0, -100)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

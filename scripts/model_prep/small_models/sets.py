@@ -25,6 +25,7 @@ from pathlib import Path
 
 from app.core.settings import PROJECT_ROOT
 from scripts.model_prep.small_models.causal import FAMILY as TEXT_GENERATION
+from scripts.model_prep.small_models.causal import TEMPLATES as CAUSAL_TEMPLATES
 from scripts.model_prep.small_models.causal import causal_model_folder
 from scripts.model_prep.small_models.encoders import KINDS, NER_LABELS, model_folder, update_json_files
 from scripts.model_prep.small_models.seq2seq import FAMILY as TEXT2TEXT
@@ -118,7 +119,7 @@ SETS = {
     "causal": ModelSet(
         "a tiny decoder-only model of each architecture text_generation serves (chat templates: ChatML on "
         "Qwen, Llama 2's on Llama, none on GPT-2; qwen3's generation_config.json samples by default) and "
-        "a Llama (SentencePiece-style) and a Qwen2 (byte-level BPE, ChatML) trained on the sentences of causal.SENTENCES",
+        "the same six trained on the sentences of causal.SENTENCES (wider: 64)",
         {
             "gpt2_random": (TEXT_GENERATION, {"architecture": "gpt2"}),
             "llama_random": (TEXT_GENERATION, {"architecture": "llama", "chat_template": "llama2"}),
@@ -133,14 +134,13 @@ SETS = {
             ),
             "mistral_random": (TEXT_GENERATION, {"architecture": "mistral"}),
             "phi3_random": (TEXT_GENERATION, {"architecture": "phi3"}),
-            "llama_trained": (
-                TEXT_GENERATION,
-                {"architecture": "llama", "trained": True, "hidden": 64, "chat_template": "llama2"},
-            ),
-            "qwen2_trained": (
-                TEXT_GENERATION,
-                {"architecture": "qwen2", "trained": True, "hidden": 64, "chat_template": "chatml"},
-            ),
+            **{
+                f"{architecture}_trained": (
+                    TEXT_GENERATION,
+                    {"architecture": architecture, "trained": True, "hidden": 64, "chat_template": template},
+                )
+                for architecture, template in CAUSAL_TEMPLATES.items()
+            },
         },
     ),
 }

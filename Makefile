@@ -31,7 +31,7 @@ IMAGE_REPOSITORY ?= models
 # IMAGE_GENERATION=true: the image with torch and transformers, for text2text models (requirements-generation.txt).
 IMAGE_GENERATION ?= false
 
-.PHONY: help run test models test-models deps nginx samples clean bench soak fuzz audit lint-imports lint podman image image-run docs docs-serve gpu-check bench-text bench-generation bench-chat
+.PHONY: help run test models test-models deps nginx samples clean bench soak soak-models fuzz audit lint-imports lint podman image image-run docs docs-serve gpu-check bench-text bench-generation bench-chat
 
 help:
 	@echo "make run     install, prepare the models (TARGET=$(TARGET), WEIGHTS=$(WEIGHTS)), serve on :$(PORT)"
@@ -45,6 +45,7 @@ help:
 	@echo "make bench-text  the text families on a stack of their own: throughput, router CPU, embeddings vs encode()"
 	@echo "make bench-generation  text2text on a stack of its own (a t5-small-sized T5): tokens/s vs model.generate"
 	@echo "make bench-chat  text_generation on a stack of its own (a 34M Llama): tokens/s vs model.generate, TTFT, ITL"
+	@echo "make soak-models  multi-model load / call / stream / unload cycles (T5 and Llama archives) under CPU load"
 	@echo "make gpu-check  on a GPU machine: the gpu tests and DALI's images/s (WHEELS=dir: offline, from wheels)"
 	@echo "make clean   remove the venv, build/ and the built model files"
 
@@ -182,6 +183,10 @@ V2_FUZZ_EXAMPLES ?= 500
 
 soak: deps nginx test-models
 	TEST_MODEL_REPOSITORY=$(abspath $(TEST_REPOSITORY)) $(PY) -m scripts.soak $(SOAK_ARGS)
+
+# Multi-model load / call / unload cycles of a text2text and a text_generation archive under CPU load
+soak-models: deps nginx
+	$(PY) -m scripts.soak.model_cycles $(SOAK_MODELS_ARGS)
 
 fuzz: deps nginx test-models
 	TEST_MODEL_REPOSITORY=$(abspath $(TEST_REPOSITORY)) FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) V2_FUZZ_EXAMPLES=$(V2_FUZZ_EXAMPLES) \

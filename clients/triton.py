@@ -270,16 +270,18 @@ class TritonStream:
             response = answer.infer_response
             self.version = response.model_version or self.version
             final = response.parameters[FINAL].bool_param if FINAL in response.parameters else False
-            if final:  # the request is complete: the call ends as Triton ends it, nothing cancelled
+            if final:  # the request is complete: the call is read to its end, nothing cancelled
                 self.done = True
+                self.call.code()  # Triton ends it at once; dropped before, gRPC would cancel it
             if response.outputs:
                 return _arrays(response, self.output_names)
         raise StopIteration
 
     def close(self) -> None:
-        """Cancels the call while its request runs (Triton sees it cancelled); a call whose final
-        answer came is left to end: a cancellation racing the stream's own end could leave the request
-        counted in flight in Triton, and an unload waits for those."""
+        """Cancels the call while its request runs (Triton sees it cancelled). A call whose final
+        answer came was read to its end instead: a cancellation racing the call's own end (as gRPC
+        cancels a call dropped unfinished) left the model counted in use in Triton, and a multi-model
+        unload waited for it forever (``python -m scripts.soak.model_cycles``)."""
         if not self.done:
             self.done = True
             self.call.cancel()

@@ -15,6 +15,7 @@ import numpy as np
 from PIL import Image
 
 from app.core.settings import PROJECT_ROOT
+from scripts.sagemaker.model_archives import export_cache
 
 SAMPLES = PROJECT_ROOT / "build" / "samples"
 DARKNET_PHOTOS = ("dog", "person", "horses", "eagle", "giraffe", "kite")
@@ -84,16 +85,6 @@ class OnnxTriton:
         return dict(zip(output_names, outputs)), version or "1"
 
 
-def export_cache(cache: Path, start: Path | None = None, names=()) -> Path:
-    """An ONNX export cache of one's own (model preparation writes into it), started with ``start``'s
-    exports of the models ``names`` (the small models' cache: the same weights are not exported again)."""
-    for name in names if start else ():
-        if (start / "onnx" / name).is_dir() and not (cache / "onnx" / name).exists():
-            shutil.copytree(start / "onnx" / name, cache / "onnx" / name)
-    cache.mkdir(parents=True, exist_ok=True)
-    return cache
-
-
 def prepare_text_repository(models: Path, repository: Path, *extra: str, cache: Path | None = None) -> Path:
     """``python -m scripts.model_prep`` of every model in ``models`` into ``repository`` (python target;
     ``cache``: an export cache to start from)."""
@@ -102,26 +93,6 @@ def prepare_text_repository(models: Path, repository: Path, *extra: str, cache: 
     own = export_cache(repository.parent / "cache", cache, [path.name for path in models.iterdir()])
     assert cli.main(["--source", str(models), "--repository", str(repository), "--cache-dir", str(own), *extra]) == 0
     return repository
-
-
-def multi_model_archive(models: Path, name: str, tmp_path: Path, cache: Path | None = None) -> tuple[set[str], Path]:
-    """``models/<name>`` prepared in place and packaged as a multi-model endpoint takes it
-    (``package-models``): the archive's member names, and the folder it is extracted to (``cache``:
-    an export cache to start from)."""
-    import tarfile
-
-    from scripts.model_prep import cli
-    from scripts.sagemaker import package_models
-
-    source = tmp_path / "models"
-    shutil.copytree(models / name, source / name)
-    own = export_cache(tmp_path / "cache", cache, [name])
-    assert cli.main(["--source", str(source), "--cache-dir", str(own)]) == 0  # in place
-    files = package_models.validate(source)
-    [archive] = package_models.write_per_model(source, package_models.per_model(source, files), tmp_path, log=print)
-    with tarfile.open(archive) as tar:
-        tar.extractall(tmp_path / "extracted" / "model", filter="data")
-        return set(tar.getnames()), tmp_path / "extracted" / "model"
 
 
 def served_copy(repository: Path, names, target: Path) -> Path:

@@ -16,7 +16,6 @@ in Triton, as well as on the router's ``router_generation_cancelled_total``.
 
 from __future__ import annotations
 
-import gc
 import json
 import logging
 import threading
@@ -96,12 +95,12 @@ class Stream:
         flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if last else 0
         self.sender.send(pb_utils.InferenceResponse(output_tensors=tensors), flags=flags)
         if last:
-            self.sender = None  # the request is done: its sender let go at once (see initialize)
+            self.sender = None  # done: Triton deleted its response factory with the final flag; never asked again
 
     def failed(self, error: Exception) -> None:
         flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         self.sender.send(pb_utils.InferenceResponse(error=triton_error(error)), flags=flags)
-        self.sender = None  # the request is done: its sender let go at once (see initialize)
+        self.sender = None  # done: Triton deleted its response factory with the final flag; never asked again
 
     def cancelled(self) -> bool:
         """Whether the caller cancelled, asked of Triton at most every ``CANCEL_CHECK_S`` (each asking is a
@@ -207,12 +206,6 @@ class TritonPythonModel:
         self.defaults = defaults(read_generation_config(folder))
         self.input_names = [tensor["name"] for tensor in config["input"]]
         self._warm_up()
-        # Triton counts a request in flight until the stub has deleted its response sender, and does not
-        # unload a model with one in flight; a sender caught in a reference cycle lives until the cyclic
-        # collector runs, which an idle stub may never do (an unload then waited forever). So it runs
-        # whenever the loop runs out of work, from
-        # the end of the warm-up on (not while Triton loads its other models).
-        self.scheduler.idle = gc.collect
 
     def _warm_up(self) -> None:
         """A short generation, greedy then beam search, before the model says READY: the first caller

@@ -34,7 +34,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -139,7 +139,6 @@ class Scheduler:
         self.closing = False
         self.thread = threading.Thread(target=self._loop, name="causal-lm-steps", daemon=True)
         self.counts = Counts(("finished", "late", "cancelled", "failed", "steps"))
-        self.idle: Callable[[], object] | None = None  # called each time the loop runs out of work
 
     def start(self) -> Scheduler:
         self.thread.start()
@@ -197,8 +196,6 @@ class Scheduler:
 
     def _take(self, block: bool) -> list[Request] | None:
         """The newcomers of this step (waits while nothing runs, if ``block``); None when closing."""
-        if block and self.idle is not None and not self.batch.rows and not self.waiting:
-            self.idle()  # nothing runs: the loop is about to wait
         with self.condition:
             if block:
                 self.condition.wait_for(lambda: self.closing or self.waiting or self.batch.rows)

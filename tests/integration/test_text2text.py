@@ -23,7 +23,8 @@ import requests
 from scripts.devtools import Stack
 from scripts.model_prep.small_models.encoders import CORPUS
 from scripts.model_prep.small_models.sets import SETS, Built
-from tests.references import multi_model_archive, served_copy
+from scripts.sagemaker.model_archives import multi_model_archive
+from tests.references import served_copy
 from tests.support import assert_conforms, assert_error, post
 
 pytestmark = pytest.mark.integration

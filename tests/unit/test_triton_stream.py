@@ -43,6 +43,11 @@ class FakeCall:
         self.answers = list(answers)
         self.cancelled = False
         self.requests = []
+        self.waited_for_its_end = False
+
+    def code(self):  # gRPC's: blocks until the call has ended
+        self.waited_for_its_end = True
+        return grpc.StatusCode.OK
 
     def __next__(self):
         if not self.answers:
@@ -83,6 +88,7 @@ def test_tokens_until_the_final_flag(client):
     assert request.model_name == "gen" and request.parameters[EMPTY_FINAL].bool_param
     assert [t.name for t in request.inputs] == ["input_ids"] and call.timeout == 2.0
     assert found.version == "1" and not call.cancelled  # ended by Triton: nothing to cancel
+    assert call.waited_for_its_end  # read to its end, not dropped (gRPC cancels a call dropped unfinished)
     found.close()
     assert not call.cancelled
 

@@ -37,14 +37,12 @@ import numpy as np
 
 from app.core import mask_contract as contract
 from app.core.access import MASKS
-from app.core.errors import InvalidInput
 from app.core.family import Counter, Family
 from app.core.spec import SpecError
 from app.core.text_spec import HUB_FOLDER, SOURCE_KEY, TextModel, TextSpecError, is_local, text_folder
 from clients import images, prompts, rle, sam_image
-from clients.base import ModelClient
 from clients.options import Option
-from clients.vision import IMAGE_CONTENT_TYPES
+from clients.vision import EncodedImages
 
 ANSWER = {
     "type": "object",
@@ -82,11 +80,8 @@ class Segmented:
     resized: tuple[int, int]
 
 
-class MaskGenerationClient(ModelClient[Segmented]):
+class MaskGenerationClient(EncodedImages):
     family = "mask_generation"
-    input_field = "img"
-    content_types = IMAGE_CONTENT_TYPES
-    INPUT_SCHEMA: ClassVar[Mapping[str, Any]] = {"type": "string", "format": "byte"}  # base64 JPEG or PNG
     EXTRA_FIELDS = prompts.FIELDS
     FIELD_SCHEMAS = prompts.SCHEMAS
     RESULT_SCHEMA: ClassVar[Mapping[str, Any]] = {
@@ -113,14 +108,6 @@ class MaskGenerationClient(ModelClient[Segmented]):
 
     def options_from_attributes(self, attributes: Mapping[str, str], where: str) -> dict[str, Any]:
         return {**super().options_from_attributes(attributes, where), **prompts.from_header(attributes, where)}
-
-    def check_item(self, item: Any, where: str) -> None:
-        images.open_image(self._encoded(item, where), where, self.settings.max_image_pixels)
-
-    def _encoded(self, item: Any, where: str) -> Any:
-        if not isinstance(item, (str, bytes)):
-            raise InvalidInput(f"{where} must be a base64 string (or a list of them)")
-        return item
 
     def preprocess(self, item: Any, where: str, options: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], Segmented]:
         """The encoded bytes (only the header read) and the prompts as SAM's tokens, in the resized image."""

@@ -108,6 +108,8 @@ class ModelClient(ABC, Generic[Context]):
     POSTPROCESS_KEYS: ClassVar[frozenset[str]] = frozenset()  # besides each option and max_<option>
     # Payload fields besides the input field and the options (a text pair's second texts).
     EXTRA_FIELDS: ClassVar[frozenset[str]] = frozenset()
+    # The JSON schema of one item of an extra field that is not the input's (app.router.openapi).
+    FIELD_SCHEMAS: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
     # The JSON schema of one item of the input field (and the extra fields); of one input's result
     # (app.router.openapi builds the OpenAPI document from them; {}: any JSON value).
     INPUT_SCHEMA: ClassVar[Mapping[str, Any]] = {"type": "string"}

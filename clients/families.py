@@ -24,6 +24,7 @@ from clients import (
     classification,
     detection,
     fill_mask,
+    mask_generation,
     sentence_embedding,
     text2text,
     text_classification,
@@ -41,6 +42,7 @@ BUILT_IN: tuple[Family, ...] = (
     fill_mask.FAMILY,
     text2text.FAMILY,
     text_generation.FAMILY,
+    mask_generation.FAMILY,
 )
 
 

@@ -112,12 +112,27 @@ def read_labels(spec: ModelSpec, count: int | None, exact: bool = True) -> list[
     return labels
 
 
-class ImageClient(ModelClient[Any]):
-    """An image model: ``img`` in, decoded with the pixel limit, fed as the spec's input tensor."""
+class EncodedImages(ModelClient[Any]):
+    """What every image family takes: ``img``, base64 in the JSON envelope or a raw image body, whose
+    header is checked (decodable, within the pixel limit) before any work runs."""
 
     input_field = "img"
     INPUT_SCHEMA: ClassVar[Mapping[str, Any]] = {"type": "string", "format": "byte"}  # base64 JPEG or PNG
     content_types = IMAGE_CONTENT_TYPES
+
+    def _encoded(self, item: Any, where: str) -> Any:
+        if not isinstance(item, (str, bytes)):
+            raise InvalidInput(f"{where} must be a base64 string (or a list of them)")
+        return item
+
+    def check_item(self, item: Any, where: str) -> None:
+        """Base64, a JPEG or PNG header, the pixel limit: no pixel is decoded."""
+        images.open_image(self._encoded(item, where), where, self.settings.max_image_pixels)
+
+
+class ImageClient(EncodedImages):
+    """An image model: ``img`` in, decoded with the pixel limit, fed as the spec's input tensor."""
+
     INPUT_KEYS: ClassVar[frozenset[str]] = frozenset({"layout", "channels", "decoder", *NORMALISATION_KEYS})
     DEFAULT_SCALE: ClassVar[float | None] = None  # the family's scale when the spec gives no normalisation
     draft_size: int | None = None  # a family that downscales to a known size sets it (decode_image's draft_size)
@@ -187,15 +202,6 @@ class ImageClient(ModelClient[Any]):
         self.offset = per_channel(pre, "offset", 0.0, where)
         if 0 in self.scale:
             raise SpecError(f"{where} scale: zero")
-
-    def _encoded(self, item: Any, where: str) -> Any:
-        if not isinstance(item, (str, bytes)):
-            raise InvalidInput(f"{where} must be a base64 string (or a list of them)")
-        return item
-
-    def check_item(self, item: Any, where: str) -> None:
-        """Base64, a JPEG or PNG header, the pixel limit: no pixel is decoded."""
-        images.open_image(self._encoded(item, where), where, self.settings.max_image_pixels)
 
     def decode(self, item: Any, where: str):
         return images.decode_image(self._encoded(item, where), where, self.settings.max_image_pixels, self.draft_size)

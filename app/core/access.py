@@ -24,6 +24,8 @@ STAGES = ("preprocess", "triton", "postprocess")
 # A text2text request's tokens generated (a count, carried beside the stages' seconds): the line's
 # field, and the router's counter router_generated_tokens{model} (its rate is tokens per second).
 GENERATED_TOKENS = "generated_tokens"
+# A mask_generation request's masks answered (router_masks{model}).
+MASKS = "masks"
 # A text_generation request's seconds to its first token, its tokens per second after it, and a
 # generation whose caller went away (router_generation_cancelled_total{model}).
 TIME_TO_FIRST_TOKEN = "time_to_first_token_s"

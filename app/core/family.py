@@ -17,8 +17,8 @@ task's pipeline class, its model class and its modality, a ``Family`` holds:
   ``dali``: its Triton pipeline's preprocessing also runs as NVIDIA DALI on a GPU;
   ``graph_postprocess``: on the Triton pipeline its post-processing joins the network's graph
   (a detector's NMS), so its preprocessing step also answers the letterbox's geometry;
-- ``loop``: the network is a python-backend loop (``generate``) on every target, which the sizing
-  plan counts as a network on the CPU;
+- ``loop``: the network is a python-backend model on every target (``generate``'s loop; SAM's two
+  graphs behind one model), which the sizing plan counts as a network on the CPU;
 - ``streams``: its Triton model is decoupled (``model_transaction_policy { decoupled: true }``): it
   answers a request with a response per generated token, over gRPC's stream, and batches the requests
   itself (they join its running batch at the next step): ``max_batch_size`` 0, no dynamic batching;

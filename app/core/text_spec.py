@@ -64,6 +64,8 @@ ROUTER_FILES = (
     "generation_config.json",
     "chat_template.jinja",  # a tokenizer's chat template, as transformers 5 saves it
     "chat_template.json",  # a processor's, as older folders keep it
+    "preprocessor_config.json",  # an image processor's settings (mask_generation: SamProcessor)
+    "processor_config.json",  # ... as transformers 5 saves a processor's
 )
 # The prompt names every SentenceTransformer has, empty unless its folder names a text for them.
 ST_DEFAULT_PROMPTS = ("query", "document")

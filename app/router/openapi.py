@@ -97,7 +97,7 @@ def payload_properties(
     fields: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
     for family, cls in families.items():
         for field in (cls.input_field, *sorted(cls.EXTRA_FIELDS)):
-            fields.setdefault(field, []).append((family, cls.INPUT_SCHEMA))
+            fields.setdefault(field, []).append((family, cls.FIELD_SCHEMAS.get(field, cls.INPUT_SCHEMA)))
     options: dict[str, list[tuple[str, Option]]] = {}
     for family, cls in families.items():
         for option in cls.OPTIONS:

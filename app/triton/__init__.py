@@ -6,6 +6,8 @@ copies these files into the model repository as ``<model>/1/model.py``, where Tr
   (``onnx_generate.py``), batched across callers.
 - ``causal_lm_model.py``: a text_generation model, a decoupled model whose step scheduler runs the
   requests' generations as one batch over ``decoder.onnx`` and streams each token as it is made.
+- ``sam_model.py``: a mask_generation model (SAM): the image pre-processed, its two ONNX graphs run,
+  the image encoder once for every prompt of a request.
 - ``image_steps.py``: the pre- and post-processing steps of an image model's Triton pipeline
   (``app.core.pipeline``), running the router's own family clients.
 """
@@ -16,3 +18,4 @@ ONNX_MODEL = Path(__file__).with_name("onnx_model.py")
 IMAGE_STEPS = Path(__file__).with_name("image_steps.py")
 TEXT2TEXT_MODEL = Path(__file__).with_name("text2text_model.py")
 CAUSAL_LM_MODEL = Path(__file__).with_name("causal_lm_model.py")
+SAM_MODEL = Path(__file__).with_name("sam_model.py")

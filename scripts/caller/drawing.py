@@ -1,6 +1,7 @@
 """An image model's answer drawn on its image: a detector's boxes with their labels and scores, a
-classifier's top-k written in a box at the top left. ``python -m scripts.caller invoke --draw
-out.png`` uses it.
+classifier's top-k written in a box at the top left, a segmenter's masks (mask_generation) laid
+translucent over the photo, one colour a prompt (its best mask). ``python -m scripts.caller invoke
+--draw out.png`` uses it.
 
 The image is shown as the model saw it (EXIF orientation applied), so a detection's box, given in
 that image's pixels, falls where the answer says: its outline's outer edge is the box's
@@ -14,7 +15,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from PIL import Image, ImageDraw, ImageFont, ImageOps
+
+from clients import rle
 
 # Distinct, readable colours (Tableau 10), one a class id.
 PALETTE = (
@@ -30,6 +34,7 @@ PALETTE = (
     (23, 190, 207),
 )
 TEXT, BACKGROUND = (255, 255, 255), (0, 0, 0)
+MASK_OPACITY = 0.5  # a mask's colour over the photo's pixels
 
 
 class NotDrawable(ValueError):
@@ -81,6 +86,44 @@ def draw_classes(image: Image.Image, classes: Sequence[Mapping[str, Any]]) -> Im
     return image
 
 
+def _best(entry: Any) -> Any:
+    return entry[0] if isinstance(entry, list) and entry else entry
+
+
+def is_masks(result: Any) -> bool:
+    """A mask_generation answer: one entry a prompt, a mask (or, with multimask_output, a list of them)."""
+    return (
+        isinstance(result, list)
+        and bool(result)
+        and all(isinstance(_best(e), Mapping) and "mask" in _best(e) for e in result)
+    )
+
+
+def draw_masks(image: Image.Image, prompts: Sequence[Any]) -> Image.Image:
+    """Each prompt's mask (its best, with multimask_output) translucent in its own colour, the prompt's
+    number at its box's top left."""
+    pixels = np.asarray(image, dtype=np.float32)
+    answers = [_best(entry) for entry in prompts]
+    for number, answer in enumerate(answers):
+        mask = rle.decode(answer["mask"]).astype(bool)
+        if mask.shape != pixels.shape[:2]:
+            raise NotDrawable(
+                f"mask {number + 1} is {mask.shape[1]}x{mask.shape[0]}, the image {image.width}x{image.height}"
+            )
+        colour = np.asarray(PALETTE[number % len(PALETTE)], dtype=np.float32)
+        pixels[mask] = (1 - MASK_OPACITY) * pixels[mask] + MASK_OPACITY * colour
+    drawn = Image.fromarray(pixels.round().astype(np.uint8))
+    canvas = ImageDraw.Draw(drawn)
+    font = _font(max(12, round(max(image.size) / 50)))
+    for number, answer in enumerate(answers):
+        x, y = answer["box"][:2]
+        caption = f"{number + 1} {answer['score']:.2f}"
+        left, top, right, bottom = canvas.textbbox((0, 0), caption, font=font)
+        canvas.rectangle((x, y, x + right - left + 6, y + bottom - top + 6), fill=PALETTE[number % len(PALETTE)])
+        canvas.text((x + 3 - left, y + 3 - top), caption, fill=TEXT, font=font)
+    return drawn
+
+
 def draw_answer(data: bytes, result: Any) -> Image.Image:
     """The image with the answer drawn on it; ``NotDrawable`` when it is not an image model's answer."""
     image = displayed(data)
@@ -88,7 +131,9 @@ def draw_answer(data: bytes, result: Any) -> Image.Image:
         return draw_detections(image, result["detections"])
     if isinstance(result, list) and result and all(isinstance(c, Mapping) and "label" in c for c in result):
         return draw_classes(image, result)
-    raise NotDrawable("the answer has neither detections nor classes to draw")
+    if is_masks(result):
+        return draw_masks(image, result)
+    raise NotDrawable("the answer has neither detections, classes nor masks to draw")
 
 
 def save(image: Image.Image, path: Path) -> Path:

@@ -9,9 +9,13 @@ for any caller. Without pairs: resnet and yolov5 get --image, bert_base gets --t
     python -m scripts.caller invoke --endpoint-url http://localhost:8080 --image build/samples/dog.jpg
     python -m scripts.caller invoke --endpoint-url http://localhost:8080 --option conf_threshold=0.5 yolov5=dog.jpg
     python -m scripts.caller invoke --endpoint-url http://localhost:8080 --draw out.png yolov5=dog.jpg
+    python -m scripts.caller invoke --endpoint-url http://localhost:8080 --draw masks.png \\
+        --option "boxes=100 50 420 500;450 80 700 560" sam=dog.jpg
 
 --draw PATH writes each image model's answer drawn on its image (scripts/caller/drawing.py): a
-detector's boxes with labels and scores, a classifier's top-k; with several image calls, one file
+detector's boxes with labels and scores, a classifier's top-k, a segmenter's masks (translucent, one
+colour a prompt; its prompts as --option boxes=, points=, point_labels=: numbers separated by spaces,
+prompts by semicolons); with several image calls, one file
 each, named PATH with the model's name added (out-resnet.png, out-yolov5.png).
 
 --async s3://BUCKET/PREFIX/ calls an asynchronous endpoint (python -m scripts.sagemaker deploy
@@ -97,6 +101,12 @@ def format_result(result: Any, indent: str = "  ") -> list[str]:
             ]
         if "token_str" in result[0]:  # one mask of fill-mask
             return [f"{indent}{r['token_str']!r} {_score(r['score'])}  {r.get('sequence', '')}" for r in result]
+        if "mask" in result[0]:  # a segmenter's masks, one a prompt (scripts/caller/drawing.py draws them)
+            return [
+                f"{indent}[{n}] score {_score(r['score'])} box {r['box']} "
+                f"({r['mask']['size'][1]}x{r['mask']['size'][0]} RLE, {len(r['mask']['counts'])} characters)"
+                for n, r in enumerate(result, 1)
+            ]
         if "label" in result[0]:  # a classification
             return [f"{indent}{r['label']}{_index(r)} {_score(r['score'])}" for r in result]
         if "entity" in result[0] or "entity_group" in result[0]:  # token classification's entities

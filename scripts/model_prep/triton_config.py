@@ -116,7 +116,7 @@ def generation_config(spec: ModelSpec, target: str, tuning: Tuning, weights_sour
         config.output.add(name=tensor.name, data_type=data_type(tensor.dtype), dims=tensor.dims)
     if streams:
         config.model_transaction_policy.decoupled = True
-    else:
+    elif batch:  # a model that takes one request at a time (mask_generation: an image) has none
         config.dynamic_batching.max_queue_delay_microseconds = tuning.max_queue_delay_microseconds
     config.instance_group.add(count=instances or 1, kind=mc.ModelInstanceGroup.KIND_CPU)
     config.parameters[WEIGHTS_SOURCE_PARAMETER].string_value = weights_source

@@ -1,5 +1,5 @@
-"""invoke --draw: a detector's boxes drawn where the answer puts them, a classifier's top-k written;
-read back from the PNG file, pixel by pixel."""
+"""invoke --draw: a detector's boxes drawn where the answer puts them, a classifier's top-k written, a
+segmenter's masks laid translucent one colour a prompt; read back from the PNG file, pixel by pixel."""
 
 from __future__ import annotations
 
@@ -110,3 +110,26 @@ def test_a_classifier_top_k_is_written_on_it(tmp_path):
 def test_a_text_answer_is_not_drawn():
     with pytest.raises(NotDrawable):
         draw_answer(photo(), [[{"token": "paris", "score": 0.5}]])
+
+
+def test_a_segmenters_masks_are_laid_translucent_one_colour_a_prompt():
+    from clients import rle
+    from scripts.caller.drawing import MASK_OPACITY
+
+    first, second = np.zeros((300, 400), bool), np.zeros((300, 400), bool)
+    first[200:280, 20:120] = True
+    second[10:90, 250:390] = True
+    answer = [  # the second prompt with multimask_output: its best mask is drawn
+        {"mask": rle.encode(first), "score": 0.9, "box": [20, 200, 119, 279]},
+        [
+            {"mask": rle.encode(second), "score": 0.8, "box": [250, 10, 389, 89]},
+            {"mask": rle.encode(first), "score": 0.1, "box": [20, 200, 119, 279]},
+        ],
+    ]
+    pixels = np.asarray(draw_answer(photo(), answer), dtype=np.float64)
+    for (y, x), colour in (((270, 100), PALETTE[0]), ((80, 380), PALETTE[1])):
+        expected = (1 - MASK_OPACITY) * np.asarray(GREY) + MASK_OPACITY * np.asarray(colour)
+        assert np.abs(pixels[y, x] - expected).max() <= 3  # the JPEG's grey is within a level or two
+    assert np.abs(pixels[150, 200] - GREY).max() <= 3  # outside every mask: the photo
+    with pytest.raises(NotDrawable, match="the image 400x300"):
+        draw_answer(photo(), [{"mask": rle.encode(np.ones((10, 10), bool)), "score": 0.5, "box": [0, 0, 9, 9]}])

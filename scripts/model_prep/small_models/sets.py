@@ -28,6 +28,8 @@ from scripts.model_prep.small_models.causal import FAMILY as TEXT_GENERATION
 from scripts.model_prep.small_models.causal import TEMPLATES as CAUSAL_TEMPLATES
 from scripts.model_prep.small_models.causal import causal_model_folder
 from scripts.model_prep.small_models.encoders import KINDS, NER_LABELS, model_folder, update_json_files
+from scripts.model_prep.small_models.sam import FAMILY as MASK_GENERATION
+from scripts.model_prep.small_models.sam import sam_model_folder
 from scripts.model_prep.small_models.seq2seq import FAMILY as TEXT2TEXT
 from scripts.model_prep.small_models.seq2seq import generation_model_folder
 
@@ -116,6 +118,14 @@ SETS = {
             "bart_gen": (TEXT2TEXT, {"kind": "bart", "trained": True}),
         },
     ),
+    "sam": ModelSet(
+        "a tiny SAM (SamModel + SamProcessor, 256-pixel inputs, seeded random weights) and one of another "
+        "seed, so that two models answer differently",
+        {
+            "sam_tiny": (MASK_GENERATION, {}),
+            "sam_other": (MASK_GENERATION, {"seed": 1}),
+        },
+    ),
     "causal": ModelSet(
         "a tiny decoder-only model of each architecture text_generation serves (chat templates: ChatML on "
         "Qwen, Llama 2's on Llama, none on GPT-2; qwen3's generation_config.json samples by default) and "
@@ -191,6 +201,8 @@ def _build_model(models: Path, name: str, family: str, options: dict) -> Path:
         return generation_model_folder(models, name, **options)
     if family == TEXT_GENERATION:
         return causal_model_folder(models, name, **options)
+    if family == MASK_GENERATION:
+        return sam_model_folder(models, name, **options)
     return model_folder(models, name, family, **options)
 
 

@@ -1,0 +1,216 @@
+"""Mask generation family (SAM): the masks of the objects that boxes and points show on an image,
+answered as ``SamModel`` + ``SamProcessor`` answer them.
+
+model.toml is two lines, the rest read from a ``save_pretrained`` folder of ``SamModel`` and
+``SamProcessor`` (``complete``)::
+
+    family = "mask_generation"
+    [export]
+    transformers = "hf"
+
+Payload: the image (``img``: base64 in the JSON envelope, or a raw ``image/jpeg`` / ``image/png`` body
+with the rest in the custom-attributes header), its prompts (``clients.prompts``: ``boxes``, ``points``,
+``point_labels``), ``multimask_output`` (default false) and ``mask_threshold`` (default 0.0). A list of
+images takes the same prompts on each. The answer, per image: a list with one entry per prompt, in
+the prompts' order: ``{"mask": <COCO RLE>, "score": <predicted IoU>, "box": [xmin, ymin, xmax, ymax]}``
+(with ``multimask_output``, a list of three, best score first). The mask is
+``SamProcessor.post_process_masks(outputs.pred_masks, original_sizes, reshaped_input_sizes)``
+binarised at ``mask_threshold``, as ``pycocotools.mask.encode`` writes it (``clients.rle``).
+
+Where it runs: the router opens the image's header (the pixel limit, the size as displayed), checks
+the prompts against the image and scales their coordinates to the resized image; the image's bytes
+and the prompts go to one Triton model (``app/triton/sam_model.py``), which decodes and
+pre-processes the image (as the image families' Triton pipeline does) and runs SAM's image encoder
+once and its mask decoder over the prompts; the router scales the low-resolution logits to the
+image (``clients.sam_image``), binarises and encodes them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from app.core import mask_contract as contract
+from app.core.access import MASKS
+from app.core.family import Counter, Family
+from app.core.spec import SpecError
+from app.core.text_spec import HUB_FOLDER, SOURCE_KEY, TextModel, TextSpecError, is_local, text_folder
+from clients import images, prompts, rle, sam_image
+from clients.options import Option
+from clients.vision import EncodedImages
+
+ANSWER = {
+    "type": "object",
+    "required": ["mask", "score", "box"],
+    "additionalProperties": False,
+    "properties": {
+        "mask": {
+            "type": "object",
+            "description": "COCO run-length encoding, as pycocotools.mask.encode writes it (decode with "
+            "pycocotools.mask.decode)",
+            "required": ["size", "counts"],
+            "properties": {
+                "size": {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2},
+                "counts": {"type": "string"},
+            },
+        },
+        "score": {"type": "number", "description": "SAM's predicted IoU of the mask"},
+        "box": {
+            "type": "array",
+            "items": {"type": "integer"},
+            "minItems": 4,
+            "maxItems": 4,
+            "description": "the mask's tight box [xmin, ymin, xmax, ymax], its last pixels included",
+        },
+    },
+}
+
+
+@dataclass(frozen=True)
+class Segmented:
+    """What postprocessing needs of one image: its size as displayed and as resized (height, width)."""
+
+    width: int
+    height: int
+    resized: tuple[int, int]
+
+
+class MaskGenerationClient(EncodedImages):
+    family = "mask_generation"
+    EXTRA_FIELDS = prompts.FIELDS
+    FIELD_SCHEMAS = prompts.SCHEMAS
+    RESULT_SCHEMA: ClassVar[Mapping[str, Any]] = {
+        "type": "array",
+        "description": "mask_generation, for one image: one answer per prompt, in the prompts' order (with "
+        "multimask_output, a list of three per prompt, best score first).",
+        "items": {"oneOf": [ANSWER, {"type": "array", "minItems": 3, "maxItems": 3, "items": ANSWER}]},
+    }
+    OPTIONS = (
+        Option("multimask_output", bool, default=False),
+        Option("mask_threshold", float, -1000.0, 1000.0, default=0.0),
+    )
+
+    def configure(self) -> None:
+        try:
+            self.processing = sam_image.Processing.read(self.spec.text.folder)
+        except sam_image.ProcessingError as error:
+            raise SpecError(str(error)) from None
+
+    def parse_options(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+        options = super().parse_options(payload)
+        options["prompts"] = prompts.parse(payload)
+        return options
+
+    def options_from_attributes(self, attributes: Mapping[str, str], where: str) -> dict[str, Any]:
+        return {**super().options_from_attributes(attributes, where), **prompts.from_header(attributes, where)}
+
+    def preprocess(self, item: Any, where: str, options: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], Segmented]:
+        """The encoded bytes (only the header read) and the prompts as SAM's tokens, in the resized image."""
+        raw, image = images.open_image(self._encoded(item, where), where, self.settings.max_image_pixels)
+        width, height = images.displayed_size(image)
+        prompts.check_within(options["prompts"], width, height, "payload")
+        resized = sam_image.resized_size(height, width, self.processing.longest_edge)
+        points, labels = prompts.tokens(options["prompts"])
+        arrays = {
+            contract.IMAGE: np.frombuffer(raw, dtype=np.uint8),
+            contract.POINTS: sam_image.scale_points(points, (height, width), resized).astype(np.float32),
+            contract.LABELS: labels,
+        }
+        return arrays, Segmented(width, height, resized)
+
+    def postprocess(
+        self, outputs: Mapping[str, np.ndarray], context: Segmented, options: Mapping[str, Any]
+    ) -> list[Any]:
+        scores, masks = outputs[contract.IOU_SCORES], outputs[contract.PRED_MASKS]
+        tokens = contract.MULTIMASK if options["multimask_output"] else contract.SINGLE
+        rows, columns = sam_image.upscaling(
+            masks.shape[-2:],
+            context.resized,
+            (context.height, context.width),
+            (self.processing.pad_height, self.processing.pad_width),
+        )
+        answers: list[Any] = []
+        for prompt_scores, prompt_masks in zip(scores, masks):
+            found = []
+            for token in sorted(tokens, key=lambda t: -float(prompt_scores[t])):  # best first (a stable sort)
+                mask = (rows @ prompt_masks[token].astype(np.float32) @ columns) > options["mask_threshold"]
+                found.append(
+                    {"mask": rle.encode(mask), "score": float(prompt_scores[token]), "box": sam_image.mask_box(mask)}
+                )
+            answers.append(found if options["multimask_output"] else found[0])
+        return answers
+
+    def run(self, works, timings: dict[str, float] | None = None, deadline: float | None = None):
+        found = super().run(works, timings, deadline)
+        if timings is not None:  # the masks answered, for the metrics (router_masks)
+            answered = sum(
+                len(answer) if isinstance(answer, list) else 1
+                for work, (result, _) in zip(works, found)
+                for image in ([result] if work.single else result)
+                for answer in image
+            )
+            timings[MASKS] = timings.get(MASKS, 0) + answered
+        return found
+
+
+def complete(raw: Mapping[str, Any], folder: Path, where: str) -> tuple[dict[str, Any], TextModel]:
+    """A mask_generation model.toml from its folder: SAM's tensors (``app.core.mask_contract``), no
+    batching (a request is one image and its prompts); the folder holds a SamModel's config.json
+    and a SamProcessor's config."""
+    source = raw["export"][SOURCE_KEY]
+    if not isinstance(source, str) or not source.strip():
+        raise TextSpecError(f"{where}: [export] {SOURCE_KEY} must name a folder of the model's, or a hub id")
+    hf = text_folder(folder, source)
+    if not (hf / "config.json").is_file():
+        if is_local(folder, source) or hf.is_dir():
+            raise TextSpecError(f"{hf}: no config.json (a folder written by save_pretrained() has one)")
+        raise TextSpecError(
+            f"{where}: [export] {SOURCE_KEY} = {source!r} is not a folder in {folder}; as a hub id it is "
+            f"fetched by python -m scripts.model_prep --models {folder.name} (into {HUB_FOLDER}/)"
+        )
+    try:
+        config = json.loads((hf / "config.json").read_text(encoding="utf-8"))
+    except ValueError as error:
+        raise TextSpecError(f"{hf / 'config.json'}: not valid JSON: {error}") from None
+    if config.get("model_type") != "sam":
+        raise TextSpecError(
+            f"{hf / 'config.json'}: the {MaskGenerationClient.family} family serves SAM (SamModel: model_type "
+            f"'sam'); this is a {config.get('model_type', 'model')!r} model"
+        )
+    try:
+        sam_image.Processing.read(hf)
+    except sam_image.ProcessingError as error:
+        raise TextSpecError(str(error)) from None
+    text = TextModel(
+        folder=hf,
+        family=str(raw.get("family", "")),
+        source=source,
+        model_type="sam",
+        labels=(),
+        problem_type="",
+        sequence_length=0,
+        token_type_ids=False,
+        pooling="",
+        normalize=False,
+        dimension=int(config.get("vision_config", {}).get("output_channels") or 256),
+    )
+    completed = dict(raw)
+    completed.setdefault("max_batch_size", 0)
+    completed.setdefault("inputs", contract.inputs())
+    completed.setdefault("outputs", contract.outputs())
+    return completed, text
+
+
+FAMILY = Family(
+    name=MaskGenerationClient.family,
+    client=MaskGenerationClient,
+    complete=complete,
+    export="scripts.model_prep.sam_export:SAM",
+    loop=True,
+    counters=(Counter(MASKS, "router_masks", "Masks answered by mask_generation models, by model."),),
+)

@@ -1,0 +1,323 @@
+"""A ``mask_generation`` model's export: a ``SamModel`` + ``SamProcessor`` folder to SAM's two ONNX
+graphs (``app.core.mask_contract``), checked, and the python-backend model that serves them.
+
+``torch.onnx.export(dynamo=False, opset 17)`` of two wrappers, as SAM's own ``export_onnx_model.py``
+and optimum's ``SamOnnxConfig`` split it:
+
+- ``encoder.onnx``: ``pixel_values [batch, 3, S, S]`` -> ``image_embeddings [batch, C, h, w]``;
+- ``decoder.onnx``: ``image_embeddings [1, C, h, w]``, ``input_points [1, prompts, points, 2]``,
+  ``input_labels [1, prompts, points]`` -> ``iou_scores [1, prompts, 4]``, ``pred_masks [1, prompts,
+  4, 4h, 4w]``: the prompt encoder (a box is its two corners labelled 2 and 3, as SAM's export takes
+  it; the image-wide positional embedding, which depends on the weights only, is a constant of the
+  graph) and the mask decoder of all four mask tokens (Hugging Face computes the four and slices).
+
+The checks, as for the other exports: ``onnx.checker`` on each graph; the numpy pre-processing
+(``clients.sam_image``) against ``SamProcessor``'s ``pixel_values``; then ONNX Runtime against the
+PyTorch model as a caller runs it, ``model(**processor(image, input_boxes=...))`` and with points,
+single and multimask, the max difference printed; past the tolerance the export is refused in one line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from app.core import mask_contract as contract
+from app.core.spec import ModelSpec
+from app.triton import SAM_MODEL
+from clients import sam_image
+from scripts.model_prep import weights
+from scripts.model_prep.onnx_export import OPSET, REPORT_FILE, ExportError, sha256_of
+from scripts.model_prep.recipes import Tolerance
+
+TOLERANCE = Tolerance(atol=1e-5, rtol=1e-4)
+CHECKED = "SamProcessor's pixel_values equal, boxes and points, single and multimask"
+CHECK_SIZE = (150, 200)  # the check image's height, width (not square: the padding is exercised)
+CHECK_BOXES = [[10.0, 20.0, 120.0, 100.0], [60.0, 5.0, 190.0, 140.0], [0.0, 0.0, 200.0, 150.0]]
+CHECK_POINTS = [[[50.0, 40.0]], [[100.0, 70.0], [20.0, 130.0]]]  # two prompts of 1 and 2 points
+CHECK_LABELS = [[1], [1, 0]]
+
+
+class Encoder(nn.Module):
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.vision_encoder = model.vision_encoder
+
+    def forward(self, pixel_values):
+        return self.vision_encoder(pixel_values).last_hidden_state
+
+
+class Decoder(nn.Module):
+    """SAM's prompt encoder (points and labels; no mask input) and mask decoder, all four tokens out:
+    ``SamMaskDecoder.forward``'s operations, in its order, without its last slice."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.image_size = float(model.prompt_encoder.input_image_size)
+        with torch.no_grad():
+            self.register_buffer("image_pe", model.get_image_wide_positional_embeddings().clone())
+
+    def embed_points(self, points, labels):
+        encoder = self.model.prompt_encoder
+        embedded = encoder.shared_embedding((points + 0.5) / self.image_size)
+        label = labels.unsqueeze(-1)
+        embedded = torch.where(label == contract.NOT_A_POINT, encoder.not_a_point_embed.weight, embedded)
+        for index in range(len(encoder.point_embed)):  # background, foreground, a box's two corners
+            embedded = embedded + encoder.point_embed[index].weight * (label == index).to(embedded.dtype)
+        return embedded
+
+    def forward(self, image_embeddings, input_points, input_labels):
+        sparse = self.embed_points(input_points, input_labels)
+        decoder, encoder = self.model.mask_decoder, self.model.prompt_encoder
+        batch, channels, height, width = image_embeddings.shape
+        dense = encoder.no_mask_embed.weight.reshape(1, -1, 1, 1).expand(batch, -1, height, width)
+        prompts = sparse.shape[1]
+        tokens = torch.cat([decoder.iou_token.weight, decoder.mask_tokens.weight], dim=0).repeat(batch, prompts, 1, 1)
+        tokens = torch.cat((tokens, sparse), dim=2)
+        image = (image_embeddings + dense).repeat_interleave(prompts, 0)
+        positions = self.image_pe.repeat_interleave(prompts, 0)
+        point_embedding, image = decoder.transformer(
+            point_embeddings=tokens,
+            image_embeddings=image,
+            image_positional_embeddings=positions,
+            attention_similarity=None,
+            target_embedding=None,
+        )
+        iou_token = point_embedding[:, :, 0, :]
+        mask_tokens = point_embedding[:, :, 1 : 1 + decoder.num_mask_tokens, :]
+        image = image.transpose(2, 3).reshape(batch * prompts, channels, height, width)
+        upscaled = decoder.activation(decoder.upscale_layer_norm(decoder.upscale_conv1(image)))
+        upscaled = decoder.activation(decoder.upscale_conv2(upscaled))
+        hyper = torch.stack(
+            [decoder.output_hypernetworks_mlps[i](mask_tokens[:, :, i, :]) for i in range(decoder.num_mask_tokens)],
+            dim=2,
+        )
+        _, up_channels, up_height, up_width = upscaled.shape
+        upscaled = upscaled.reshape(batch, prompts, up_channels, up_height * up_width)
+        masks = (hyper @ upscaled).reshape(batch, prompts, -1, up_height, up_width)
+        return decoder.iou_prediction_head(iou_token), masks
+
+
+def randomise(model: nn.Module, seed: int) -> nn.Module:
+    """Seeded random weights that are not degenerate: ``SamVisionConfig.initializer_range`` is 1e-10,
+    so a model built from a config has a vision encoder of near-zero weights. Every parameter but the
+    LayerNorms and the (tied) positional embedding is drawn again, std 0.5 / sqrt(fan-in)."""
+    generator = torch.Generator().manual_seed(seed)
+    norms = {id(p) for m in model.modules() if isinstance(m, nn.LayerNorm) for p in m.parameters()}
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("positional_embedding") or id(parameter) in norms:
+                continue
+            scale = 0.5 / max(1, parameter.shape[-1]) ** 0.5
+            parameter.copy_(torch.randn(parameter.shape, generator=generator) * scale)
+    return model
+
+
+def load_model(spec: ModelSpec, choice: weights.WeightsChoice) -> nn.Module:
+    """The folder's SamModel with its own weights, or seeded random ones of its config."""
+    from transformers import AutoConfig, SamModel
+
+    folder = str(spec.text.folder)
+    try:
+        if choice.source == weights.FILE:
+            return SamModel.from_pretrained(folder).eval()
+        torch.manual_seed(choice.seed)
+        return randomise(SamModel(AutoConfig.from_pretrained(folder)), choice.seed).eval()
+    except (OSError, ValueError) as error:
+        raise ExportError(f"[{spec.name}] {folder}: transformers cannot load it as a SamModel: {error}") from None
+
+
+def check_image(seed: int) -> np.ndarray:
+    """A smooth random RGB image (HWC uint8): large regions, so that masks have shapes."""
+    rng = np.random.default_rng(seed)
+    coarse = rng.integers(0, 256, size=(CHECK_SIZE[0] // 10 + 1, CHECK_SIZE[1] // 10 + 1, 3))
+    return np.kron(coarse, np.ones((10, 10, 1)))[: CHECK_SIZE[0], : CHECK_SIZE[1]].astype(np.uint8)
+
+
+def _export(module: nn.Module, args: tuple, path: Path, names: tuple, axes: dict) -> None:
+    module.eval()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # the tracer's notes on Python values taken as constants
+        torch.onnx.export(
+            module,
+            args,
+            str(path),
+            input_names=list(names[0]),
+            output_names=list(names[1]),
+            dynamic_axes=axes,
+            opset_version=OPSET,
+            do_constant_folding=True,
+            dynamo=False,
+        )
+    module.eval()
+
+
+def box_prompts(boxes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(1, N, 4) scaled boxes -> points (1, N, 2, 2) float32 labelled as a box's two corners."""
+    points = np.asarray(boxes, dtype=np.float32).reshape(1, -1, 2, 2)
+    corners = np.array([contract.BOX_TOP_LEFT, contract.BOX_BOTTOM_RIGHT], dtype=np.int64)
+    return points, np.tile(corners, (1, points.shape[1], 1))
+
+
+def export(model: nn.Module, processor, folder: Path, image: np.ndarray) -> None:
+    """The two graphs into ``folder``."""
+    given = processor(images=image, input_boxes=[CHECK_BOXES[:2]], return_tensors="pt")
+    with torch.no_grad():
+        embeddings = model.get_image_embeddings(given["pixel_values"])
+    _export(
+        Encoder(model),
+        (given["pixel_values"],),
+        folder / contract.ENCODER_FILE,
+        ((contract.PIXEL_VALUES,), (contract.IMAGE_EMBEDDINGS,)),
+        {contract.PIXEL_VALUES: {0: "batch"}, contract.IMAGE_EMBEDDINGS: {0: "batch"}},
+    )
+    points, labels = box_prompts(given["input_boxes"].numpy())
+    prompt_axes = {1: "prompts", 2: "points"}
+    _export(
+        Decoder(model),
+        (embeddings, torch.from_numpy(points), torch.from_numpy(labels)),
+        folder / contract.DECODER_FILE,
+        ((contract.IMAGE_EMBEDDINGS, contract.POINTS, contract.LABELS), (contract.IOU_SCORES, contract.PRED_MASKS)),
+        {
+            contract.POINTS: prompt_axes,
+            contract.LABELS: prompt_axes,
+            contract.IOU_SCORES: {1: "prompts"},
+            contract.PRED_MASKS: {1: "prompts"},
+        },
+    )
+
+
+def _difference(name: str, reference, found: np.ndarray, diffs: dict, limits: dict) -> None:
+    reference = np.asarray(reference, dtype=np.float64)
+    if reference.shape != found.shape:
+        raise ExportError(f"ONNX Runtime gives {name} the shape {list(found.shape)}, torch {list(reference.shape)}")
+    diffs[name] = float(np.max(np.abs(reference - found.astype(np.float64))))
+    limits[name] = TOLERANCE.limit(reference)
+
+
+def _cases(processor, image: np.ndarray) -> list[tuple[str, dict, np.ndarray, np.ndarray]]:
+    """(name, the processor's inputs, the decoder's points and labels) of the checks' prompts."""
+    boxes = processor(images=image, input_boxes=[CHECK_BOXES], return_tensors="pt")
+    cases = [("boxes", boxes, *box_prompts(boxes["input_boxes"].numpy()))]
+    for points, labels in zip(CHECK_POINTS, CHECK_LABELS):
+        given = processor(images=image, input_points=[[points]], input_labels=[[labels]], return_tensors="pt")
+        scaled = given["input_points"].numpy().astype(np.float32)  # SAM appends its pad point (0, 0) labelled -1
+        padded = np.concatenate([scaled, np.zeros((*scaled.shape[:2], 1, 2), np.float32)], axis=2)
+        marks = np.concatenate(
+            [given["input_labels"].numpy(), np.full((*scaled.shape[:2], 1), contract.NOT_A_POINT)], axis=2
+        )
+        cases.append((f"{len(points)} point(s)", given, padded, marks.astype(np.int64)))
+    return cases
+
+
+def check(spec: ModelSpec, model: nn.Module, processor, folder: Path, image: np.ndarray) -> tuple[dict, dict]:
+    """onnx.checker; the numpy pixel_values against the processor's; ONNX Runtime against torch."""
+    import onnx
+    import onnxruntime as ort
+
+    for name in contract.ONNX_FILES:
+        onnx.checker.check_model(str(folder / name))
+    sessions = {
+        name: ort.InferenceSession(str(folder / name), providers=["CPUExecutionProvider"])
+        for name in contract.ONNX_FILES
+    }
+    diffs: dict[str, float] = {}
+    limits: dict[str, float] = {}
+    reference = processor(images=image, return_tensors="pt")["pixel_values"]
+    ours, _ = sam_image.pixel_values(image, sam_image.Processing.read(spec.text.folder))
+    _difference("pixel_values (numpy vs SamProcessor)", reference[0].numpy(), ours, diffs, limits)
+    (embeddings,) = sessions[contract.ENCODER_FILE].run(None, {contract.PIXEL_VALUES: ours[np.newaxis]})
+    with torch.no_grad():
+        _difference("encoder image_embeddings", model.get_image_embeddings(reference), embeddings, diffs, limits)
+        for name, given, points, labels in _cases(processor, image):
+            iou, masks = sessions[contract.DECODER_FILE].run(
+                None, {contract.IMAGE_EMBEDDINGS: embeddings, contract.POINTS: points, contract.LABELS: labels}
+            )
+            for multimask, tokens in ((False, list(contract.SINGLE)), (True, list(contract.MULTIMASK))):
+                want = model(**given, multimask_output=multimask)
+                kind = "multimask" if multimask else "single"
+                _difference(f"decoder {name} {kind} iou_scores", want.iou_scores, iou[:, :, tokens], diffs, limits)
+                _difference(f"decoder {name} {kind} pred_masks", want.pred_masks, masks[:, :, tokens], diffs, limits)
+    failed = [f"{n}: {diffs[n]:.3g} > {limits[n]:.3g}" for n in diffs if not diffs[n] <= limits[n]]
+    if failed:
+        raise ExportError(f"[{spec.name}] ONNX Runtime differs from torch beyond the tolerance: " + "; ".join(failed))
+    return diffs, limits
+
+
+def digest(folder: Path) -> str:
+    """One sha256 of the two graphs (source.json's ``onnx_sha256``)."""
+    found = hashlib.sha256()
+    for name in contract.ONNX_FILES:
+        found.update(name.encode() + bytes.fromhex(sha256_of(folder / name)))
+    return found.hexdigest()
+
+
+def cached(folder: Path) -> dict | None:
+    report = folder / REPORT_FILE
+    if not report.is_file() or not all((folder / name).is_file() for name in contract.ONNX_FILES):
+        return None
+    found = json.loads(report.read_text())
+    return found if found.get("opset") == OPSET and found.get("onnx_sha256") == digest(folder) else None
+
+
+def ensure_export(spec: ModelSpec, choice: weights.WeightsChoice, cache: Path, reexport: bool, step) -> dict:
+    """The checked graphs of (model, weights) in ``cache`` and their report (from the cache when there)."""
+    from transformers import SamProcessor
+
+    hit = None if reexport else cached(cache)
+    if hit:
+        print(f"[{spec.name}] ONNX export ({choice.describe()}) from the cache: {cache}", flush=True)
+        return hit
+    with step(spec.name, f"loading the model ({choice.describe()})"):
+        model = load_model(spec, choice)
+        try:
+            processor = SamProcessor.from_pretrained(str(spec.text.folder))
+        except (OSError, ValueError) as error:
+            raise ExportError(f"[{spec.name}] {spec.text.folder}: no SamProcessor there: {error}") from None
+    partial = cache / "partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    image = check_image(choice.seed)
+    with step(spec.name, "exporting the image encoder and the prompt encoder + mask decoder to ONNX"):
+        export(model, processor, partial, image)
+    with step(spec.name, "checking the export (onnx.checker, pixel_values, ONNX Runtime vs torch)"):
+        diffs, limits = check(spec, model, processor, partial, image)
+    for name in contract.ONNX_FILES:
+        (partial / name).replace(cache / name)
+    partial.rmdir()
+    report = {"opset": OPSET, "onnx_sha256": digest(cache), "max_abs_diff": diffs, "tolerance": limits}
+    (cache / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def write_version(version: Path, cache: Path, link, graphs: bool = True) -> None:
+    """The version folder: the two graphs (not with ``graphs`` False: --config-only) and the
+    python-backend model that serves them."""
+    version.mkdir(parents=True, exist_ok=True)
+    for stale in ("model.onnx", "model.plan"):
+        (version / stale).unlink(missing_ok=True)
+    for name in contract.ONNX_FILES if graphs else ():
+        link(cache / name, version / name)
+    shutil.copyfile(SAM_MODEL, version / "model.py")
+
+
+class SamExport:
+    """The mask_generation family's export (``Family.export``): what ``steps.prepare_generation`` calls."""
+
+    CHECKED = CHECKED
+    ensure_export = staticmethod(ensure_export)
+    write_version = staticmethod(write_version)
+
+    def prepare(self, spec, options, steps) -> dict:
+        return steps.prepare_generation(spec, options, exporter=self)
+
+
+SAM = SamExport()

@@ -1,0 +1,144 @@
+"""The mask_generation family (SAM) through the whole stack (NGINX, gunicorn, the router, a real
+Triton running app/triton/sam_model.py) against SamModel + SamProcessor: the "sam" small-model set
+(two tiny SAMs of other seeds), served from a copy of its own. Both request forms (the JSON envelope
+and a raw image body with the prompts in the custom attributes), JSON Lines, callers at once with
+images of their own, /ping, the OpenAPI contract, the per-model metrics, and bad input (400s naming
+the field; the endpoint keeps serving). Tolerances: tests/sam_reference.py."""
+
+from __future__ import annotations
+
+import io
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import requests
+from PIL import Image
+
+from scripts.devtools import Stack
+from scripts.model_prep.small_models.sets import Built
+from tests.references import served_copy
+from tests.sam_reference import SamReference, assert_answers
+from tests.support import assert_conforms, assert_error, b64, post
+
+pytestmark = pytest.mark.integration
+
+MODELS = ("sam_tiny", "sam_other")
+BOXES = [[10, 20, 120, 100], [60, 5, 230, 170]]
+POINTS = [[[50, 40]], [[100, 70], [20, 130]]]
+LABELS = [[1], [1, 0]]
+
+
+def photo(width: int, height: int, seed: int) -> bytes:
+    rng = np.random.default_rng(seed)
+    coarse = rng.integers(0, 256, (height // 12 + 1, width // 12 + 1, 3))
+    pixels = np.kron(coarse, np.ones((12, 12, 1)))[:height, :width].astype(np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def decoded(data: bytes) -> Image.Image:
+    return Image.open(io.BytesIO(data)).convert("RGB")
+
+
+@pytest.fixture(scope="module")
+def references(small_models: Built) -> dict[str, SamReference]:
+    return {name: SamReference(small_models.models("sam") / name / "hf") for name in MODELS}
+
+
+@pytest.fixture(scope="module")
+def sam_stack(small_models: Built, tmp_path_factory, stopping: list[Stack]):
+    repository = served_copy(small_models.repository("sam"), MODELS, tmp_path_factory.mktemp("sam-repository"))
+    started = Stack(repository).start(tmp_path_factory.mktemp("sam-stack-logs"))
+    stopping.append(started)
+    started.wait_healthy()
+    yield started
+    started.begin_stop()
+
+
+def result(stack: Stack, model: str, payload: dict):
+    r = post(stack, {"modelname": model, "payload": payload})
+    assert_conforms(r, "/invocations", "POST")
+    assert r.status_code == 200, r.text[:500]
+    return r.json()["result"]
+
+
+def test_ping_names_the_models_ready(sam_stack):
+    r = requests.get(f"{sam_stack.url}/ping", timeout=10)
+    assert r.status_code == 200
+    assert all(f'"{name}"' in r.text for name in MODELS), r.text
+
+
+@pytest.mark.parametrize("multimask", [False, True])
+def test_boxes_and_points_equal_the_reference(sam_stack, references, multimask):
+    image = photo(240, 180, 0)
+    answers = result(sam_stack, "sam_tiny", {"img": b64(image), "boxes": BOXES, "multimask_output": multimask})
+    expected = references["sam_tiny"].prompts(decoded(image), boxes=BOXES, multimask=multimask)
+    print(f"boxes multimask={multimask}: {assert_answers(answers, expected, multimask)}")
+    payload = {"img": b64(image), "points": POINTS, "point_labels": LABELS, "multimask_output": multimask}
+    answers = result(sam_stack, "sam_tiny", payload)
+    expected = references["sam_tiny"].prompts(decoded(image), points=POINTS, labels=LABELS, multimask=multimask)
+    print(f"points multimask={multimask}: {assert_answers(answers, expected, multimask)}")
+
+
+def test_a_raw_image_body_takes_its_prompts_from_the_custom_attributes(sam_stack, references):
+    image = photo(200, 260, 1)
+    attributes = "modelname=sam_other,boxes=10 20 120 100;60 5 190 170,points=50 40;100 70 20 130,point_labels=1;1 0"
+    r = post(sam_stack, image, "image/png", attributes)
+    assert r.status_code == 200, r.text[:500]
+    boxes = [[10, 20, 120, 100], [60, 5, 190, 170]]
+    expected = references["sam_other"].prompts(decoded(image), boxes=boxes, points=POINTS, labels=LABELS)
+    assert_answers(r.json()["result"], expected, False)
+
+
+def test_json_lines_and_callers_at_once_are_each_answered_their_own(sam_stack, references):
+    images = [photo(160 + 20 * i, 120 + 10 * i, 10 + i) for i in range(6)]
+    models = [MODELS[i % 2] for i in range(len(images))]
+
+    def call(index: int):
+        return result(sam_stack, models[index], {"img": b64(images[index]), "boxes": BOXES[:1]})
+
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(call, range(len(images))))
+    for answer, image, model in zip(answers, images, models):
+        assert_answers(answer, references[model].prompts(decoded(image), boxes=BOXES[:1]), False)
+    lines = "\n".join(
+        json.dumps({"modelname": model, "payload": {"img": b64(image), "boxes": BOXES[:1]}})
+        for model, image in zip(models[:3], images[:3])
+    )
+    r = post(sam_stack, lines, "application/jsonlines")
+    assert r.status_code == 200, r.text[:300]
+    for line, image, model in zip(r.text.splitlines(), images, models):
+        assert_answers(json.loads(line)["result"], references[model].prompts(decoded(image), boxes=BOXES[:1]), False)
+
+
+BAD = [
+    ({"boxes": [[10, 20, 5, 30]]}, "payload.boxes[0]"),
+    ({"boxes": [[10, 20, 500, 30]]}, "payload.boxes[0]"),
+    ({"points": [[[10, 10]], [[20, 20]]], "point_labels": [[1]]}, "payload.point_labels"),
+    ({}, "payload.boxes or payload.points"),
+    ({"boxes": [[0, 0, 5, 5]] * 65}, "over the limit of 64"),
+]
+
+
+def test_bad_input_is_a_400_naming_the_field_and_the_endpoint_keeps_serving(sam_stack):
+    image = b64(photo(240, 180, 0))
+    for fields, named in BAD:
+        r = post(sam_stack, {"modelname": "sam_tiny", "payload": {"img": image, **fields}})
+        assert_error(r, 400, "invalid_input", named)
+    r = post(sam_stack, {"modelname": "sam_tiny", "payload": {"img": b64(b"not an image"), "boxes": BOXES}})
+    assert_error(r, 400, "invalid_input", "payload.img")
+    truncated = b64(photo(240, 180, 0)[:300])  # its header opens in the router; its pixels fail in Triton
+    r = post(sam_stack, {"modelname": "sam_tiny", "payload": {"img": truncated, "boxes": BOXES}})
+    assert_error(r, 400, "invalid_input", "payload.img")
+    assert requests.get(f"{sam_stack.url}/ping", timeout=10).status_code == 200
+    assert result(sam_stack, "sam_tiny", {"img": image, "boxes": BOXES[:1]})
+
+
+def test_the_masks_are_counted_by_model(sam_stack):
+    result(sam_stack, "sam_other", {"img": b64(photo(240, 180, 0)), "boxes": BOXES, "multimask_output": True})
+    metrics = requests.get(f"{sam_stack.url}/metrics", timeout=10).text
+    counted = [line for line in metrics.splitlines() if line.startswith('router_masks_total{model="sam_other"}')]
+    assert counted and float(counted[0].split()[-1]) >= 6, counted

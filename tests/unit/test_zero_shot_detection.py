@@ -1,0 +1,181 @@
+"""The zero_shot_object_detection family (OWLv2, OWL-ViT) against the model and its processor, in
+process: the router's client with the Triton model's own ``Detector`` (``app/triton/zsd_model.py``)
+standing in for Triton, on the "zsd" small-model set (a tiny OWLv2 and OWL-ViT of seeded random
+weights). Labels given as a list and as one phrase, thresholds, images of several shapes and sizes
+(OWLv2's padding and blur, OWL-ViT's stretch), each image of a list answered its own, a raw body with
+its labels in the custom attributes; the numpy pre-processing against the processors' pixels; and the
+bad inputs, each a 400 naming its field. Tolerances: tests/zsd_reference.py (labels exact, scores
+1e-4, boxes 0.05 pixel)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from app.core import zsd_contract as contract
+from app.core.errors import InvalidInput
+from app.core.settings import Settings
+from app.triton.zsd_model import Detector, Refused, check_tokens
+from clients import owl_image
+from clients.families import load_spec, make_client
+from scripts.model_prep.small_models.sets import Built
+from tests.support import b64
+from tests.zsd_reference import ZsdReference, assert_answer
+
+MODELS = ("owlv2_tiny", "owlvit_tiny")
+LABELS = ["a photo of a cat", "a remote control", "a dog", "the person"]
+ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
+
+
+def photo(width: int = 140, height: int = 90, seed: int = 0, fmt: str = "PNG") -> bytes:
+    """Blocks of colour and noise, encoded losslessly unless JPEG."""
+    rng = np.random.default_rng(seed)
+    coarse = rng.integers(0, 256, (height // 9 + 1, width // 9 + 1, 3))
+    blocks = np.kron(coarse, np.ones((9, 9, 1)))[:height, :width]
+    pixels = np.clip(blocks + rng.normal(0, 10, blocks.shape), 0, 255).astype(np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format=fmt)
+    return buffer.getvalue()
+
+
+def decoded(data: bytes) -> Image.Image:
+    return Image.open(io.BytesIO(data)).convert("RGB")
+
+
+class DetectorTriton:
+    """A stand-in for Triton: the Triton model's Detector over the repository's graph, the calls counted."""
+
+    def __init__(self, repository: Path) -> None:
+        self.repository = repository
+        self.detectors: dict[str, Detector] = {}
+        self.calls = 0
+
+    def infer(self, model, inputs, output_names, version=None):
+        if model not in self.detectors:
+            spec = load_spec(self.repository / model)
+            self.detectors[model] = Detector(
+                spec.text.folder, spec.text.model_type, self.repository / model / "1", 1, [], 1_000_000
+            )
+        self.calls += 1
+        logits, boxes = self.detectors[model].detect(
+            inputs[contract.IMAGE].tobytes(), inputs[contract.INPUT_IDS], inputs[contract.ATTENTION_MASK]
+        )
+        return {contract.LOGITS: logits, contract.PRED_BOXES: boxes}, "1"
+
+
+@pytest.fixture(scope="module")
+def repository(small_models: Built) -> Path:
+    return small_models.repository("zsd")
+
+
+@pytest.fixture(scope="module")
+def triton(repository: Path) -> DetectorTriton:
+    return DetectorTriton(repository)
+
+
+@pytest.fixture(scope="module", params=MODELS)
+def served(request, repository: Path, triton: DetectorTriton, small_models: Built):
+    settings = Settings(model_repository=repository, max_image_pixels=1_000_000, max_batch_items=8)
+    client = make_client(load_spec(repository / request.param), triton, settings)
+    return client, ZsdReference(small_models.models("zsd") / request.param / "hf")
+
+
+@pytest.mark.parametrize(("width", "height", "fmt"), [(140, 90, "PNG"), (61, 150, "PNG"), (640, 480, "JPEG")])
+def test_answers_equal_the_reference(served, width, height, fmt):
+    client, reference = served
+    image = photo(width, height, seed=width, fmt=fmt)
+    answer, _ = client.inference({"img": b64(image), "labels": LABELS})
+    worst = assert_answer(answer, reference.detect(decoded(image), LABELS))
+    assert worst["boxes"] > 0  # the seeded models find something: the comparison compares boxes
+    print(f"{client.name} {width}x{height}: {worst}")
+
+
+@pytest.mark.parametrize("threshold", [0.0, 0.3, 0.9])
+def test_the_threshold_is_the_processors(served, threshold):
+    client, reference = served
+    image = photo(seed=7)
+    answer, _ = client.inference({"img": b64(image), "labels": LABELS[:2], "threshold": threshold})
+    assert_answer(answer, reference.detect(decoded(image), LABELS[:2], threshold))
+
+
+def test_one_label_may_go_unlisted(served):
+    client, reference = served
+    image = photo(seed=8)
+    answer, _ = client.inference({"img": b64(image), "labels": "a cat"})
+    assert_answer(answer, reference.detect(decoded(image), ["a cat"]))
+    assert {a["label"] for a in answer} <= {"a cat"}
+
+
+def test_each_image_of_a_list_is_answered_its_own(served, triton):
+    client, reference = served
+    images = [photo(seed=9), photo(200, 100, seed=10), photo(80, 120, seed=11)]
+    before = triton.calls
+    answers, _ = client.inference({"img": [b64(i) for i in images], "labels": LABELS})
+    assert triton.calls - before == 3  # one Triton call an image
+    for answer, image in zip(answers, images):
+        assert_answer(answer, reference.detect(decoded(image), LABELS))
+    assert answers[0] != answers[1]
+
+
+def test_the_custom_attributes_carry_the_labels_of_a_raw_body(served):
+    client, reference = served
+    image = photo(seed=12)
+    options = client.options_from_attributes({"labels": "a cat; a remote control", "threshold": "0.2"}, ATTRIBUTES)
+    answer, _ = client.inference({"img": image, **options})
+    assert_answer(answer, reference.detect(decoded(image), ["a cat", "a remote control"], 0.2))
+
+
+def test_pixel_values_equal_the_processors(served):
+    client, reference = served
+    processing = client.processing
+    for width, height, seed in ((140, 90, 0), (77, 120, 1), (64, 64, 2), (1000, 700, 3), (30, 50, 4)):
+        pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+        want = reference.processor.image_processor(Image.fromarray(pixels), return_tensors="np")["pixel_values"][0]
+        assert np.abs(owl_image.pixel_values(pixels, processing) - want).max() <= 1e-5  # float rounding only
+
+
+LONG = " ".join(["photo"] * 15)  # 17 tokens with the start and end tokens: over CLIP's 16
+BAD = [
+    ({}, "payload.labels", "required"),
+    ({"labels": []}, "payload.labels", "non-empty list"),
+    ({"labels": ["a cat", 3]}, "payload.labels[1]", "non-empty string"),
+    ({"labels": ["a cat", "  "]}, "payload.labels[1]", "non-empty string"),
+    ({"labels": ["a cat"] * (contract.MAX_LABELS + 1)}, "payload.labels", f"limit of {contract.MAX_LABELS}"),
+    ({"labels": ["a cat", LONG]}, "payload.labels[1]", "17 tokens, over the text encoder's limit of 16"),
+    ({"labels": ["a cat"], "threshold": 1.5}, "payload.threshold", ""),
+    ({"labels": ["a cat"], "text_threshold": 0.3}, "payload.text_threshold", "not an option"),
+]
+
+
+@pytest.mark.parametrize(("fields", "named", "says"), BAD)
+def test_bad_inputs_are_refused_naming_the_field(served, fields, named, says):
+    client, _ = served
+    with pytest.raises(InvalidInput) as refused:
+        client.inference({"img": b64(photo()), **fields})
+    assert named in refused.value.message and says in refused.value.message
+
+
+def test_images_that_do_not_decode_or_are_too_large_are_refused(served):
+    client, _ = served
+    with pytest.raises(InvalidInput, match="payload.img is not a decodable image"):
+        client.inference({"img": b64(b"not an image"), "labels": ["a cat"]})
+    with pytest.raises(InvalidInput, match="over the limit of 1000000"):
+        client.inference({"img": b64(photo(1001, 1000)), "labels": ["a cat"]})
+    truncated = photo(fmt="JPEG")[:200]  # a header that opens, pixels that do not decode: refused in Triton
+    with pytest.raises(InvalidInput, match="payload.img"):
+        client.inference({"img": b64(truncated), "labels": ["a cat"]})
+
+
+def test_the_triton_model_refuses_tokens_the_router_would_not_send():
+    ids = np.zeros((2, 16), dtype=np.int64)
+    with pytest.raises(Refused, match=r"\[labels, 16\]"):
+        check_tokens(ids[:, :8], ids[:, :8], 16, 100)
+    with pytest.raises(Refused, match="labels"):
+        check_tokens(np.zeros((contract.MAX_LABELS + 1, 16), np.int64), np.zeros((65, 16), np.int64), 16, 100)
+    with pytest.raises(Refused, match="within|lie in"):
+        check_tokens(ids + 100, ids, 16, 100)
+    check_tokens(ids, ids + 1, 16, 100)

@@ -11,7 +11,7 @@ boxes of ``post_process_object_detection`` back in the image's pixels.
   (``clients.resampling``: torch's integer kernel, the same pixels), rescaled and normalised.
 - ``boxes``: the model's (cx, cy, w, h) in [0, 1] to (x0, y0, x1, y1) in the original image's pixels,
   in float32 as the processors compute them: OWLv2 scales each coordinate by the padded square's
-  side (the image's longest side), OWL-ViT by the image's width and height.
+  side (the image's longest side), OWL-ViT (and Grounding DINO) by the image's width and height.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
+from app.core import zsd_contract as contract
 from clients import processor_config, resampling, sam_image
 
-OWLV2, OWLVIT = "owlv2", "owlvit"
+OWLV2, OWLVIT = contract.OWLV2, contract.OWLVIT
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 RESAMPLE = {OWLV2: (2, "bilinear"), OWLVIT: (3, "bicubic")}  # PIL's number and name of the processor's filter
@@ -70,8 +71,17 @@ class Processing:
         except (KeyError, TypeError, ValueError) as error:
             raise ProcessingError(f"{path}: size, image_mean or image_std not readable: {error}") from None
 
+    @property
+    def square(self) -> bool:
+        """Whether the boxes are scaled by the image's longest side (OWLv2's padded square)."""
+        return self.kind == OWLV2
 
-def _normalised(values: np.ndarray, mean, std) -> np.ndarray:
+    def pixel_values(self, pixels: np.ndarray) -> np.ndarray:
+        """HWC uint8 RGB -> the model's (3, height, width) float32 input, as its processor gives it."""
+        return owlv2_pixel_values(pixels, self) if self.kind == OWLV2 else owlvit_pixel_values(pixels, self)
+
+
+def normalised(values: np.ndarray, mean, std) -> np.ndarray:
     """(C, H, W) float32 -> ``(v - mean) / std`` in float32, as the processor's fused step."""
     mean = np.asarray(mean, dtype=np.float32)[:, None, None]
     std = np.asarray(std, dtype=np.float32)[:, None, None]
@@ -132,7 +142,7 @@ def owlv2_pixel_values(pixels: np.ndarray, processing: Processing) -> np.ndarray
     low, high = row_at[:n_rows], row_at[n_rows:]
     down = rows[2][:, None]
     values = values[:, low] * (np.float32(1) - down) + values[:, high] * down
-    return _normalised(values.astype(np.float32), processing.mean, processing.std)
+    return normalised(values.astype(np.float32), processing.mean, processing.std)
 
 
 def owlvit_pixel_values(pixels: np.ndarray, processing: Processing) -> np.ndarray:
@@ -141,23 +151,17 @@ def owlvit_pixel_values(pixels: np.ndarray, processing: Processing) -> np.ndarra
     scale = 1.0 / processing.rescale_factor
     mean = [m * scale for m in processing.mean]
     std = [s * scale for s in processing.std]
-    return _normalised(resized.transpose(2, 0, 1).astype(np.float32), mean, std)
+    return normalised(resized.transpose(2, 0, 1).astype(np.float32), mean, std)
 
 
-def pixel_values(pixels: np.ndarray, processing: Processing) -> np.ndarray:
-    """HWC uint8 RGB -> the model's (3, height, width) float32 input, as its processor gives it."""
-    if processing.kind == OWLV2:
-        return owlv2_pixel_values(pixels, processing)
-    return owlvit_pixel_values(pixels, processing)
-
-
-def boxes(found: np.ndarray, kind: str, height: int, width: int) -> np.ndarray:
-    """(N, 4) (cx, cy, w, h) in [0, 1] -> (N, 4) (x0, y0, x1, y1) float32 in the image's pixels."""
+def boxes(found: np.ndarray, height: int, width: int, square: bool = False) -> np.ndarray:
+    """(N, 4) (cx, cy, w, h) in [0, 1] -> (N, 4) (x0, y0, x1, y1) float32 in the image's pixels, scaled by
+    the image's width and height (OWL-ViT, Grounding DINO) or, ``square``, by its longest side (OWLv2)."""
     found = np.asarray(found, dtype=np.float32)
     cx, cy, w, h = found.T
     half = np.float32(0.5)
     corners = np.stack([cx - half * w, cy - half * h, cx + half * w, cy + half * h], axis=-1)
-    if kind == OWLV2:
+    if square:
         scale = np.full(4, max(height, width), dtype=np.float32)
     else:
         scale = np.array([width, height, width, height], dtype=np.float32)

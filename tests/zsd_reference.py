@@ -1,7 +1,8 @@
 """The zero_shot_object_detection family's reference: the model and its processor as a caller runs
-them, ``processor(images=image, text=[labels])`` -> the model -> ``post_process_grounded_object_detection(
-outputs, threshold, target_sizes=[(height, width)], text_labels=[labels])``, and the comparison of an
-answer with it (the unit and integration tests').
+them, ``processor(images=image, text=[labels])`` (Grounding DINO: the labels, which it joins into one
+prompt, or the prompt) -> the model -> ``post_process_grounded_object_detection(outputs, threshold,
+[text_threshold,] target_sizes=[(height, width)])``, and the comparison of an answer with it (the unit
+and integration tests').
 
 The processor answers the boxes in the model's order; the family answers them best first, so the
 reference is sorted by score (a stable sort) before the comparison. Tolerances: the same boxes, in the
@@ -27,16 +28,31 @@ class ZsdReference:
         self.model = AutoModelForZeroShotObjectDetection.from_pretrained(str(folder)).eval()
         self.processor = AutoProcessor.from_pretrained(str(folder))
 
-    def detect(self, image, labels: list[str], threshold: float = 0.1) -> list[dict]:
-        """The answer a caller gets from transformers, best first."""
+    @property
+    def grounding(self) -> bool:
+        return self.model.config.model_type == "grounding-dino"
+
+    def detect(self, image, labels, threshold: float | None = None, text_threshold: float = 0.25) -> list[dict]:
+        """The answer a caller gets from transformers, best first. ``labels``: a list of labels, or
+        (Grounding DINO) a prompt; ``threshold``: the processor's default unless given."""
         import torch
 
-        inputs = self.processor(images=image, text=[list(labels)], return_tensors="pt")
+        text = labels if isinstance(labels, str) else [list(labels)]
+        inputs = self.processor(images=image, text=text, return_tensors="pt")
         with torch.no_grad():
             outputs = self.model(**inputs)
-        found = self.processor.post_process_grounded_object_detection(
-            outputs, threshold=threshold, target_sizes=[(image.height, image.width)], text_labels=[list(labels)]
-        )[0]
+        size = [(image.height, image.width)]
+        if self.grounding:
+            found = self.processor.post_process_grounded_object_detection(
+                outputs,
+                threshold=0.25 if threshold is None else threshold,
+                text_threshold=text_threshold,
+                target_sizes=size,
+            )[0]
+        else:
+            found = self.processor.post_process_grounded_object_detection(
+                outputs, threshold=0.1 if threshold is None else threshold, target_sizes=size, text_labels=text
+            )[0]
         scores = found["scores"].numpy()
         order = np.argsort(-scores, kind="stable")
         return [

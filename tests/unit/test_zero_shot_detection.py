@@ -1,11 +1,12 @@
-"""The zero_shot_object_detection family (OWLv2, OWL-ViT) against the model and its processor, in
-process: the router's client with the Triton model's own ``Detector`` (``app/triton/zsd_model.py``)
-standing in for Triton, on the "zsd" small-model set (a tiny OWLv2 and OWL-ViT of seeded random
-weights). Labels given as a list and as one phrase, thresholds, images of several shapes and sizes
-(OWLv2's padding and blur, OWL-ViT's stretch), each image of a list answered its own, a raw body with
-its labels in the custom attributes; the numpy pre-processing against the processors' pixels; and the
-bad inputs, each a 400 naming its field. Tolerances: tests/zsd_reference.py (labels exact, scores
-1e-4, boxes 0.05 pixel)."""
+"""The zero_shot_object_detection family (OWLv2, OWL-ViT, Grounding DINO) against the model and its
+processor, in process: the router's client with the Triton model's own ``Detector``
+(``app/triton/zsd_model.py``) standing in for Triton, on the "zsd" small-model set (a tiny OWLv2,
+OWL-ViT and Grounding DINO of seeded random weights). Labels given as a list and as one phrase,
+Grounding DINO's prompt and its phrases (text_threshold), thresholds, images of several shapes and
+sizes (OWLv2's padding and blur, OWL-ViT's stretch, Grounding DINO's sizes: its graph traced on one),
+each image of a list answered its own, a raw body with its text in the custom attributes; the numpy
+pre-processing against the processors' pixels; and the bad inputs, each a 400 naming its field.
+Tolerances: tests/zsd_reference.py (labels exact, scores 1e-4, boxes 0.05 pixel)."""
 
 from __future__ import annotations
 
@@ -20,13 +21,13 @@ from app.core import zsd_contract as contract
 from app.core.errors import InvalidInput
 from app.core.settings import Settings
 from app.triton.zsd_model import Detector, Refused, check_tokens
-from clients import owl_image
 from clients.families import load_spec, make_client
 from scripts.model_prep.small_models.sets import Built
 from tests.support import b64
 from tests.zsd_reference import ZsdReference, assert_answer
 
-MODELS = ("owlv2_tiny", "owlvit_tiny")
+OWL = ("owlv2_tiny", "owlvit_tiny")
+MODELS = (*OWL, "gdino_tiny")
 LABELS = ["a photo of a cat", "a remote control", "a dog", "the person"]
 ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
 
@@ -57,9 +58,7 @@ class DetectorTriton:
     def infer(self, model, inputs, output_names, version=None):
         if model not in self.detectors:
             spec = load_spec(self.repository / model)
-            self.detectors[model] = Detector(
-                spec.text.folder, spec.text.model_type, self.repository / model / "1", 1, [], 1_000_000
-            )
+            self.detectors[model] = Detector(spec.text, self.repository / model / "1", 1, [], 1_000_000)
         self.calls += 1
         logits, boxes = self.detectors[model].detect(
             inputs[contract.IMAGE].tobytes(), inputs[contract.INPUT_IDS], inputs[contract.ATTENTION_MASK]
@@ -84,7 +83,9 @@ def served(request, repository: Path, triton: DetectorTriton, small_models: Buil
     return client, ZsdReference(small_models.models("zsd") / request.param / "hf")
 
 
-@pytest.mark.parametrize(("width", "height", "fmt"), [(140, 90, "PNG"), (61, 150, "PNG"), (640, 480, "JPEG")])
+@pytest.mark.parametrize(
+    ("width", "height", "fmt"), [(140, 90, "PNG"), (61, 150, "PNG"), (640, 480, "JPEG"), (30, 700, "PNG")]
+)
 def test_answers_equal_the_reference(served, width, height, fmt):
     client, reference = served
     image = photo(width, height, seed=width, fmt=fmt)
@@ -107,7 +108,8 @@ def test_one_label_may_go_unlisted(served):
     image = photo(seed=8)
     answer, _ = client.inference({"img": b64(image), "labels": "a cat"})
     assert_answer(answer, reference.detect(decoded(image), ["a cat"]))
-    assert {a["label"] for a in answer} <= {"a cat"}
+    if not reference.grounding:  # Grounding DINO's labels are its phrases (read from "a cat.")
+        assert {a["label"] for a in answer} <= {"a cat"}
 
 
 def test_each_image_of_a_list_is_answered_its_own(served, triton):
@@ -121,12 +123,51 @@ def test_each_image_of_a_list_is_answered_its_own(served, triton):
     assert answers[0] != answers[1]
 
 
+@pytest.fixture(scope="module")
+def grounding(repository: Path, triton: DetectorTriton, small_models: Built):
+    settings = Settings(model_repository=repository, max_image_pixels=1_000_000, max_batch_items=8)
+    client = make_client(load_spec(repository / "gdino_tiny"), triton, settings)
+    return client, ZsdReference(small_models.models("zsd") / "gdino_tiny" / "hf")
+
+
+@pytest.mark.parametrize(("threshold", "text_threshold"), [(None, 0.25), (0.4, 0.5), (0.6, 0.3), (0.45, 0.0)])
+def test_a_grounding_prompt_and_its_phrases_equal_the_reference(grounding, threshold, text_threshold):
+    client, reference = grounding
+    prompt = "a red car. the dog on a couch."
+    for seed, (width, height) in enumerate(((140, 90), (333, 200), (45, 300))):
+        image = photo(width, height, seed=20 + seed)
+        payload = {"img": b64(image), "text": prompt, "text_threshold": text_threshold}
+        if threshold is not None:
+            payload["threshold"] = threshold
+        answer, _ = client.inference(payload)
+        expected = reference.detect(decoded(image), prompt, threshold, text_threshold)
+        worst = assert_answer(answer, expected)
+        print(f"gdino {width}x{height} threshold {threshold} text_threshold {text_threshold}: {worst}")
+    phrases = {a["label"] for a in answer}
+    if text_threshold == 0.0:  # every token of the prompt scores above 0: each phrase is all of it
+        assert phrases == {f"{prompt} [SEP]"}
+    elif text_threshold >= 0.3:
+        assert len(phrases) > 1  # phrases differ box to box: the phrase rules are compared
+
+
+def test_grounding_labels_become_the_processors_prompt(grounding):
+    client, _ = grounding
+    joined = client.parse_options({"labels": [" A Cat", "a remote control "]})["queries"]
+    prompted = client.parse_options({"text": "a cat. a remote control."})["queries"]
+    assert joined.input_ids.tolist() == prompted.input_ids.tolist()
+    assert joined.input_ids[0].tolist() == [101, 1030, 1033, 1012, 1030, 1035, 1036, 1012, 102]  # BERT's ids kept
+
+
 def test_the_custom_attributes_carry_the_labels_of_a_raw_body(served):
     client, reference = served
     image = photo(seed=12)
-    options = client.options_from_attributes({"labels": "a cat; a remote control", "threshold": "0.2"}, ATTRIBUTES)
+    options = client.options_from_attributes({"labels": "a cat; a remote control", "threshold": "0.5"}, ATTRIBUTES)
     answer, _ = client.inference({"img": image, **options})
-    assert_answer(answer, reference.detect(decoded(image), ["a cat", "a remote control"], 0.2))
+    assert_answer(answer, reference.detect(decoded(image), ["a cat", "a remote control"], 0.5))
+    if reference.grounding:
+        attributes = {"text": "a dog. a car.", "threshold": "0.5", "text_threshold": "0.4"}
+        answer, _ = client.inference({"img": image, **client.options_from_attributes(attributes, ATTRIBUTES)})
+        assert_answer(answer, reference.detect(decoded(image), "a dog. a car.", 0.5, 0.4))
 
 
 def test_pixel_values_equal_the_processors(served):
@@ -135,7 +176,7 @@ def test_pixel_values_equal_the_processors(served):
     for width, height, seed in ((140, 90, 0), (77, 120, 1), (64, 64, 2), (1000, 700, 3), (30, 50, 4)):
         pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
         want = reference.processor.image_processor(Image.fromarray(pixels), return_tensors="np")["pixel_values"][0]
-        assert np.abs(owl_image.pixel_values(pixels, processing) - want).max() <= 1e-5  # float rounding only
+        assert np.abs(processing.pixel_values(pixels) - want).max() <= 1e-5  # float rounding only
 
 
 LONG = " ".join(["photo"] * 15)  # 17 tokens with the start and end tokens: over CLIP's 16
@@ -147,13 +188,35 @@ BAD = [
     ({"labels": ["a cat"] * (contract.MAX_LABELS + 1)}, "payload.labels", f"limit of {contract.MAX_LABELS}"),
     ({"labels": ["a cat", LONG]}, "payload.labels[1]", "17 tokens, over the text encoder's limit of 16"),
     ({"labels": ["a cat"], "threshold": 1.5}, "payload.threshold", ""),
-    ({"labels": ["a cat"], "text_threshold": 0.3}, "payload.text_threshold", "not an option"),
+    ({"labels": ["a cat"], "text_threshold": 0.3}, "payload.text_threshold", "Grounding DINO's"),
+    ({"text": "a cat."}, "payload.text", "Grounding DINO's"),
+]
+
+
+GROUNDING_BAD = [
+    ({}, "payload.labels or payload.text", "required"),
+    ({"labels": ["a cat"], "text": "a cat."}, "payload.labels or payload.text", "not both"),
+    ({"labels": ["a cat", "a dog. a car"]}, "payload.labels[1]", "holds a '.'"),
+    ({"text": " "}, "payload.text", "non-empty string"),
+    ({"text": "a " * 255}, "payload.text", "257 tokens, over the text encoder's limit of 256"),
+    ({"labels": ["a cat"], "text_threshold": 1.5}, "payload.text_threshold", ""),
+    ({"labels": ["a cat"] * (contract.MAX_LABELS + 1)}, "payload.labels", f"limit of {contract.MAX_LABELS}"),
 ]
 
 
 @pytest.mark.parametrize(("fields", "named", "says"), BAD)
-def test_bad_inputs_are_refused_naming_the_field(served, fields, named, says):
-    client, _ = served
+@pytest.mark.parametrize("model", OWL)
+def test_bad_inputs_are_refused_naming_the_field(repository, triton, model, fields, named, says):
+    settings = Settings(model_repository=repository, max_image_pixels=1_000_000, max_batch_items=8)
+    client = make_client(load_spec(repository / model), triton, settings)
+    with pytest.raises(InvalidInput) as refused:
+        client.inference({"img": b64(photo()), **fields})
+    assert named in refused.value.message and says in refused.value.message
+
+
+@pytest.mark.parametrize(("fields", "named", "says"), GROUNDING_BAD)
+def test_bad_grounding_inputs_are_refused_naming_the_field(grounding, fields, named, says):
+    client, _ = grounding
     with pytest.raises(InvalidInput) as refused:
         client.inference({"img": b64(photo()), **fields})
     assert named in refused.value.message and says in refused.value.message
@@ -173,9 +236,14 @@ def test_images_that_do_not_decode_or_are_too_large_are_refused(served):
 def test_the_triton_model_refuses_tokens_the_router_would_not_send():
     ids = np.zeros((2, 16), dtype=np.int64)
     with pytest.raises(Refused, match=r"\[labels, 16\]"):
-        check_tokens(ids[:, :8], ids[:, :8], 16, 100)
-    with pytest.raises(Refused, match="labels"):
-        check_tokens(np.zeros((contract.MAX_LABELS + 1, 16), np.int64), np.zeros((65, 16), np.int64), 16, 100)
+        check_tokens(ids[:, :8], ids[:, :8], 16, 100, False)
+    with pytest.raises(Refused, match=f"1 to {contract.MAX_LABELS} rows"):
+        check_tokens(np.zeros((contract.MAX_LABELS + 1, 16), np.int64), np.zeros((65, 16), np.int64), 16, 100, False)
     with pytest.raises(Refused, match="within|lie in"):
-        check_tokens(ids + 100, ids, 16, 100)
-    check_tokens(ids, ids + 1, 16, 100)
+        check_tokens(ids + 100, ids, 16, 100, False)
+    check_tokens(ids, ids + 1, 16, 100, False)
+    with pytest.raises(Refused, match=r"\[1, 1 to 256\]"):
+        check_tokens(np.zeros((1, 257), np.int64), np.ones((1, 257), np.int64), 256, 100, True)
+    with pytest.raises(Refused, match="1 to 1 rows"):
+        check_tokens(ids, ids, 256, 100, True)
+    check_tokens(ids[:1], ids[:1] + 1, 256, 100, True)

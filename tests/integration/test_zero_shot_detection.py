@@ -1,4 +1,4 @@
-"""The zero_shot_object_detection family (OWLv2, OWL-ViT) through the whole stack (NGINX, gunicorn,
+"""The zero_shot_object_detection family (OWLv2, OWL-ViT, Grounding DINO) through the whole stack (NGINX, gunicorn,
 the router, a real Triton running app/triton/zsd_model.py) against the models and their processors:
 the "zsd" small-model set, served from a copy of its own. Both request forms (the JSON envelope and a
 raw image body with the labels in the custom attributes), several images in one request, JSON Lines,
@@ -28,7 +28,7 @@ from tests.zsd_reference import ZsdReference, assert_answer
 
 pytestmark = pytest.mark.integration
 
-MODELS = ("owlv2_tiny", "owlvit_tiny")
+MODELS = ("owlv2_tiny", "owlvit_tiny", "gdino_tiny")
 LABELS = ["a photo of a cat", "a remote control", "a dog"]
 
 
@@ -95,9 +95,20 @@ def test_a_raw_image_body_takes_its_labels_from_the_custom_attributes(zsd_stack,
     assert_answer(r.json()["result"], expected)
 
 
+def test_a_grounding_prompt_in_both_forms_equals_the_reference(zsd_stack, references):
+    image = photo(300, 180, 5, "JPEG")
+    prompt = "a red car. the dog on a couch."
+    payload = {"img": b64(image), "text": prompt, "threshold": 0.45, "text_threshold": 0.3}
+    answer = result(zsd_stack, "gdino_tiny", payload)
+    print(f"gdino: {assert_answer(answer, references['gdino_tiny'].detect(decoded(image), prompt, 0.45, 0.3))}")
+    r = post(zsd_stack, image, "image/jpeg", f"modelname=gdino_tiny,text={prompt},text_threshold=0.3")
+    assert r.status_code == 200, r.text[:500]
+    assert_answer(r.json()["result"], references["gdino_tiny"].detect(decoded(image), prompt, None, 0.3))
+
+
 def test_json_lines_and_callers_at_once_are_each_answered_their_own(zsd_stack, references):
     images = [photo(100 + 20 * i, 80 + 10 * i, 10 + i) for i in range(6)]
-    models = [MODELS[i % 2] for i in range(len(images))]
+    models = [MODELS[i % 3] for i in range(len(images))]
 
     def call(index: int):
         return result(zsd_stack, models[index], {"img": b64(images[index]), "labels": LABELS})
@@ -137,6 +148,9 @@ def test_bad_input_is_a_400_naming_the_field_and_the_endpoint_keeps_serving(zsd_
     assert_error(r, 400, "invalid_input", "payload.img")
     r = post(zsd_stack, photo(140, 90, 0), "image/png", "modelname=owlv2_tiny")  # a raw body without labels
     assert_error(r, 400, "invalid_input", "labels")
+    for fields, named in (({"text": "a " * 255}, "over the text encoder's limit of 256"), ({}, "payload.labels or")):
+        r = post(zsd_stack, {"modelname": "gdino_tiny", "payload": {"img": image, **fields}})
+        assert_error(r, 400, "invalid_input", named)
     assert requests.get(f"{zsd_stack.url}/ping", timeout=10).status_code == 200
     assert result(zsd_stack, "owlv2_tiny", {"img": image, "labels": LABELS}) is not None
 

@@ -247,3 +247,26 @@ def test_the_triton_model_refuses_tokens_the_router_would_not_send():
     with pytest.raises(Refused, match="1 to 1 rows"):
         check_tokens(ids, ids, 256, 100, True)
     check_tokens(ids[:1], ids[:1] + 1, 256, 100, True)
+
+
+def test_the_traced_text_masks_equal_grounding_dinos():
+    """gdino_tracing.text_masks, which the graph holds instead of isin / cummax / cummin, gives
+    Grounding DINO's own attention masks and position ids (bit for bit) on prompts of special tokens
+    in any places."""
+    import torch
+    from transformers.models.grounding_dino.modeling_grounding_dino import (
+        SPECIAL_TOKENS,
+        generate_masks_with_special_tokens_and_transfer_map,
+    )
+
+    from scripts.model_prep.gdino_tracing import text_masks
+
+    generator = torch.Generator().manual_seed(0)
+    special = torch.tensor(SPECIAL_TOKENS)
+    for length in (2, 5, 9, 40):
+        choices = torch.tensor([*SPECIAL_TOKENS, 1030, 1031, 1033, 1040])
+        ids = choices[torch.randint(len(choices), (6, length), generator=generator)]
+        ids[:, 0], ids[:, -1] = 101, 102
+        want = generate_masks_with_special_tokens_and_transfer_map(ids, special)
+        found = text_masks(ids, special)
+        assert torch.equal(want[0], found[0]) and torch.equal(want[1], found[1])

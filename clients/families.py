@@ -30,6 +30,7 @@ from clients import (
     text_classification,
     text_generation,
     token_classification,
+    zero_shot_detection,
 )
 from clients.base import ModelClient, Triton
 
@@ -43,6 +44,7 @@ BUILT_IN: tuple[Family, ...] = (
     text2text.FAMILY,
     text_generation.FAMILY,
     mask_generation.FAMILY,
+    zero_shot_detection.FAMILY,
 )
 
 

@@ -39,7 +39,7 @@ from app.core import mask_contract as contract
 from app.core.access import MASKS
 from app.core.family import Counter, Family
 from app.core.spec import SpecError
-from app.core.text_spec import HUB_FOLDER, SOURCE_KEY, TextModel, TextSpecError, is_local, text_folder
+from app.core.text_spec import SOURCE_KEY, TextModel, TextSpecError, model_folder
 from clients import images, prompts, rle, sam_image
 from clients.options import Option
 from clients.vision import EncodedImages
@@ -162,17 +162,8 @@ def complete(raw: Mapping[str, Any], folder: Path, where: str) -> tuple[dict[str
     """A mask_generation model.toml from its folder: SAM's tensors (``app.core.mask_contract``), no
     batching (a request is one image and its prompts); the folder holds a SamModel's config.json
     and a SamProcessor's config."""
+    hf = model_folder(raw, folder, where)
     source = raw["export"][SOURCE_KEY]
-    if not isinstance(source, str) or not source.strip():
-        raise TextSpecError(f"{where}: [export] {SOURCE_KEY} must name a folder of the model's, or a hub id")
-    hf = text_folder(folder, source)
-    if not (hf / "config.json").is_file():
-        if is_local(folder, source) or hf.is_dir():
-            raise TextSpecError(f"{hf}: no config.json (a folder written by save_pretrained() has one)")
-        raise TextSpecError(
-            f"{where}: [export] {SOURCE_KEY} = {source!r} is not a folder in {folder}; as a hub id it is "
-            f"fetched by python -m scripts.model_prep --models {folder.name} (into {HUB_FOLDER}/)"
-        )
     try:
         config = json.loads((hf / "config.json").read_text(encoding="utf-8"))
     except ValueError as error:

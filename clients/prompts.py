@@ -33,6 +33,7 @@ from app.core.errors import InvalidInput
 
 BOXES, POINTS, POINT_LABELS = "boxes", "points", "point_labels"
 FIELDS = frozenset({BOXES, POINTS, POINT_LABELS})
+PROMPT_SEPARATOR = ";"  # between prompts in the custom-attributes header
 NUMBER = {"type": "number"}
 SCHEMAS: Mapping[str, Mapping[str, Any]] = {  # one item of each (the OpenAPI document's: one or a list)
     BOXES: {"type": "array", "minItems": 4, "maxItems": 4, "items": NUMBER, "description": "[x0, y0, x1, y1]"},
@@ -141,6 +142,12 @@ def parse(payload: Mapping[str, Any], where: str = "payload", limit: int = contr
     )
 
 
+def split_prompts(text: str) -> list[str]:
+    """A header value's prompts: the parts between semicolons (the custom attributes' pairs are
+    split at commas), each stripped."""
+    return [part.strip() for part in text.split(PROMPT_SEPARATOR)]
+
+
 def from_header(attributes: Mapping[str, str], where: str) -> dict[str, Any]:
     """The header's text form of the fields -> their JSON form (what ``parse`` reads)."""
     found: dict[str, Any] = {}
@@ -148,7 +155,7 @@ def from_header(attributes: Mapping[str, str], where: str) -> dict[str, Any]:
         if field not in attributes:
             continue
         rows = []
-        for part in attributes[field].split(";"):
+        for part in split_prompts(attributes[field]):
             try:
                 numbers = [float(v) if field != POINT_LABELS else int(v) for v in part.split()]
             except ValueError:

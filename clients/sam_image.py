@@ -6,10 +6,8 @@ pre-processing (the image to ``pixel_values``, the prompts' coordinates to the r
   side, the padded size, the rescale factor, the mean and std.
 - ``resized_size``: ``SamImageProcessor._get_preprocess_shape`` (the longest side to ``longest_edge``,
   each side rounded half up).
-- ``resize``: the bilinear, antialiased resize of uint8 pixels that the processor's torchvision backend
-  runs (torch's integer kernel: float weights of PIL's triangle filter, quantised to 16 bits at the
-  widest precision that fits, width first then height, each pass rounded and clipped to uint8): the
-  same pixels, not within one level of them.
+- the resize: ``clients.resampling`` (bilinear, antialiased, on uint8: the processor's torchvision
+  backend's pixels exactly).
 - ``pixel_values``: resized, rescaled and normalised in float32, padded bottom and right with zeros.
 - ``scale_points`` / ``unscale_points``: original pixels <-> the resized image's (the processor's
   ``_normalize_coordinates``, in float64 as it computes them).
@@ -22,21 +20,14 @@ pre-processing (the image to ``pixel_values``, the prompts' coordinates to the r
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
-WEIGHT_BITS = 15  # torch's antialiased uint8 kernel keeps its weights in int16
-MAX_PRECISION = 22
+from clients import processor_config, resampling
 
-
-class ProcessingError(ValueError):
-    """A processor config that this module does not reproduce (the message names the file)."""
+ProcessingError = processor_config.ProcessingError
 
 
 @dataclass(frozen=True)
@@ -54,13 +45,7 @@ class Processing:
     def read(cls, folder: Path) -> Processing:
         """From a save_pretrained folder: ``preprocessor_config.json``, else ``processor_config.json``'s
         ``image_processor``; a setting it does not reproduce is refused, naming the file."""
-        path = next((folder / name for name in PROCESSOR_FILES if (folder / name).is_file()), None)
-        if path is None:
-            raise ProcessingError(
-                f"{folder}: no {' or '.join(PROCESSOR_FILES)} (SamProcessor.save_pretrained writes it)"
-            )
-        settings: Mapping[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-        settings = settings.get("image_processor", settings)
+        path, settings = processor_config.read(folder, "SamProcessor.save_pretrained")
         for flag in ("do_resize", "do_rescale", "do_normalize", "do_pad"):
             if settings.get(flag, True) is not True:
                 raise ProcessingError(
@@ -88,48 +73,12 @@ def resized_size(height: int, width: int, longest_edge: int) -> tuple[int, int]:
     return int(height * scale + 0.5), int(width * scale + 0.5)
 
 
-def _taps(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """The first input index and the quantised weights of each output, and their precision."""
-    scale = n_in / n_out
-    support = max(scale, 1.0)
-    inverse = 1.0 / scale if scale >= 1.0 else 1.0
-    centers = scale * (np.arange(n_out) + 0.5)
-    first = np.maximum((centers - support + 0.5).astype(np.int64), 0)
-    sizes = np.minimum((centers + support + 0.5).astype(np.int64), n_in) - first
-    taps = np.arange(int(sizes.max()))
-    weights = np.clip(1.0 - np.abs((taps[None, :] + first[:, None] - centers[:, None] + 0.5) * inverse), 0.0, None)
-    weights[taps[None, :] >= sizes[:, None]] = 0.0
-    weights /= weights.sum(axis=1, keepdims=True)
-    largest, precision = weights.max(), 0
-    while precision < MAX_PRECISION and int(0.5 + largest * (1 << (precision + 1))) < (1 << WEIGHT_BITS):
-        precision += 1
-    return first, np.floor(weights * (1 << precision) + 0.5).astype(np.int64), precision
-
-
-def _resize_axis(pixels: np.ndarray, n_out: int, axis: int) -> np.ndarray:
-    n_in = pixels.shape[axis]
-    if n_in == n_out:
-        return pixels
-    first, weights, precision = _taps(n_in, n_out)
-    source = np.moveaxis(pixels, axis, 0)
-    total = np.full((n_out, *source.shape[1:]), 1 << (precision - 1), dtype=np.int64)
-    for tap in range(weights.shape[1]):
-        rows = np.minimum(first + tap, n_in - 1)
-        total += weights[:, tap].reshape(-1, *([1] * (source.ndim - 1))) * source[rows]
-    return np.moveaxis(np.clip(total >> precision, 0, 255).astype(np.uint8), 0, axis)
-
-
-def resize(pixels: np.ndarray, height: int, width: int) -> np.ndarray:
-    """HWC uint8 -> (height, width) as the processor's bilinear antialiased resize gives it."""
-    return _resize_axis(_resize_axis(pixels, width, 1), height, 0)
-
-
 def pixel_values(pixels: np.ndarray, processing: Processing) -> tuple[np.ndarray, tuple[int, int]]:
     """HWC uint8 RGB -> the encoder's (3, pad_height, pad_width) float32 input and the resized size."""
     height, width = resized_size(pixels.shape[0], pixels.shape[1], processing.longest_edge)
     if height > processing.pad_height or width > processing.pad_width:
         raise ProcessingError(f"the resized image {height}x{width} exceeds the padded size")
-    resized = resize(pixels, height, width).astype(np.float32)
+    resized = resampling.resize(pixels, height, width, resampling.BILINEAR).astype(np.float32)
     mean = np.asarray(processing.mean, dtype=np.float32) / np.float32(processing.rescale_factor)
     std = np.asarray(processing.std, dtype=np.float32) / np.float32(processing.rescale_factor)
     values = np.zeros((3, processing.pad_height, processing.pad_width), dtype=np.float32)
@@ -150,13 +99,26 @@ def unscale_points(points: np.ndarray, original: tuple[int, int], resized: tuple
     return scale_points(points, resized, original)
 
 
-def resize_matrix(n_in: int, n_out: int) -> np.ndarray:
-    """torch's bilinear resize along one axis (align_corners false, no antialias) as an (n_out, n_in) matrix."""
+def bilinear_taps(n_in: int, n_out: int, fused: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """torch's bilinear resize along one axis (align_corners false, no antialias): each output's two
+    source indices and the second one's float32 weight. ``fused``: the source index ``scale * (d + 0.5)
+    - 0.5`` rounded once, as torch's CPU kernel computes it on images (a fused multiply-add); else
+    rounded at each step, as on masks."""
     scale = np.float32(n_in) / np.float32(n_out)
-    source = np.maximum(scale * (np.arange(n_out, dtype=np.float32) + np.float32(0.5)) - np.float32(0.5), 0)
+    centers = np.arange(n_out, dtype=np.float32) + np.float32(0.5)
+    if fused:
+        source = (centers.astype(np.float64) * np.float64(scale) - 0.5).astype(np.float32)
+    else:
+        source = scale * centers - np.float32(0.5)
+    source = np.maximum(source, np.float32(0))
     low = np.minimum(source.astype(np.int64), n_in - 1)
     high = np.where(low < n_in - 1, low + 1, low)
-    upper = np.clip(source - low.astype(np.float32), 0, 1)
+    return low, high, np.clip(source - low.astype(np.float32), 0, 1).astype(np.float32)
+
+
+def resize_matrix(n_in: int, n_out: int) -> np.ndarray:
+    """``bilinear_taps`` (on masks) as an (n_out, n_in) matrix."""
+    low, high, upper = bilinear_taps(n_in, n_out)
     matrix = np.zeros((n_out, n_in), dtype=np.float64)
     rows = np.arange(n_out)
     np.add.at(matrix, (rows, low), np.float32(1) - upper)

@@ -125,6 +125,23 @@ def unfetched_hub_id(model_folder: Path, spec_file: str = "model.toml") -> str |
     return source
 
 
+def model_folder(raw: Mapping[str, Any], folder: Path, where: str) -> Path:
+    """The Hugging Face folder that model.toml's ``[export] transformers`` names, which holds a
+    config.json (the families read from a ``save_pretrained`` folder of a model and its processor)."""
+    source = raw["export"][SOURCE_KEY]
+    if not isinstance(source, str) or not source.strip():
+        raise TextSpecError(f"{where}: [export] {SOURCE_KEY} must name a folder of the model's, or a hub id")
+    hf = text_folder(folder, source)
+    if not (hf / "config.json").is_file():
+        if is_local(folder, source) or hf.is_dir():
+            raise TextSpecError(f"{hf}: no config.json (a folder written by save_pretrained() has one)")
+        raise TextSpecError(
+            f"{where}: [export] {SOURCE_KEY} = {source!r} is not a folder in {folder}; as a hub id it is "
+            f"fetched by python -m scripts.model_prep --models {folder.name} (into {HUB_FOLDER}/)"
+        )
+    return hf
+
+
 def _read_json(path: Path, required: bool = True) -> dict[str, Any]:
     try:
         value = json.loads(path.read_text(encoding="utf-8"))

@@ -8,6 +8,8 @@ copies these files into the model repository as ``<model>/1/model.py``, where Tr
   requests' generations as one batch over ``decoder.onnx`` and streams each token as it is made.
 - ``sam_model.py``: a mask_generation model (SAM): the image pre-processed, its two ONNX graphs run,
   the image encoder once for every prompt of a request.
+- ``zsd_model.py``: a zero_shot_object_detection model (OWLv2, OWL-ViT): the image pre-processed as
+  its processor does it, the detector's graph run over the request's labels.
 - ``image_steps.py``: the pre- and post-processing steps of an image model's Triton pipeline
   (``app.core.pipeline``), running the router's own family clients.
 """
@@ -19,3 +21,4 @@ IMAGE_STEPS = Path(__file__).with_name("image_steps.py")
 TEXT2TEXT_MODEL = Path(__file__).with_name("text2text_model.py")
 CAUSAL_LM_MODEL = Path(__file__).with_name("causal_lm_model.py")
 SAM_MODEL = Path(__file__).with_name("sam_model.py")
+ZSD_MODEL = Path(__file__).with_name("zsd_model.py")

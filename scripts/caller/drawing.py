@@ -1,4 +1,5 @@
-"""An image model's answer drawn on its image: a detector's boxes with their labels and scores, a
+"""An image model's answer drawn on its image: a detector's boxes with their labels and scores (a
+zero-shot detector's too, one colour a label), a
 classifier's top-k written in a box at the top left, a segmenter's masks (mask_generation) laid
 translucent over the photo, one colour a prompt (its best mask). ``python -m scripts.caller invoke
 --draw out.png`` uses it.
@@ -73,6 +74,12 @@ def draw_detections(image: Image.Image, detections: Sequence[Mapping[str, Any]])
     return image
 
 
+def labelled(found: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A zero-shot detector's boxes, each label given a colour (a class id) in the order labels first appear."""
+    ids: dict[str, int] = {}
+    return [{**one, "class_id": ids.setdefault(str(one["label"]), len(ids))} for one in found]
+
+
 def draw_classes(image: Image.Image, classes: Sequence[Mapping[str, Any]]) -> Image.Image:
     """The top-k, one line each (label and score), on a dark box at the top left."""
     canvas = ImageDraw.Draw(image)
@@ -129,6 +136,12 @@ def draw_answer(data: bytes, result: Any) -> Image.Image:
     image = displayed(data)
     if isinstance(result, Mapping) and isinstance(result.get("detections"), list):
         return draw_detections(image, result["detections"])
+    if (
+        isinstance(result, list)
+        and result
+        and all(isinstance(c, Mapping) and {"box", "label"} <= set(c) for c in result)
+    ):
+        return draw_detections(image, labelled(result))
     if isinstance(result, list) and result and all(isinstance(c, Mapping) and "label" in c for c in result):
         return draw_classes(image, result)
     if is_masks(result):

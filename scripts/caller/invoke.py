@@ -11,9 +11,12 @@ for any caller. Without pairs: resnet and yolov5 get --image, bert_base gets --t
     python -m scripts.caller invoke --endpoint-url http://localhost:8080 --draw out.png yolov5=dog.jpg
     python -m scripts.caller invoke --endpoint-url http://localhost:8080 --draw masks.png \\
         --option "boxes=100 50 420 500;450 80 700 560" sam=dog.jpg
+    python -m scripts.caller invoke --endpoint-url http://localhost:8080 --draw found.png \\
+        --option "labels=a dog;a bicycle" owlv2=dog.jpg
 
 --draw PATH writes each image model's answer drawn on its image (scripts/caller/drawing.py): a
-detector's boxes with labels and scores, a classifier's top-k, a segmenter's masks (translucent, one
+detector's boxes with labels and scores (a zero-shot detector's: its labels as --option labels=, phrases
+separated by semicolons), a classifier's top-k, a segmenter's masks (translucent, one
 colour a prompt; its prompts as --option boxes=, points=, point_labels=: numbers separated by spaces,
 prompts by semicolons); with several image calls, one file
 each, named PATH with the model's name added (out-resnet.png, out-yolov5.png).
@@ -84,14 +87,19 @@ def _index(entry: dict) -> str:
     return f" (index {entry['index']})" if "index" in entry else ""
 
 
+def _detections(found: list, indent: str) -> list[str]:
+    """The best ten boxes, a line each: label, score, box."""
+    return [
+        f"{indent}  {d.get('label')} {_score(d.get('score'))} [{', '.join(f'{v:.0f}' for v in d.get('box', []))}]"
+        for d in found[:10]
+    ]
+
+
 def format_result(result: Any, indent: str = "  ") -> list[str]:
     """Readable lines for the shapes the models answer; JSON for anything else."""
     if isinstance(result, dict) and "detections" in result:
         lines = [f"{indent}{len(result['detections'])} detections in {result.get('width')}x{result.get('height')}"]
-        for d in result["detections"][:10]:
-            box = ", ".join(f"{v:.0f}" for v in d.get("box", []))
-            lines.append(f"{indent}  {d.get('label')} {_score(d.get('score'))} [{box}]")
-        return lines
+        return lines + _detections(result["detections"], indent)
     if isinstance(result, dict) and "generated_text" in result:  # text2text generation: the text, line by line
         return [indent + line for line in str(result["generated_text"]).splitlines()] or [f"{indent}''"]
     if isinstance(result, list) and result and all(isinstance(r, dict) for r in result):
@@ -101,6 +109,8 @@ def format_result(result: Any, indent: str = "  ") -> list[str]:
             ]
         if "token_str" in result[0]:  # one mask of fill-mask
             return [f"{indent}{r['token_str']!r} {_score(r['score'])}  {r.get('sequence', '')}" for r in result]
+        if "box" in result[0] and "label" in result[0]:  # a zero-shot detector's boxes, best first
+            return [f"{indent}{len(result)} detections", *_detections(result, indent)]
         if "mask" in result[0]:  # a segmenter's masks, one a prompt (scripts/caller/drawing.py draws them)
             return [
                 f"{indent}[{n}] score {_score(r['score'])} box {r['box']} "

@@ -19,8 +19,6 @@ single and multimask, the max difference printed; past the tolerance the export 
 
 from __future__ import annotations
 
-import hashlib
-import json
 import shutil
 import warnings
 from pathlib import Path
@@ -33,8 +31,8 @@ from app.core import mask_contract as contract
 from app.core.spec import ModelSpec
 from app.triton import SAM_MODEL
 from clients import sam_image
-from scripts.model_prep import weights
-from scripts.model_prep.onnx_export import OPSET, REPORT_FILE, ExportError, sha256_of
+from scripts.model_prep import graph_cache, weights
+from scripts.model_prep.onnx_export import OPSET, ExportError
 from scripts.model_prep.recipes import Tolerance
 
 TOLERANCE = Tolerance(atol=1e-5, rtol=1e-4)
@@ -195,14 +193,6 @@ def export(model: nn.Module, processor, folder: Path, image: np.ndarray) -> None
     )
 
 
-def _difference(name: str, reference, found: np.ndarray, diffs: dict, limits: dict) -> None:
-    reference = np.asarray(reference, dtype=np.float64)
-    if reference.shape != found.shape:
-        raise ExportError(f"ONNX Runtime gives {name} the shape {list(found.shape)}, torch {list(reference.shape)}")
-    diffs[name] = float(np.max(np.abs(reference - found.astype(np.float64))))
-    limits[name] = TOLERANCE.limit(reference)
-
-
 def _cases(processor, image: np.ndarray) -> list[tuple[str, dict, np.ndarray, np.ndarray]]:
     """(name, the processor's inputs, the decoder's points and labels) of the checks' prompts."""
     boxes = processor(images=image, input_boxes=[CHECK_BOXES], return_tensors="pt")
@@ -233,10 +223,12 @@ def check(spec: ModelSpec, model: nn.Module, processor, folder: Path, image: np.
     limits: dict[str, float] = {}
     reference = processor(images=image, return_tensors="pt")["pixel_values"]
     ours, _ = sam_image.pixel_values(image, sam_image.Processing.read(spec.text.folder))
-    _difference("pixel_values (numpy vs SamProcessor)", reference[0].numpy(), ours, diffs, limits)
+    graph_cache.difference("pixel_values (numpy vs SamProcessor)", reference[0].numpy(), ours, TOLERANCE, diffs, limits)
     (embeddings,) = sessions[contract.ENCODER_FILE].run(None, {contract.PIXEL_VALUES: ours[np.newaxis]})
     with torch.no_grad():
-        _difference("encoder image_embeddings", model.get_image_embeddings(reference), embeddings, diffs, limits)
+        graph_cache.difference(
+            "encoder image_embeddings", model.get_image_embeddings(reference), embeddings, TOLERANCE, diffs, limits
+        )
         for name, given, points, labels in _cases(processor, image):
             iou, masks = sessions[contract.DECODER_FILE].run(
                 None, {contract.IMAGE_EMBEDDINGS: embeddings, contract.POINTS: points, contract.LABELS: labels}
@@ -244,35 +236,21 @@ def check(spec: ModelSpec, model: nn.Module, processor, folder: Path, image: np.
             for multimask, tokens in ((False, list(contract.SINGLE)), (True, list(contract.MULTIMASK))):
                 want = model(**given, multimask_output=multimask)
                 kind = "multimask" if multimask else "single"
-                _difference(f"decoder {name} {kind} iou_scores", want.iou_scores, iou[:, :, tokens], diffs, limits)
-                _difference(f"decoder {name} {kind} pred_masks", want.pred_masks, masks[:, :, tokens], diffs, limits)
-    failed = [f"{n}: {diffs[n]:.3g} > {limits[n]:.3g}" for n in diffs if not diffs[n] <= limits[n]]
-    if failed:
-        raise ExportError(f"[{spec.name}] ONNX Runtime differs from torch beyond the tolerance: " + "; ".join(failed))
+                graph_cache.difference(
+                    f"decoder {name} {kind} iou_scores", want.iou_scores, iou[:, :, tokens], TOLERANCE, diffs, limits
+                )
+                graph_cache.difference(
+                    f"decoder {name} {kind} pred_masks", want.pred_masks, masks[:, :, tokens], TOLERANCE, diffs, limits
+                )
+    graph_cache.refuse_beyond(spec.name, diffs, limits)
     return diffs, limits
-
-
-def digest(folder: Path) -> str:
-    """One sha256 of the two graphs (source.json's ``onnx_sha256``)."""
-    found = hashlib.sha256()
-    for name in contract.ONNX_FILES:
-        found.update(name.encode() + bytes.fromhex(sha256_of(folder / name)))
-    return found.hexdigest()
-
-
-def cached(folder: Path) -> dict | None:
-    report = folder / REPORT_FILE
-    if not report.is_file() or not all((folder / name).is_file() for name in contract.ONNX_FILES):
-        return None
-    found = json.loads(report.read_text())
-    return found if found.get("opset") == OPSET and found.get("onnx_sha256") == digest(folder) else None
 
 
 def ensure_export(spec: ModelSpec, choice: weights.WeightsChoice, cache: Path, reexport: bool, step) -> dict:
     """The checked graphs of (model, weights) in ``cache`` and their report (from the cache when there)."""
     from transformers import SamProcessor
 
-    hit = None if reexport else cached(cache)
+    hit = None if reexport else graph_cache.cached(cache, contract.ONNX_FILES)
     if hit:
         print(f"[{spec.name}] ONNX export ({choice.describe()}) from the cache: {cache}", flush=True)
         return hit
@@ -290,23 +268,13 @@ def ensure_export(spec: ModelSpec, choice: weights.WeightsChoice, cache: Path, r
         export(model, processor, partial, image)
     with step(spec.name, "checking the export (onnx.checker, pixel_values, ONNX Runtime vs torch)"):
         diffs, limits = check(spec, model, processor, partial, image)
-    for name in contract.ONNX_FILES:
-        (partial / name).replace(cache / name)
-    partial.rmdir()
-    report = {"opset": OPSET, "onnx_sha256": digest(cache), "max_abs_diff": diffs, "tolerance": limits}
-    (cache / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
-    return report
+    return graph_cache.keep(partial, cache, contract.ONNX_FILES, diffs, limits)
 
 
 def write_version(version: Path, cache: Path, link, graphs: bool = True) -> None:
     """The version folder: the two graphs (not with ``graphs`` False: --config-only) and the
     python-backend model that serves them."""
-    version.mkdir(parents=True, exist_ok=True)
-    for stale in ("model.onnx", "model.plan"):
-        (version / stale).unlink(missing_ok=True)
-    for name in contract.ONNX_FILES if graphs else ():
-        link(cache / name, version / name)
-    shutil.copyfile(SAM_MODEL, version / "model.py")
+    graph_cache.write_version(version, cache, link, graphs, contract.ONNX_FILES, SAM_MODEL)
 
 
 class SamExport:

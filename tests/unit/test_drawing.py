@@ -133,3 +133,18 @@ def test_a_segmenters_masks_are_laid_translucent_one_colour_a_prompt():
     assert np.abs(pixels[150, 200] - GREY).max() <= 3  # outside every mask: the photo
     with pytest.raises(NotDrawable, match="the image 400x300"):
         draw_answer(photo(), [{"mask": rle.encode(np.ones((10, 10), bool)), "score": 0.5, "box": [0, 0, 9, 9]}])
+
+
+def test_a_zero_shot_detectors_boxes_are_outlined_one_colour_a_label():
+    found = [
+        {"label": "a dog", "score": 0.8, "box": [50.4, 60.0, 200.2, 250.0]},
+        {"label": "a ball", "score": 0.4, "box": [250.0, 30.0, 380.0, 120.0]},
+        {"label": "a dog", "score": 0.2, "box": [-10.0, 150.0, 40.0, 290.0]},  # past the edge: not clipped
+    ]
+    drawn = np.asarray(draw_answer(photo(), found)).astype(int)
+    for box, colour in ((found[0]["box"], PALETTE[0]), (found[1]["box"], PALETTE[1])):
+        x1, y1, x2, y2 = (round(v) for v in box)
+        assert np.abs(drawn[(y1 + y2) // 2, x1] - colour).max() <= 2  # the left edge in its label's colour
+        assert np.abs(drawn[(y1 + y2) // 2, x2] - colour).max() <= 2
+    assert np.abs(drawn[220, 40] - PALETTE[0]).max() <= 2  # the second dog in the first dog's colour
+    assert np.abs(drawn[200, 120] - GREY).max() <= 3  # inside a box, the photo

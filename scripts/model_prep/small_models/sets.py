@@ -28,6 +28,9 @@ from scripts.model_prep.small_models.causal import FAMILY as TEXT_GENERATION
 from scripts.model_prep.small_models.causal import TEMPLATES as CAUSAL_TEMPLATES
 from scripts.model_prep.small_models.causal import causal_model_folder
 from scripts.model_prep.small_models.encoders import KINDS, NER_LABELS, model_folder, update_json_files
+from scripts.model_prep.small_models.gdino import gdino_model_folder
+from scripts.model_prep.small_models.owl import FAMILY as ZERO_SHOT_DETECTION
+from scripts.model_prep.small_models.owl import owl_model_folder
 from scripts.model_prep.small_models.sam import FAMILY as MASK_GENERATION
 from scripts.model_prep.small_models.sam import sam_model_folder
 from scripts.model_prep.small_models.seq2seq import FAMILY as TEXT2TEXT
@@ -126,6 +129,16 @@ SETS = {
             "sam_other": (MASK_GENERATION, {"seed": 1}),
         },
     ),
+    "zsd": ModelSet(
+        "a tiny OWLv2 and a tiny OWL-ViT (64-pixel inputs, 64 boxes, 16-token labels, a tiny CLIP BPE) and a "
+        "tiny Grounding DINO (Swin and BERT, 200-pixel short side, BERT's special ids, 256-token prompts), seeded "
+        "random weights: the three kinds of the zero_shot_object_detection family",
+        {
+            "owlv2_tiny": (ZERO_SHOT_DETECTION, {"kind": "owlv2"}),
+            "owlvit_tiny": (ZERO_SHOT_DETECTION, {"kind": "owlvit", "seed": 1}),
+            "gdino_tiny": (ZERO_SHOT_DETECTION, {"kind": "grounding-dino"}),
+        },
+    ),
     "causal": ModelSet(
         "a tiny decoder-only model of each architecture text_generation serves (chat templates: ChatML on "
         "Qwen, Llama 2's on Llama, none on GPT-2; qwen3's generation_config.json samples by default) and "
@@ -203,6 +216,10 @@ def _build_model(models: Path, name: str, family: str, options: dict) -> Path:
         return causal_model_folder(models, name, **options)
     if family == MASK_GENERATION:
         return sam_model_folder(models, name, **options)
+    if family == ZERO_SHOT_DETECTION and options.get("kind") == "grounding-dino":
+        return gdino_model_folder(models, name, **{k: v for k, v in options.items() if k != "kind"})
+    if family == ZERO_SHOT_DETECTION:
+        return owl_model_folder(models, name, **options)
     return model_folder(models, name, family, **options)
 
 

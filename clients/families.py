@@ -24,6 +24,7 @@ from clients import (
     classification,
     detection,
     fill_mask,
+    grounded_segmentation,
     mask_generation,
     sentence_embedding,
     text2text,
@@ -45,6 +46,7 @@ BUILT_IN: tuple[Family, ...] = (
     text_generation.FAMILY,
     mask_generation.FAMILY,
     zero_shot_detection.FAMILY,
+    grounded_segmentation.FAMILY,
 )
 
 

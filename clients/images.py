@@ -23,7 +23,7 @@ import cv2
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from app.core.errors import InvalidInput
+from app.core.errors import InvalidInput, InvalidItem
 
 # One thread for OpenCV's own calls (resize, borders, tables): the sizing plan counts each router
 # worker thread and each python-step instance as one CPU, and OpenCV's pool (a thread per core) spreads
@@ -110,6 +110,16 @@ def decode_image(data: str | bytes, where: str, max_pixels: int, draft_size: int
     if scale > 1:  # what resize_crop needs to place its box as on the whole image
         image.info[DRAFT_SCALE], image.info[FULL_SIZE] = scale, (width, height)
     return image
+
+
+def decode_item(encoded: bytes, max_pixels: int) -> np.ndarray:
+    """A Triton model's one encoded image (its request's item 0) decoded as ``decode_image`` does, HWC
+    uint8 RGB; one that does not decode is ``InvalidItem`` (the router answers it as a 400)."""
+    try:
+        image = decode_image(encoded, InvalidItem.WHERE, max_pixels)
+    except InvalidInput as error:
+        raise InvalidItem(0, error.message) from None
+    return np.asarray(image, dtype=np.uint8)
 
 
 def full_size(image: Image.Image) -> tuple[int, int]:

@@ -105,6 +105,15 @@ def sigmoid(values: np.ndarray) -> np.ndarray:
         return (np.float32(1) / (np.float32(1) + np.exp(-values.astype(np.float32)))).astype(np.float32)
 
 
+def best_first(logits: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The boxes a detector answers: the indices of those whose best label's probability passes
+    ``threshold``, best first (a stable sort), with every box's probabilities and best score."""
+    probs = sigmoid(logits)
+    scores = probs.max(axis=-1)
+    kept = np.flatnonzero(scores > np.float32(threshold))
+    return kept[np.argsort(-scores[kept], kind="stable")], probs, scores
+
+
 class ZeroShotDetectionClient(EncodedImages):
     family = "zero_shot_object_detection"
     EXTRA_FIELDS = frozenset({LABELS, TEXT})
@@ -217,11 +226,8 @@ class ZeroShotDetectionClient(EncodedImages):
     def postprocess(self, outputs: Mapping[str, np.ndarray], context: Shown, options: Mapping[str, Any]) -> list:
         logits, found = outputs[contract.LOGITS], outputs[contract.PRED_BOXES]
         queries: Queries = options["queries"]
-        probs = sigmoid(logits)
-        scores = probs.max(axis=-1)
+        kept, probs, scores = best_first(logits, options["threshold"])
         corners = owl_image.boxes(found, context.height, context.width, self.processing.square)
-        kept = np.flatnonzero(scores > np.float32(options["threshold"]))
-        kept = kept[np.argsort(-scores[kept], kind="stable")]
         if self.grounding:
             ids = queries.input_ids[0]
             labels = [self.decode(grounding.phrase_tokens(probs[i], ids, options[TEXT_THRESHOLD])) for i in kept]

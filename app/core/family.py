@@ -17,6 +17,8 @@ task's pipeline class, its model class and its modality, a ``Family`` holds:
   ``dali``: its Triton pipeline's preprocessing also runs as NVIDIA DALI on a GPU;
   ``graph_postprocess``: on the Triton pipeline its post-processing joins the network's graph
   (a detector's NMS), so its preprocessing step also answers the letterbox's geometry;
+- ``chains``: its model.toml names other models of the repository (a detector and a segmenter) rather
+  than a folder to export: ``complete`` reads it whatever its ``[export]``;
 - ``loop``: the network is a python-backend model on every target (``generate``'s loop; SAM's two
   graphs behind one model), which the sizing plan counts as a network on the CPU;
 - ``streams``: its Triton model is decoupled (``model_transaction_policy { decoupled: true }``): it
@@ -72,6 +74,7 @@ class Family:
     pipelines: tuple[str, ...] = (ROUTER,)  # where pre- and post-processing may run; the default first
     dali: bool = False
     graph_postprocess: bool = False
+    chains: bool = False
     loop: bool = False
     streams: bool = False
     counters: tuple[Counter, ...] = ()

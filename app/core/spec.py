@@ -151,7 +151,12 @@ def read_spec(folder: str | Path, families: Mapping[str, Family]) -> ModelSpec:
         raise SpecError(f"{path}: {e}") from None
     text = None
     family = families.get(str(raw.get("family", "")))
-    if is_text_spec(raw):
+    if family is not None and family.chains and family.complete is not None:
+        try:
+            raw, text = family.complete(raw, folder, str(path))
+        except TextSpecError as error:
+            raise SpecError(str(error)) from None
+    elif is_text_spec(raw):
         completing = [name for name, each in families.items() if each.complete is not None]
         if family is None or family.complete is None:
             raise SpecError(

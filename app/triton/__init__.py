@@ -10,6 +10,8 @@ copies these files into the model repository as ``<model>/1/model.py``, where Tr
   the image encoder once for every prompt of a request.
 - ``zsd_model.py``: a zero_shot_object_detection model (OWLv2, OWL-ViT): the image pre-processed as
   its processor does it, the detector's graph run over the request's labels.
+- ``grounded_model.py``: a grounded_segmentation chain: the image decoded once, a zero-shot detector's
+  graph, then SAM's two graphs over its boxes (the image encoder once).
 - ``image_steps.py``: the pre- and post-processing steps of an image model's Triton pipeline
   (``app.core.pipeline``), running the router's own family clients.
 """
@@ -22,3 +24,4 @@ TEXT2TEXT_MODEL = Path(__file__).with_name("text2text_model.py")
 CAUSAL_LM_MODEL = Path(__file__).with_name("causal_lm_model.py")
 SAM_MODEL = Path(__file__).with_name("sam_model.py")
 ZSD_MODEL = Path(__file__).with_name("zsd_model.py")
+GROUNDED_MODEL = Path(__file__).with_name("grounded_model.py")

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from app.core import mask_contract as contract
-from app.core.errors import InvalidInput, InvalidItem
+from app.core.errors import InvalidItem
 from app.core.settings import Settings
 from clients import images, sam_image
 
@@ -80,20 +80,22 @@ class Segmenter:
             ort.InferenceSession(str(onnx_folder / name), options, providers=usable) for name in contract.ONNX_FILES
         )
 
-    def embed(self, encoded: bytes) -> tuple[np.ndarray, tuple[int, int]]:
-        """The image's embedding and its resized size; an image that does not decode is ``InvalidItem``."""
-        try:
-            image = images.decode_image(encoded, InvalidItem.WHERE, self.max_pixels)
-        except InvalidInput as error:
-            raise InvalidItem(0, error.message) from None
-        values, resized = sam_image.pixel_values(np.asarray(image, dtype=np.uint8), self.processing)
+    def embed(self, pixels: np.ndarray) -> tuple[np.ndarray, tuple[int, int]]:
+        """A decoded image's (HWC uint8 RGB) embedding and its resized size."""
+        values, resized = sam_image.pixel_values(pixels, self.processing)
         (embeddings,) = self.encoder.run(None, {contract.PIXEL_VALUES: values[np.newaxis]})
         return embeddings, resized
 
     def segment(self, encoded: bytes, points: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``iou_scores [prompts, 4]`` and ``pred_masks [prompts, 4, h, w]``, each prompt as if alone."""
-        embeddings, resized = self.embed(encoded)
-        counts = check_prompts(points, labels, resized)
+        """``iou_scores [prompts, 4]`` and ``pred_masks [prompts, 4, h, w]``, each prompt as if alone; an
+        image that does not decode is ``InvalidItem``."""
+        embeddings, resized = self.embed(images.decode_item(encoded, self.max_pixels))
+        return self.decode(embeddings, points, labels, check_prompts(points, labels, resized))
+
+    def decode(
+        self, embeddings: np.ndarray, points: np.ndarray, labels: np.ndarray, counts: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The mask decoder over an image's embedding, each prompt (``counts`` points) as if alone."""
         scores, masks = [None] * len(points), [None] * len(points)
         for count in np.unique(counts):
             rows = np.flatnonzero(counts == count)

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from app.core import zsd_contract as contract
-from app.core.errors import InvalidInput, InvalidItem
+from app.core.errors import InvalidItem
 from app.core.settings import Settings
 from app.core.text_spec import TextModel
 from clients import images, zsd_image
@@ -74,20 +74,19 @@ class Detector:
         usable = [p for p in providers if p in ort.get_available_providers()] or ["CPUExecutionProvider"]
         self.session = ort.InferenceSession(str(onnx_folder / contract.GRAPH_FILE), options, providers=usable)
 
-    def pixel_values(self, encoded: bytes) -> np.ndarray:
-        """The image's input; an image that does not decode is ``InvalidItem``."""
-        try:
-            image = images.decode_image(encoded, InvalidItem.WHERE, self.max_pixels)
-        except InvalidInput as error:
-            raise InvalidItem(0, error.message) from None
-        return self.processing.pixel_values(np.asarray(image, dtype=np.uint8))
-
     def detect(
         self, encoded: bytes, input_ids: np.ndarray, attention_mask: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        """``logits [boxes, columns]`` and ``pred_boxes [boxes, 4]``."""
+        """``logits [boxes, columns]`` and ``pred_boxes [boxes, 4]``; an image that does not decode is
+        ``InvalidItem``."""
+        return self.detect_pixels(images.decode_item(encoded, self.max_pixels), input_ids, attention_mask)
+
+    def detect_pixels(
+        self, pixels: np.ndarray, input_ids: np.ndarray, attention_mask: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``detect`` of a decoded image (HWC uint8 RGB), the tokens checked."""
         check_tokens(input_ids, attention_mask, self.text_length, self.vocabulary, self.prompt)
-        pixels = self.pixel_values(encoded)[np.newaxis]
+        pixels = self.processing.pixel_values(pixels)[np.newaxis]
         feed = {
             contract.PIXEL_VALUES: pixels,
             contract.INPUT_IDS: np.ascontiguousarray(input_ids, dtype=np.int64),

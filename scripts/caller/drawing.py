@@ -106,11 +106,9 @@ def is_masks(result: Any) -> bool:
     )
 
 
-def draw_masks(image: Image.Image, prompts: Sequence[Any]) -> Image.Image:
-    """Each prompt's mask (its best, with multimask_output) translucent in its own colour, the prompt's
-    number at its box's top left."""
-    pixels = np.asarray(image, dtype=np.float32)
-    answers = [_best(entry) for entry in prompts]
+def lay_masks(image: Image.Image, answers: Sequence[Mapping[str, Any]]) -> Image.Image:
+    """Each answer's mask translucent over the image, answer i in the palette's colour i."""
+    pixels = np.asarray(image, dtype=np.float32).copy()
     for number, answer in enumerate(answers):
         mask = rle.decode(answer["mask"]).astype(bool)
         if mask.shape != pixels.shape[:2]:
@@ -119,7 +117,20 @@ def draw_masks(image: Image.Image, prompts: Sequence[Any]) -> Image.Image:
             )
         colour = np.asarray(PALETTE[number % len(PALETTE)], dtype=np.float32)
         pixels[mask] = (1 - MASK_OPACITY) * pixels[mask] + MASK_OPACITY * colour
-    drawn = Image.fromarray(pixels.round().astype(np.uint8))
+    return Image.fromarray(pixels.round().astype(np.uint8))
+
+
+def draw_segmented(image: Image.Image, found: Sequence[Mapping[str, Any]]) -> Image.Image:
+    """A grounded_segmentation answer: each detection's mask translucent, then its box, label and
+    score, one colour a detection."""
+    return draw_detections(lay_masks(image, found), [{**one, "class_id": i} for i, one in enumerate(found)])
+
+
+def draw_masks(image: Image.Image, prompts: Sequence[Any]) -> Image.Image:
+    """Each prompt's mask (its best, with multimask_output) translucent in its own colour, the prompt's
+    number at its box's top left."""
+    answers = [_best(entry) for entry in prompts]
+    drawn = lay_masks(image, answers)
     canvas = ImageDraw.Draw(drawn)
     font = _font(max(12, round(max(image.size) / 50)))
     for number, answer in enumerate(answers):
@@ -136,6 +147,12 @@ def draw_answer(data: bytes, result: Any) -> Image.Image:
     image = displayed(data)
     if isinstance(result, Mapping) and isinstance(result.get("detections"), list):
         return draw_detections(image, result["detections"])
+    if (
+        isinstance(result, list)
+        and result
+        and all(isinstance(c, Mapping) and {"box", "label", "mask"} <= set(c) for c in result)
+    ):
+        return draw_segmented(image, result)
     if (
         isinstance(result, list)
         and result

@@ -55,7 +55,7 @@ def run(options: Options) -> int:
         transformers_export.fetch_hub(options.source / name)
         spec = checked_spec(options.source / name)
         family = FAMILIES[spec.family]
-        if spec.text is not None:  # a folder of the family's: its own export (Family.export)
+        if spec.text is not None or family.chains:  # a folder of the family's, or a chain: its own export
             family.exporter().prepare(spec, options, STEPS)
             continue
         builder, onnx_file = spec.export.get("builder"), spec.export.get(ONNX_KEY)

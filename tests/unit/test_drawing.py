@@ -148,3 +148,34 @@ def test_a_zero_shot_detectors_boxes_are_outlined_one_colour_a_label():
         assert np.abs(drawn[(y1 + y2) // 2, x2] - colour).max() <= 2
     assert np.abs(drawn[220, 40] - PALETTE[0]).max() <= 2  # the second dog in the first dog's colour
     assert np.abs(drawn[200, 120] - GREY).max() <= 3  # inside a box, the photo
+
+
+def test_a_grounded_segmentation_draws_masks_and_boxes_one_colour_a_detection():
+    from clients import rle
+    from scripts.caller.drawing import MASK_OPACITY
+
+    first, second = np.zeros((300, 400), bool), np.zeros((300, 400), bool)
+    first[200:280, 20:120] = True
+    second[100:190, 250:390] = True
+    answer = [  # two detections of one label: two colours
+        {
+            "label": "a dog",
+            "score": 0.7,
+            "box": [20.0, 200.0, 119.5, 279.5],
+            "mask": rle.encode(first),
+            "mask_score": 0.9,
+        },
+        {
+            "label": "a dog",
+            "score": 0.6,
+            "box": [250.0, 100.0, 389.5, 189.5],
+            "mask": rle.encode(second),
+            "mask_score": 0.8,
+        },
+    ]
+    pixels = np.asarray(draw_answer(photo(), answer), dtype=np.float64)
+    for (y, x), colour in (((260, 70), PALETTE[0]), ((150, 320), PALETTE[1])):
+        expected = (1 - MASK_OPACITY) * np.asarray(GREY) + MASK_OPACITY * np.asarray(colour)
+        assert np.abs(pixels[y, x] - expected).max() <= 1
+    assert tuple(pixels[240, 20].astype(int)) == PALETTE[0]  # the first box's left edge
+    assert tuple(pixels[150, 250].astype(int)) == PALETTE[1]

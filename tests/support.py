@@ -54,6 +54,19 @@ def noise_image(width: int, height: int, seed: int, fmt: str = "JPEG") -> bytes:
 # ---- answers --------------------------------------------------------------------------------------
 
 
+def block_photo(width: int, height: int, seed: int, block: int = 9, noise: float = 10.0, fmt: str = "PNG") -> bytes:
+    """Blocks of random colour (``block`` pixels a side) with Gaussian noise over them: regions a random
+    model's masks and boxes still take shapes from; encoded losslessly unless ``fmt`` is JPEG."""
+    rng = np.random.default_rng(seed)
+    coarse = rng.integers(0, 256, (height // block + 1, width // block + 1, 3))
+    blocks = np.kron(coarse, np.ones((block, block, 1)))[:height, :width]
+    if noise:
+        blocks = blocks + rng.normal(0, noise, blocks.shape)
+    buffer = io.BytesIO()
+    Image.fromarray(np.clip(blocks, 0, 255).astype(np.uint8)).save(buffer, format=fmt)
+    return buffer.getvalue()
+
+
 def assert_error(response, status: int, code: str, *fragments: str) -> dict:
     """An error answer, from Flask's test client or from ``requests``: ``status``, a JSON body that is
     ``{"error": {...}}`` alone with ``code``, and a message naming every fragment and holding no

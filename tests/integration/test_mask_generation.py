@@ -11,7 +11,6 @@ import io
 import json
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
 import pytest
 import requests
 from PIL import Image
@@ -20,7 +19,7 @@ from scripts.devtools import Stack
 from scripts.model_prep.small_models.sets import Built
 from tests.references import served_copy
 from tests.sam_reference import SamReference, assert_answers
-from tests.support import assert_conforms, assert_error, b64, post
+from tests.support import assert_conforms, assert_error, b64, block_photo, post
 
 pytestmark = pytest.mark.integration
 
@@ -31,12 +30,7 @@ LABELS = [[1], [1, 0]]
 
 
 def photo(width: int, height: int, seed: int) -> bytes:
-    rng = np.random.default_rng(seed)
-    coarse = rng.integers(0, 256, (height // 12 + 1, width // 12 + 1, 3))
-    pixels = np.kron(coarse, np.ones((12, 12, 1)))[:height, :width].astype(np.uint8)
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format="PNG")
-    return buffer.getvalue()
+    return block_photo(width, height, seed, block=12, noise=0.0)
 
 
 def decoded(data: bytes) -> Image.Image:

@@ -15,7 +15,6 @@ import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
 import pytest
 import requests
 from PIL import Image
@@ -23,7 +22,7 @@ from PIL import Image
 from scripts.devtools import Stack
 from scripts.model_prep.small_models.sets import Built
 from tests.references import served_copy
-from tests.support import assert_conforms, assert_error, b64, post
+from tests.support import assert_conforms, assert_error, b64, block_photo, post
 from tests.zsd_reference import ZsdReference, assert_answer
 
 pytestmark = pytest.mark.integration
@@ -33,13 +32,7 @@ LABELS = ["a photo of a cat", "a remote control", "a dog"]
 
 
 def photo(width: int, height: int, seed: int, fmt: str = "PNG") -> bytes:
-    rng = np.random.default_rng(seed)
-    coarse = rng.integers(0, 256, (height // 9 + 1, width // 9 + 1, 3))
-    blocks = np.kron(coarse, np.ones((9, 9, 1)))[:height, :width]
-    pixels = np.clip(blocks + rng.normal(0, 10, blocks.shape), 0, 255).astype(np.uint8)
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format=fmt)
-    return buffer.getvalue()
+    return block_photo(width, height, seed, fmt=fmt)
 
 
 def decoded(data: bytes) -> Image.Image:

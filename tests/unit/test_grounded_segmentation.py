@@ -12,25 +12,23 @@ pixels differ, each where the reference's logit is within 1e-4 of the threshold)
 
 from __future__ import annotations
 
-import io
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
 
 from app.core import grounded_contract as contract
 from app.core.errors import InvalidInput
 from app.core.settings import Settings
 from app.core.spec import SpecError
 from app.triton import grounded_model
-from clients import images, sam_image
+from clients import images
 from clients.families import load_spec, make_client
 from scripts.model_prep.small_models.sets import Built
-from tests.sam_reference import SamReference, assert_answers, mask_of
-from tests.support import b64
-from tests.zsd_reference import ZsdReference, assert_answer
+from tests.grounded_reference import check_against_references
+from tests.sam_reference import SamReference
+from tests.support import b64, block_photo
+from tests.zsd_reference import ZsdReference
 
 LABELS = ["a cat", "a remote control"]
 PARTS = {"gdino": ("zsd", "gdino_tiny"), "owl": ("zsd", "owlv2_tiny"), "sam": ("sam", "sam_tiny")}
@@ -42,12 +40,7 @@ def chain_toml(detector: str, segmenter: str = "sam") -> str:
 
 
 def photo(width: int = 150, height: int = 100, seed: int = 0) -> bytes:
-    rng = np.random.default_rng(seed)
-    coarse = rng.integers(0, 256, (height // 9 + 1, width // 9 + 1, 3))
-    blocks = np.kron(coarse, np.ones((9, 9, 1)))[:height, :width]
-    buffer = io.BytesIO()
-    Image.fromarray(np.clip(blocks + rng.normal(0, 10, blocks.shape), 0, 255).astype(np.uint8)).save(buffer, "PNG")
-    return buffer.getvalue()
+    return block_photo(width, height, seed)
 
 
 class ChainTriton:
@@ -97,21 +90,6 @@ def references(small_models: Built) -> dict:
 
 def client_of(repository: Path, triton: ChainTriton, name: str = "chain"):
     return make_client(load_spec(repository / name), triton, Settings.from_env())
-
-
-def check_against_references(answer: list, references: dict, detector: str, data: bytes, text, **options) -> None:
-    """The answer against the detector's reference, then SAM's on the detector's boxes."""
-    image = Image.open(io.BytesIO(data)).convert("RGB")
-    detections = references[detector].detect(
-        image, text, threshold=options.get("threshold"), text_threshold=options.get("text_threshold", 0.25)
-    )
-    assert detections, "a test image with no detection tests nothing"
-    assert_answer([{k: one[k] for k in ("label", "score", "box")} for one in answer], detections)
-    expected = references["sam"].prompts(image, boxes=[one["box"] for one in detections])
-    masks = [
-        {"mask": one["mask"], "score": one["mask_score"], "box": sam_image.mask_box(mask_of(one))} for one in answer
-    ]
-    assert_answers(masks, expected, False, options.get("mask_threshold", 0.0))
 
 
 @pytest.mark.parametrize("threshold", [0.6, 0.65])

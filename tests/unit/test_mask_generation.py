@@ -24,19 +24,14 @@ from clients import sam_image
 from clients.families import load_spec, make_client
 from scripts.model_prep.small_models.sets import Built
 from tests.sam_reference import SamReference, assert_answers
-from tests.support import b64
+from tests.support import b64, block_photo
 
 PHOTO_SIZE = (240, 180)  # width, height
 
 
 def photo(width: int = PHOTO_SIZE[0], height: int = PHOTO_SIZE[1], seed: int = 0, fmt: str = "PNG") -> bytes:
     """Large smooth regions (a random model's masks still take shapes), encoded losslessly."""
-    rng = np.random.default_rng(seed)
-    coarse = rng.integers(0, 256, (height // 12 + 1, width // 12 + 1, 3))
-    pixels = np.kron(coarse, np.ones((12, 12, 1)))[:height, :width].astype(np.uint8)
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format=fmt)
-    return buffer.getvalue()
+    return block_photo(width, height, seed, block=12, noise=0.0, fmt=fmt)
 
 
 def decoded(data: bytes) -> Image.Image:

@@ -23,7 +23,7 @@ from app.core.settings import Settings
 from app.triton.zsd_model import Detector, Refused, check_tokens
 from clients.families import load_spec, make_client
 from scripts.model_prep.small_models.sets import Built
-from tests.support import b64
+from tests.support import b64, block_photo
 from tests.zsd_reference import ZsdReference, assert_answer
 
 OWL = ("owlv2_tiny", "owlvit_tiny")
@@ -33,14 +33,7 @@ ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
 
 
 def photo(width: int = 140, height: int = 90, seed: int = 0, fmt: str = "PNG") -> bytes:
-    """Blocks of colour and noise, encoded losslessly unless JPEG."""
-    rng = np.random.default_rng(seed)
-    coarse = rng.integers(0, 256, (height // 9 + 1, width // 9 + 1, 3))
-    blocks = np.kron(coarse, np.ones((9, 9, 1)))[:height, :width]
-    pixels = np.clip(blocks + rng.normal(0, 10, blocks.shape), 0, 255).astype(np.uint8)
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format=fmt)
-    return buffer.getvalue()
+    return block_photo(width, height, seed, fmt=fmt)
 
 
 def decoded(data: bytes) -> Image.Image:

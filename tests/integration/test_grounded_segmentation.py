@@ -1,0 +1,117 @@
+"""The grounded_segmentation family through the whole stack (NGINX, gunicorn, the router, a real Triton
+running app/triton/grounded_model.py): a repository holding a tiny Grounding DINO and a tiny SAM (the
+"zsd" and "sam" small-model sets, as their preparation wrote them) and a chain naming the two, served
+from a copy. Against the two references run one after the other (tests/grounded_reference.py: the
+detector's, then SAM's with the detector's boxes); both request forms; JSON Lines; callers at once,
+each with an image of its own; bad input (400s naming the field; the endpoint keeps serving); /ping
+and the OpenAPI contract. Tolerances: the references' (labels exact, scores 1e-4, boxes 0.05 pixel;
+masks: at most 0.1 % of the pixels differ, where the reference's logit is within 1e-4 of the
+threshold)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+from scripts.devtools import Stack
+from scripts.model_prep import cli as prepare_models
+from scripts.model_prep.small_models.sets import Built
+from tests.grounded_reference import check_against_references
+from tests.sam_reference import SamReference
+from tests.support import assert_conforms, assert_error, b64, block_photo, post
+from tests.zsd_reference import ZsdReference
+
+pytestmark = pytest.mark.integration
+
+CHAIN = "gdino_sam"
+PARTS = {"gdino_tiny": "zsd", "sam_tiny": "sam"}  # each model as its set prepared it, by name
+LABELS = ["a cat", "a remote control"]
+THRESHOLD = 0.6  # the tiny random detector's scores spread over about 0.3 to 0.7
+
+
+@pytest.fixture(scope="module")
+def references(small_models: Built) -> dict:
+    return {
+        "gdino": ZsdReference(small_models.models("zsd") / "gdino_tiny" / "hf"),
+        "sam": SamReference(small_models.models("sam") / "sam_tiny" / "hf"),
+    }
+
+
+@pytest.fixture(scope="module")
+def chain_stack(small_models: Built, tmp_path_factory, stopping: list[Stack]):
+    repository = tmp_path_factory.mktemp("grounded-repository")
+    for name, set_name in PARTS.items():
+        shutil.copytree(small_models.repository(set_name) / name, repository / name)
+    (repository / CHAIN).mkdir()
+    (repository / CHAIN / "model.toml").write_text(
+        'family = "grounded_segmentation"\ndetector = "gdino_tiny"\nsegmenter = "sam_tiny"\n'
+    )
+    # the chain prepared in place (its config.pbtxt and model.py; it opens its two models' graphs)
+    assert prepare_models.main(["--source", str(repository), "--models", CHAIN]) == 0
+    started = Stack(repository).start(tmp_path_factory.mktemp("grounded-stack-logs"))
+    stopping.append(started)
+    started.wait_healthy()
+    yield started
+    started.begin_stop()
+
+
+def result(stack: Stack, payload: dict):
+    r = post(stack, {"modelname": CHAIN, "payload": payload})
+    assert_conforms(r, "/invocations", "POST")
+    assert r.status_code == 200, r.text[:500]
+    return r.json()["result"]
+
+
+def test_ping_names_the_chain_and_its_models_ready(chain_stack):
+    r = requests.get(f"{chain_stack.url}/ping", timeout=10)
+    assert r.status_code == 200
+    assert all(f'"{name}"' in r.text for name in (CHAIN, *PARTS)), r.text
+
+
+def test_each_detection_with_its_mask_equals_the_two_references(chain_stack, references):
+    image = block_photo(150, 100, 0)
+    answer = result(chain_stack, {"img": b64(image), "labels": LABELS, "threshold": THRESHOLD})
+    assert answer and set(answer[0]) == {"label", "score", "box", "mask", "mask_score"}
+    check_against_references(answer, references, "gdino", image, LABELS, threshold=THRESHOLD)
+    prompt = "a cat. a remote control."  # a raw body: the prompt and thresholds in the custom attributes
+    r = post(chain_stack, image, "image/png", f"modelname={CHAIN},text={prompt},threshold=0.65,mask_threshold=0.5")
+    assert r.status_code == 200, r.text[:500]
+    check_against_references(r.json()["result"], references, "gdino", image, prompt, threshold=0.65, mask_threshold=0.5)
+
+
+def test_json_lines_and_callers_at_once_are_each_answered_their_own(chain_stack, references):
+    images = [block_photo(120 + 15 * i, 90 + 10 * i, 20 + i) for i in range(4)]
+    payloads = [{"img": b64(image), "labels": LABELS, "threshold": THRESHOLD} for image in images]
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda payload: result(chain_stack, payload), payloads))
+    for answer, image in zip(answers, images):
+        check_against_references(answer, references, "gdino", image, LABELS, threshold=THRESHOLD)
+    lines = "\n".join(json.dumps({"modelname": CHAIN, "payload": payload}) for payload in payloads[:2])
+    r = post(chain_stack, lines, "application/jsonlines")
+    assert r.status_code == 200, r.text[:300]
+    for line, image in zip(r.text.splitlines(), images):
+        check_against_references(json.loads(line)["result"], references, "gdino", image, LABELS, threshold=THRESHOLD)
+
+
+@pytest.mark.parametrize(
+    ("payload", "named"),
+    [
+        ({}, "payload.labels"),
+        ({"labels": []}, "payload.labels"),
+        ({"labels": LABELS, "threshold": 2}, "payload.threshold"),
+        ({"labels": LABELS, "multimask_output": True}, "payload.multimask_output"),
+        ({"labels": ["a.b"]}, "payload.labels[0]"),
+    ],
+)
+def test_bad_input_is_a_400_naming_the_field_and_the_endpoint_keeps_serving(chain_stack, references, payload, named):
+    image = block_photo(150, 100, 0)
+    r = post(chain_stack, {"modelname": CHAIN, "payload": {"img": b64(image), **payload}})
+    assert_error(r, 400, "invalid_input", named)
+    assert_conforms(r, "/invocations", "POST")
+    assert chain_stack.ping().status_code == 200
+    answer = result(chain_stack, {"img": b64(image), "labels": LABELS, "threshold": THRESHOLD})
+    check_against_references(answer, references, "gdino", image, LABELS, threshold=THRESHOLD)

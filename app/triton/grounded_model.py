@@ -22,17 +22,12 @@ from pathlib import Path
 import numpy as np
 
 from app.core import grounded_contract as contract
-from app.core.errors import InvalidItem
 from app.core.settings import Settings
+from app.triton.responses import Refused, answer_each
 from app.triton.sam_model import Segmenter
-from app.triton.zsd_model import Detector, Refused
+from app.triton.zsd_model import Detector
 from clients import images, owl_image, sam_image
 from clients.zero_shot_detection import best_first
-
-try:
-    import triton_python_backend_utils as pb_utils
-except ImportError:  # outside Triton (unit tests call the classes below)
-    pb_utils = None
 
 PROVIDERS_PARAMETER = "ort_providers"
 VERSION = "1"  # where model preparation writes the parts' graphs
@@ -99,36 +94,16 @@ class TritonPythonModel:
         )
 
     def execute(self, requests: list) -> list:
-        answers = []
-        for request in requests:
-            given = {
-                name: pb_utils.get_input_tensor_by_name(request, name).as_numpy()
-                for name in (contract.IMAGE, contract.INPUT_IDS, contract.ATTENTION_MASK, contract.THRESHOLD)
-            }
-            try:
-                outputs = self.chain.run(
-                    given[contract.IMAGE].tobytes(),
-                    given[contract.INPUT_IDS],
-                    given[contract.ATTENTION_MASK],
-                    float(given[contract.THRESHOLD].reshape(-1)[0]),
-                )
-            except InvalidItem as error:
-                answers.append(_error(InvalidItem.encode(0, error.message), pb_utils.TritonError.INVALID_ARG))
-                continue
-            except Refused as error:
-                answers.append(_error(str(error), pb_utils.TritonError.INVALID_ARG))
-                continue
-            except Exception as error:  # noqa: BLE001 - every request is answered; the model lives on
-                answers.append(_error(f"grounded segmentation failed: {error.__class__.__name__}: {error}"))
-                continue
-            tensors = [pb_utils.Tensor(name, np.ascontiguousarray(value)) for name, value in outputs.items()]
-            answers.append(pb_utils.InferenceResponse(output_tensors=tensors))
-        return answers
+        def run(given):
+            return self.chain.run(
+                given[contract.IMAGE].tobytes(),
+                given[contract.INPUT_IDS],
+                given[contract.ATTENTION_MASK],
+                float(given[contract.THRESHOLD].reshape(-1)[0]),
+            )
+
+        names = (contract.IMAGE, contract.INPUT_IDS, contract.ATTENTION_MASK, contract.THRESHOLD)
+        return answer_each(requests, names, run, "grounded segmentation")
 
     def finalize(self) -> None:
         self.chain = None
-
-
-def _error(message: str, code=None):
-    error = pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
-    return pb_utils.InferenceResponse(error=error)

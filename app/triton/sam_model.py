@@ -20,21 +20,12 @@ from pathlib import Path
 import numpy as np
 
 from app.core import mask_contract as contract
-from app.core.errors import InvalidItem
 from app.core.settings import Settings
+from app.triton.responses import Refused, answer_each
 from clients import images, sam_image
-
-try:
-    import triton_python_backend_utils as pb_utils
-except ImportError:  # outside Triton (unit tests call the classes below)
-    pb_utils = None
 
 PROVIDERS_PARAMETER = "ort_providers"
 LABELS = (contract.BACKGROUND, contract.FOREGROUND, contract.BOX_TOP_LEFT, contract.BOX_BOTTOM_RIGHT)
-
-
-class Refused(ValueError):
-    """Values of a request that cannot be segmented (the caller's fault: a 400)."""
 
 
 def check_prompts(points: np.ndarray, labels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
@@ -128,33 +119,13 @@ class TritonPythonModel:
         )
 
     def execute(self, requests: list) -> list:
-        answers = []
-        for request in requests:
-            given = {
-                name: pb_utils.get_input_tensor_by_name(request, name).as_numpy()
-                for name in (contract.IMAGE, contract.POINTS, contract.LABELS)
-            }
-            try:
-                scores, masks = self.segmenter.segment(
-                    given[contract.IMAGE].tobytes(), given[contract.POINTS], given[contract.LABELS]
-                )
-            except InvalidItem as error:
-                answers.append(_error(InvalidItem.encode(0, error.message), pb_utils.TritonError.INVALID_ARG))
-                continue
-            except Refused as error:
-                answers.append(_error(str(error), pb_utils.TritonError.INVALID_ARG))
-                continue
-            except Exception as error:  # noqa: BLE001 - every request is answered; the model lives on
-                answers.append(_error(f"segmentation failed: {error.__class__.__name__}: {error}"))
-                continue
-            tensors = [pb_utils.Tensor(contract.IOU_SCORES, scores), pb_utils.Tensor(contract.PRED_MASKS, masks)]
-            answers.append(pb_utils.InferenceResponse(output_tensors=tensors))
-        return answers
+        def run(given):
+            scores, masks = self.segmenter.segment(
+                given[contract.IMAGE].tobytes(), given[contract.POINTS], given[contract.LABELS]
+            )
+            return {contract.IOU_SCORES: scores, contract.PRED_MASKS: masks}
+
+        return answer_each(requests, (contract.IMAGE, contract.POINTS, contract.LABELS), run, "segmentation")
 
     def finalize(self) -> None:
         self.segmenter = None
-
-
-def _error(message: str, code=None):
-    error = pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
-    return pb_utils.InferenceResponse(error=error)

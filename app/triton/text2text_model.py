@@ -38,6 +38,7 @@ from app.core.generation_contract import (
     read_generation_config,
 )
 from app.triton.onnx_generate import Deadlines, OnnxSeq2SeqLM, padded, trimmed
+from app.triton.responses import error_response
 
 try:
     import triton_python_backend_utils as pb_utils
@@ -217,11 +218,11 @@ class TritonPythonModel:
             if isinstance(found, np.ndarray):
                 answers.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(OUTPUT_IDS, found)]))
             elif isinstance(found, Refused):
-                answers.append(_error(str(found), pb_utils.TritonError.INVALID_ARG))
+                answers.append(error_response(str(found), pb_utils.TritonError.INVALID_ARG))
             elif isinstance(found, Late):
-                answers.append(_error(str(found), pb_utils.TritonError.UNAVAILABLE))
+                answers.append(error_response(str(found), pb_utils.TritonError.UNAVAILABLE))
             else:
-                answers.append(_error(f"generation failed: {found.__class__.__name__}: {found}"))
+                answers.append(error_response(f"generation failed: {found.__class__.__name__}: {found}"))
         return answers
 
     def finalize(self) -> None:
@@ -235,8 +236,3 @@ def limit_torch_threads(threads: int) -> None:
     concurrency 8 (beam search 24) that way, 330 (162) on one thread each. 0: PyTorch's default."""
     if threads > 0:
         torch.set_num_threads(threads)
-
-
-def _error(message: str, code=None):
-    error = pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
-    return pb_utils.InferenceResponse(error=error)

@@ -18,21 +18,12 @@ from pathlib import Path
 import numpy as np
 
 from app.core import zsd_contract as contract
-from app.core.errors import InvalidItem
 from app.core.settings import Settings
 from app.core.text_spec import TextModel
+from app.triton.responses import Refused, answer_each
 from clients import images, zsd_image
 
-try:
-    import triton_python_backend_utils as pb_utils
-except ImportError:  # outside Triton (unit tests call the classes below)
-    pb_utils = None
-
 PROVIDERS_PARAMETER = "ort_providers"
-
-
-class Refused(ValueError):
-    """Values of a request that cannot be detected (the caller's fault: a 400)."""
 
 
 def check_tokens(
@@ -117,33 +108,14 @@ class TritonPythonModel:
         )
 
     def execute(self, requests: list) -> list:
-        answers = []
-        for request in requests:
-            given = {
-                name: pb_utils.get_input_tensor_by_name(request, name).as_numpy()
-                for name in (contract.IMAGE, contract.INPUT_IDS, contract.ATTENTION_MASK)
-            }
-            try:
-                logits, boxes = self.detector.detect(
-                    given[contract.IMAGE].tobytes(), given[contract.INPUT_IDS], given[contract.ATTENTION_MASK]
-                )
-            except InvalidItem as error:
-                answers.append(_error(InvalidItem.encode(0, error.message), pb_utils.TritonError.INVALID_ARG))
-                continue
-            except Refused as error:
-                answers.append(_error(str(error), pb_utils.TritonError.INVALID_ARG))
-                continue
-            except Exception as error:  # noqa: BLE001 - every request is answered; the model lives on
-                answers.append(_error(f"detection failed: {error.__class__.__name__}: {error}"))
-                continue
-            tensors = [pb_utils.Tensor(contract.LOGITS, logits), pb_utils.Tensor(contract.PRED_BOXES, boxes)]
-            answers.append(pb_utils.InferenceResponse(output_tensors=tensors))
-        return answers
+        def run(given):
+            logits, boxes = self.detector.detect(
+                given[contract.IMAGE].tobytes(), given[contract.INPUT_IDS], given[contract.ATTENTION_MASK]
+            )
+            return {contract.LOGITS: logits, contract.PRED_BOXES: boxes}
+
+        names = (contract.IMAGE, contract.INPUT_IDS, contract.ATTENTION_MASK)
+        return answer_each(requests, names, run, "detection")
 
     def finalize(self) -> None:
         self.detector = None
-
-
-def _error(message: str, code=None):
-    error = pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
-    return pb_utils.InferenceResponse(error=error)

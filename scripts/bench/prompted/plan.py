@@ -120,7 +120,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add("--families", type=parse_families, default=list(FAMILIES), help=f"comma-separated: {', '.join(FAMILIES)}")
     add("--images", type=positive(int), default=IMAGES, help="images a row a round (the sample photos, cycled)")
     add("--rounds", type=positive(int), default=ROUNDS, help="interleaved rounds")
-    add("--warmup", type=positive(int, zero=True), default=1, help="unmeasured calls a row first")
+    add("--warmup", type=positive(int, zero=True), default=1, help="unmeasured calls a client thread, each row first")
     add("--concurrency", type=positive(int), default=CONCURRENCY, help="client threads of the endpoint's rows")
     add(
         "--reference-threads",

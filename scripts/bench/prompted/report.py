@@ -63,7 +63,10 @@ def verdicts(by_key: Mapping[str, Mapping[str, Any]], families: Sequence[str], c
                     ratio,
                     f"<= {GOAL_BOXES:.2f}",
                     None if ratio is None else ratio <= GOAL_BOXES,
-                    f"{1000 / value:.0f} vs {1000 / base:.0f} ms an image" if ratio is not None else "not measured",
+                    f"{1000 / value:.0f} vs {1000 / base:.0f} ms an image; p50 {served['p50_ms']:.0f} vs "
+                    f"{local['p50_ms']:.0f} ms a call"
+                    if ratio is not None
+                    else "not measured",
                 )
             )
             continue

@@ -106,13 +106,15 @@ def calls_of(stack: Stack, rows, shown, references: References, models, args) ->
 
 
 def measure(stack: Stack, rows, shown, references: References, models, args) -> dict[str, list[Cell]]:
-    """Warm every row (``--warmup`` calls), then the interleaved rounds: each step is ``--images`` calls,
+    """Warm every row (``--warmup`` calls a client thread), then the interleaved rounds: each step is ``--images`` calls,
     the photos cycled (the same photos on every row), the CPU read by role around it."""
     calls = calls_of(stack, rows, shown, references, models, args)
     meter = CpuMeter(stack)
-    print(f"warming up {len(rows)} rows ({args.warmup} calls each) ...", flush=True)
-    for row in rows:
-        run_calls([lambda i=i, row=row: calls[row.key](i) for i in range(args.warmup)], row.concurrency)
+    print(f"warming up {len(rows)} rows ({args.warmup} calls a client thread) ...", flush=True)
+    for row in rows:  # every thread's calls at once: each of Triton's instances runs its first
+        run_calls(
+            [lambda i=i, row=row: calls[row.key](i) for i in range(args.warmup * row.concurrency)], row.concurrency
+        )
     cells: dict[str, list[Cell]] = {row.key: [] for row in rows}
     steps = schedule(rows, args.rounds)
     progress = Progress(len(steps))

@@ -21,8 +21,8 @@ SAM, OWLV2, GDINO, CHAIN = "sam", "owlv2", "gdino", "chain"
 FAMILIES = (SAM, OWLV2, GDINO, CHAIN)
 CHAIN_FAMILY = "grounded_segmentation"  # the chain's family: its rows run only where it is registered
 # The model serving each family in the benchmark's repository: realistic, and --small's.
-MODELS = {SAM: "bench_sam", OWLV2: "bench_owlv2", GDINO: "bench_gdino"}
-SMALL_MODELS = {SAM: "sam_tiny", OWLV2: "owlv2_tiny", GDINO: "gdino_tiny"}
+MODELS = {SAM: "bench_sam", OWLV2: "bench_owlv2", GDINO: "bench_gdino", CHAIN: "bench_chain"}
+SMALL_MODELS = {SAM: "sam_tiny", OWLV2: "owlv2_tiny", GDINO: "gdino_tiny", CHAIN: "chain_tiny"}
 REFERENCE, ENDPOINT = "reference", "endpoint"
 CONCURRENCY, IMAGES, ROUNDS = 4, 4, 2
 FEW, MANY = 1, 8  # SAM's boxes a request
@@ -62,12 +62,12 @@ class Row:
         if self.side == REFERENCE:
             how = "one after the other" if self.family == CHAIN else "processor, model, post-processing"
             return f"{what}{shown}: reference, batch 1, one process ({how})"
-        return f"{what}{shown}: endpoint {models.get(self.family, CHAIN_FAMILY)}, c={self.concurrency}"
+        return f"{what}{shown}: endpoint {models[self.family]}, c={self.concurrency}"
 
 
 def plan_rows(families: Sequence[str], concurrency: int) -> list[Row]:
     """Per family: the reference and the endpoint; SAM's endpoint with 1 box and with 8 (its reference
-    with 1: the comparison's)."""
+    with 1: the comparison's); the chain's reference is Grounding DINO's then SAM's on its boxes."""
     rows: list[Row] = []
     for family in families:
         boxes = FEW if family == SAM else 0

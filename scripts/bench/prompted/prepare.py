@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from scripts.bench import prepared
-from scripts.bench.prompted.plan import CHAIN, GDINO, MODELS, OWLV2, SAM, SMALL_MODELS
+from scripts.bench.prompted.plan import CHAIN, CHAIN_FAMILY, GDINO, MODELS, OWLV2, SAM, SMALL_MODELS
 from scripts.bench.text.prepare import write_model_toml
 
 SEED = 0
@@ -107,8 +107,27 @@ BUILDERS: dict[str, tuple[Callable[[Path], Path], str]] = {
 
 
 def served(families: Sequence[str]) -> list[str]:
-    """The families whose models the repository holds (the chain's: the detector's and SAM's)."""
-    return [family for family in MODELS if family in families or (CHAIN in families and family in (GDINO, SAM))]
+    """The families whose models the repository holds (the chain's parts too: Grounding DINO and SAM)."""
+    parts = [family for family in (SAM, OWLV2, GDINO) if family in families or (CHAIN in families and family != OWLV2)]
+    return parts + [CHAIN] * (CHAIN in families)
+
+
+def chain_toml(detector: str, segmenter: str) -> str:
+    """The chain's model.toml: three lines naming its parts, models of the same repository."""
+    return f'family = "{CHAIN_FAMILY}"\ndetector = "{detector}"\nsegmenter = "{segmenter}"\n'
+
+
+def prepare_chain(repository: Path, names: Mapping[str, str]) -> None:
+    """The chain's model.toml beside its parts in ``repository``, prepared there in place (it has no
+    graph of its own: its Triton model opens its parts')."""
+    from scripts.model_prep import cli
+
+    folder = repository / names[CHAIN]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "model.toml").write_text(chain_toml(names[GDINO], names[SAM]))
+    argv = ["--source", str(repository), "--models", names[CHAIN]]
+    if cli.main(argv) != 0:
+        raise SystemExit(f"python -m scripts.model_prep {' '.join(argv)} failed (its error is above)")
 
 
 def models_of(small: bool) -> dict[str, str]:
@@ -138,21 +157,24 @@ def source(models: Path, family: str) -> Path:
 
 def prepare(out: Path, repository: Path, families: Sequence[str], small: bool, build: bool) -> dict[str, Path]:
     """The repository holds the families' models and nothing else (unless ``build`` is False: served as
-    it is); the Hugging Face folders of their references, by family."""
+    it is); the Hugging Face folders of their references, by family (the chain's are its parts')."""
     chosen, names = served(families), models_of(small)
+    parts = [family for family in chosen if family != CHAIN]  # the models with folders of their own
     if build:
         print(f"preparing {repository} ({'small' if small else 'realistic'} models: {', '.join(chosen)}) ...")
         repository.mkdir(parents=True, exist_ok=True)
         for stale in repository.iterdir():
             if stale.is_dir() and stale.name not in {names[family] for family in chosen}:
                 shutil.rmtree(stale)
-        for family, (model, _) in (small_folders(chosen) if small else {}).items():
+        for family, (model, _) in (small_folders(parts) if small else {}).items():
             shutil.rmtree(repository / SMALL_MODELS[family], ignore_errors=True)
             shutil.copytree(model, repository / SMALL_MODELS[family])
-        for family in [] if small else chosen:
+        for family in [] if small else parts:
             prepared.prepare_repository(
                 out, repository, names[family], SEED, False, lambda models, _small, f=family: source(models, f)
             )
+        if CHAIN in chosen:
+            prepare_chain(repository, names)
     if small:
-        return {family: folder for family, (_, folder) in small_folders(chosen).items()}
-    return {family: prepared.sources(out, False) / names[family] / "hf" for family in chosen}
+        return {family: folder for family, (_, folder) in small_folders(parts).items()}
+    return {family: prepared.sources(out, False) / names[family] / "hf" for family in parts}

@@ -87,9 +87,14 @@ def endpoint_caller(port: int, model: str, row: Row, shown: Sequence[Photo], tim
     )
 
 
-def calls_of(stack: Stack, rows, shown, references: References, models, args) -> dict[str, Callable[[int], None]]:
-    """Each row's call of the i-th photo; each endpoint row checked once (an answer per prompt for SAM)."""
+def calls_of(
+    stack: Stack, rows, shown, references: References, models, args
+) -> tuple[dict[str, Callable[[int], None]], dict[str, list[int]]]:
+    """Each row's call of the i-th photo; each endpoint row checked once: an answer per box for SAM;
+    for the detectors and the chain, the detections of the first photo, the endpoint's and the
+    reference's (random weights: how many boxes pass the threshold is the work both sides do)."""
     found: dict[str, Callable[[int], None]] = {}
+    detections: dict[str, list[int]] = {}
     for row in rows:
         if row.side == plan.REFERENCE:
             found[row.key] = lambda i, row=row: references.call(row, shown[i % len(shown)])
@@ -101,14 +106,17 @@ def calls_of(stack: Stack, rows, shown, references: References, models, args) ->
             raise SystemExit(f"{row.key}: {error}") from None
         if row.family == SAM and len(answer) != row.boxes:
             raise SystemExit(f"{row.key}: {len(answer)} answers to {row.boxes} boxes")
+        if row.family != SAM:
+            served, local = detections[row.family] = [len(answer), len(references.call(row, shown[0]))]
+            print(f"  {row.key}: {served} detections of {shown[0].name}, the reference's {local}", flush=True)
         found[row.key] = lambda i, caller=caller: caller.send(caller.requests[i % len(caller.requests)])
-    return found
+    return found, detections
 
 
-def measure(stack: Stack, rows, shown, references: References, models, args) -> dict[str, list[Cell]]:
+def measure(stack: Stack, rows, shown, references: References, models, args) -> tuple[dict[str, list[Cell]], dict]:
     """Warm every row (``--warmup`` calls a client thread), then the interleaved rounds: each step is ``--images`` calls,
     the photos cycled (the same photos on every row), the CPU read by role around it."""
-    calls = calls_of(stack, rows, shown, references, models, args)
+    calls, detections = calls_of(stack, rows, shown, references, models, args)
     meter = CpuMeter(stack)
     print(f"warming up {len(rows)} rows ({args.warmup} calls a client thread) ...", flush=True)
     for row in rows:  # every thread's calls at once: each of Triton's instances runs its first
@@ -127,7 +135,7 @@ def measure(stack: Stack, rows, shown, references: References, models, args) -> 
         cell.cpu_s = {role: after[role] - before[role] for role in after}
         cells[row.key].append(cell)
         progress.step(report.progress_label(r, args.rounds, row, cell), cell.summary())
-    return cells
+    return cells, detections
 
 
 def chain_line(families: Sequence[str]) -> str:
@@ -156,10 +164,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     references = References(folders, args.reference_threads)
     rows = plan.plan_rows(families, args.concurrency)
     with serving(args.repository, args.out, args.env) as stack:
-        cells = measure(stack, rows, shown, references, models, args)
+        cells, detections = measure(stack, rows, shown, references, models, args)
         sizing = sizing_line(stack)
     found = report.results(rows, cells, models, args, stack.start_to_ping_s or 0.0)
     found.update(sizing=sizing, folders={f: str(folder) for f, folder in folders.items()}, chain=skipped)
+    found["detections_of_the_first_photo"] = detections  # (the endpoint's, the reference's) by family
     write_results(args.out / "results.json", found)
     return 0
 

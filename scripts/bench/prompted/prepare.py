@@ -39,13 +39,13 @@ BERT_VOCABULARY = 30_522
 
 def sam_folder(folder: Path) -> Path:
     import torch
-    from transformers import SamConfig, SamModel, SamProcessor
+    from transformers import SamConfig, SamImageProcessor, SamModel, SamProcessor
 
     from scripts.model_prep.sam_export import randomise
 
     torch.manual_seed(SEED)
     model = randomise(SamModel(SamConfig()), SEED).eval()
-    return saved(folder, model, SamProcessor())
+    return saved(folder, model, SamProcessor(image_processor=SamImageProcessor()))
 
 
 def owlv2_folder(folder: Path) -> Path:

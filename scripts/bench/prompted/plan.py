@@ -135,11 +135,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="NAME=VALUE",
         help="an environment variable for serve",
     )
-    add("--timeout", type=float, default=600.0, help="seconds one request may take")
-    add("--quick", action="store_true", help="fewer images: one round of 2 images a row")
+    add("--timeout", type=float, default=600.0, help="seconds one request may take (the router's deadlines too)")
+    add("--quick", action="store_true", help="fewer images: one round, as many images a row as --concurrency")
     args = p.parse_args(argv)
-    if args.quick:
-        args.rounds, args.images = 1, 2
+    if args.quick:  # as many images as client threads: the endpoint's rows still have them all in flight
+        args.rounds, args.images = 1, args.concurrency
     args.repository = (args.repository or args.out / "repository").resolve()
     args.argv = list(sys.argv[1:] if argv is None else argv)  # the command, as results.json records it
     return args

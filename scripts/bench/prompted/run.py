@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.core.settings import SERVER_TIMEOUT, TRITON_TIMEOUT
 from scripts.bench.generation.run import own_and_machine
 from scripts.bench.generation.stack_side import serving, sizing_line
 from scripts.bench.load import HttpCaller, Progress, run_calls
@@ -147,6 +148,13 @@ def chain_line(families: Sequence[str]) -> str:
     return ""
 
 
+def deadlines(timeout_s: float) -> list[tuple[str, str]]:
+    """The router's deadlines raised to ``--timeout`` (``--env`` may set them again): at real sizes on
+    a few CPUs, an image takes seconds to tens of seconds, and four in flight wait for each other past
+    the 30 s Triton is given by default."""
+    return [(TRITON_TIMEOUT, f"{timeout_s:g}"), (SERVER_TIMEOUT, f"{timeout_s:g}")]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = plan.parse_args(argv)
     skipped = chain_line(args.families)
@@ -163,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"loading the references ({', '.join(f'{f}: {folders[f]}' for f in folders)}) ...", flush=True)
     references = References(folders, args.reference_threads)
     rows = plan.plan_rows(families, args.concurrency)
-    with serving(args.repository, args.out, args.env) as stack:
+    with serving(args.repository, args.out, deadlines(args.timeout) + list(args.env)) as stack:
         cells, detections = measure(stack, rows, shown, references, models, args)
         sizing = sizing_line(stack)
     found = report.results(rows, cells, models, args, stack.start_to_ping_s or 0.0)

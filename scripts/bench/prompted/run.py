@@ -115,8 +115,8 @@ def calls_of(
 
 
 def measure(stack: Stack, rows, shown, references: References, models, args) -> tuple[dict[str, list[Cell]], dict]:
-    """Warm every row (``--warmup`` calls a client thread), then the interleaved rounds: each step is ``--images`` calls,
-    the photos cycled (the same photos on every row), the CPU read by role around it."""
+    """Warm every row (``--warmup`` calls a client thread), then the interleaved rounds: each step is
+    ``--images`` calls, the photos cycled (the same photos on every row), the CPU read by role around it."""
     calls, detections = calls_of(stack, rows, shown, references, models, args)
     meter = CpuMeter(stack)
     print(f"warming up {len(rows)} rows ({args.warmup} calls a client thread) ...", flush=True)

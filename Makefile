@@ -31,7 +31,7 @@ IMAGE_REPOSITORY ?= models
 # IMAGE_GENERATION=true: the image with torch and transformers, for text2text models (requirements-generation.txt).
 IMAGE_GENERATION ?= false
 
-.PHONY: help run test models test-models deps nginx samples clean bench soak soak-models fuzz audit lint-imports lint podman image image-run docs docs-serve gpu-check bench-text bench-generation bench-chat
+.PHONY: help run test models test-models deps nginx samples clean bench soak soak-models fuzz audit lint-imports lint podman image image-run docs docs-serve gpu-check bench-text bench-generation bench-chat bench-prompted
 
 help:
 	@echo "make run     install, prepare the models (TARGET=$(TARGET), WEIGHTS=$(WEIGHTS)), serve on :$(PORT)"
@@ -45,6 +45,7 @@ help:
 	@echo "make bench-text  the text families on a stack of their own: throughput, router CPU, embeddings vs encode()"
 	@echo "make bench-generation  text2text on a stack of its own (a t5-small-sized T5): tokens/s vs model.generate"
 	@echo "make bench-chat  text_generation on a stack of its own (a 34M Llama): tokens/s vs model.generate, TTFT, ITL"
+	@echo "make bench-prompted  SAM, OWLv2, Grounding DINO at real sizes on a stack of their own: images/s vs transformers"
 	@echo "make soak-models  multi-model load / call / stream / unload cycles (T5 and Llama archives) under CPU load"
 	@echo "make gpu-check  on a GPU machine: the gpu tests and DALI's images/s (WHEELS=dir: offline, from wheels)"
 	@echo "make clean   remove the venv, build/ and the built model files"
@@ -174,6 +175,14 @@ bench-generation: $(VENV)/.serving $(VENV)/.models nginx
 BENCH_CHAT_ARGS ?=
 bench-chat: $(VENV)/.serving $(VENV)/.models nginx
 	$(PY) -m scripts.bench.chat $(BENCH_CHAT_ARGS)
+
+# The prompted image families (prepares build/bench-prompted/: sam-vit-base, OWLv2 base/16 at 960 px and
+# Grounding DINO tiny, random weights, exports of 30-60 s each; starts and stops its own stack on free
+# ports): BENCH_PROMPTED_ARGS="--families sam" for one, "--quick" for fewer images, "--small --quick"
+# for a smoke run on the tiny models. Results: build/bench-prompted/.
+BENCH_PROMPTED_ARGS ?=
+bench-prompted: $(VENV)/.serving $(VENV)/.models nginx samples
+	$(PY) -m scripts.bench.prompted $(BENCH_PROMPTED_ARGS)
 
 # Not part of `make test`. SOAK_ARGS="--duration 30" for a short try; FUZZ_EXAMPLES per operation
 # (schemathesis), V2_FUZZ_EXAMPLES per model (the KServe v2 bodies; make test runs 100).

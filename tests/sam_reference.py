@@ -11,10 +11,11 @@ so that a pixel that differs can be told to sit at the threshold. Tolerances: sc
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pycocotools.mask as coco
+
+from scripts.bench.prompted import references
 
 SCORE_ATOL = 1e-4
 PIXEL_FRACTION = 1e-3
@@ -29,30 +30,18 @@ class Expected:
     scores: np.ndarray  # [masks]
 
 
-class SamReference:
-    def __init__(self, folder: Path) -> None:
-        import torch
-        from transformers import SamModel, SamProcessor
-
-        torch.set_num_threads(1)
-        self.model = SamModel.from_pretrained(str(folder)).eval()
-        self.processor = SamProcessor.from_pretrained(str(folder))
+class SamReference(references.SamReference):
+    """The shared reference (``scripts.bench.prompted.references``), each prompt run alone."""
 
     def prompt(self, image, box=None, points=None, labels=None, multimask: bool = False) -> Expected:
-        import torch
-
         given = {}
         if box is not None:
             given["input_boxes"] = [[list(box)]]
         if points is not None:
             given["input_points"] = [[[list(p) for p in points]]]
             given["input_labels"] = [[list(labels if labels is not None else [1] * len(points))]]
-        inputs = self.processor(images=image, return_tensors="pt", **given)
-        with torch.no_grad():
-            out = self.model(**inputs, multimask_output=multimask)
-        logits = self.processor.post_process_masks(
-            out.pred_masks, inputs["original_sizes"], inputs["reshaped_input_sizes"], binarize=False
-        )[0][0].numpy()
+        masks, out = self.run(image, multimask, binarize=False, **given)
+        logits = masks[0].numpy()
         scores = out.iou_scores[0, 0].numpy()
         order = np.argsort(-scores, kind="stable")
         return Expected(logits[order], scores[order])

@@ -7,58 +7,18 @@ and integration tests').
 The processor answers the boxes in the model's order; the family answers them best first, so the
 reference is sorted by score (a stable sort) before the comparison. Tolerances: the same boxes, in the
 same order, with the same labels; scores within ``SCORE_ATOL``, each coordinate within ``BOX_ATOL`` pixels.
+
+The reference itself is ``scripts.bench.prompted.references.ZsdReference`` (the benchmark times it).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
+
+from scripts.bench.prompted.references import ZsdReference  # noqa: F401 - the tests import it from here
 
 SCORE_ATOL = 1e-4
 BOX_ATOL = 0.05  # pixels
-
-
-class ZsdReference:
-    def __init__(self, folder: Path) -> None:
-        import torch
-        from transformers import AutoModelForZeroShotObjectDetection, AutoProcessor
-
-        torch.set_num_threads(1)
-        self.model = AutoModelForZeroShotObjectDetection.from_pretrained(str(folder)).eval()
-        self.processor = AutoProcessor.from_pretrained(str(folder))
-
-    @property
-    def grounding(self) -> bool:
-        return self.model.config.model_type == "grounding-dino"
-
-    def detect(self, image, labels, threshold: float | None = None, text_threshold: float = 0.25) -> list[dict]:
-        """The answer a caller gets from transformers, best first. ``labels``: a list of labels, or
-        (Grounding DINO) a prompt; ``threshold``: the processor's default unless given."""
-        import torch
-
-        text = labels if isinstance(labels, str) else [list(labels)]
-        inputs = self.processor(images=image, text=text, return_tensors="pt")
-        with torch.no_grad():
-            outputs = self.model(**inputs)
-        size = [(image.height, image.width)]
-        if self.grounding:
-            found = self.processor.post_process_grounded_object_detection(
-                outputs,
-                threshold=0.25 if threshold is None else threshold,
-                text_threshold=text_threshold,
-                target_sizes=size,
-            )[0]
-        else:
-            found = self.processor.post_process_grounded_object_detection(
-                outputs, threshold=0.1 if threshold is None else threshold, target_sizes=size, text_labels=text
-            )[0]
-        scores = found["scores"].numpy()
-        order = np.argsort(-scores, kind="stable")
-        return [
-            {"label": found["text_labels"][i], "score": float(scores[i]), "box": found["boxes"][i].tolist()}
-            for i in order
-        ]
 
 
 def assert_answer(answer: list, expected: list[dict]) -> dict:

@@ -132,6 +132,33 @@ def run_load(call: Callable[[], None], concurrency: int, seconds: float) -> Load
     )
 
 
+def run_calls(calls: Sequence[Callable[[], None]], concurrency: int) -> Load:
+    """Every call once, ``concurrency`` at a time (1: in this thread), each timed; the window is the
+    wall time from the first start to the last end: for rows whose calls take seconds (a fixed count
+    of images, not a fixed time)."""
+    latencies, errors, first_error = [], [0], []
+
+    def one(call: Callable[[], None]) -> None:
+        began = time.perf_counter()
+        try:
+            call()
+        except Exception as error:  # noqa: BLE001 - counted and reported, the row goes on
+            errors[0] += 1
+            first_error.append(f"{type(error).__name__}: {error}"[:300])
+            return
+        latencies.append(time.perf_counter() - began)
+
+    started = time.perf_counter()
+    if concurrency == 1:
+        for call in calls:
+            one(call)
+    else:
+        with ThreadPoolExecutor(concurrency) as pool:
+            list(pool.map(one, calls))
+    wall = time.perf_counter() - started
+    return Load(latencies, errors[0], wall, float(len(latencies)), (first_error or [""])[0])
+
+
 def send_mixed(callers: Sequence[Callable[[], None]], total: int, concurrency: int) -> int:
     """``total`` requests taking the callers in turn, ``concurrency`` at a time; the errors."""
 

@@ -245,7 +245,7 @@ def format_verdicts(verdicts: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def noise_lines(rows: Sequence[Mapping[str, Any]], spread: float = NOISE_SPREAD) -> str:
+def noise_lines(rows: Sequence[Mapping[str, Any]], spread: float = NOISE_SPREAD, unit: str = "texts") -> str:
     """A line for each row whose rounds disagree by more than ``spread``, with the CPU the machine
     spent outside the benchmark in each: what to distrust, and whether the machine says why."""
     lines = []
@@ -255,7 +255,7 @@ def noise_lines(rows: Sequence[Mapping[str, Any]], spread: float = NOISE_SPREAD)
             continue
         outside = ", ".join(_cell(r["outside_cores"], 2) for r in row["by_round"])
         shown = ", ".join(f"{rate * row['texts_per_request']:.1f}" for rate in rates)
-        lines.append(f"noise: {row['key']}: {shown} texts/s by round (outside CPU {outside} cores)")
+        lines.append(f"noise: {row['key']}: {shown} {unit}/s by round (outside CPU {outside} cores)")
     return "\n".join(lines)
 
 

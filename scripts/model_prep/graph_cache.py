@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -67,3 +67,26 @@ def write_version(version: Path, cache: Path, link, graphs: bool, files: Sequenc
     for name in files if graphs else ():
         link(cache / name, version / name)
     shutil.copyfile(model_py, version / "model.py")
+
+
+def export_checked(
+    spec, choice, cache: Path, reexport: bool, step, files: Sequence[str], load: Callable, what: str, export, check
+) -> dict:
+    """The checked graphs ``files`` of (model, weights) in ``cache`` and their report: from the cache
+    when there (not with ``reexport``), else ``load()`` (the model and its processor), ``export(loaded,
+    partial)`` ("exporting ``what`` to ONNX"), ``check(loaded, partial)`` (its diffs and limits; refuses
+    past them), each a step of the output, and the graphs kept."""
+    hit = None if reexport else cached(cache, files)
+    if hit:
+        print(f"[{spec.name}] ONNX export ({choice.describe()}) from the cache: {cache}", flush=True)
+        return hit
+    with step(spec.name, f"loading the model ({choice.describe()})"):
+        loaded = load()
+    partial = cache / "partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    with step(spec.name, f"exporting {what} to ONNX"):
+        export(loaded, partial)
+    with step(spec.name, "checking the export (onnx.checker, pixel_values, ONNX Runtime vs torch)"):
+        diffs, limits = check(loaded, partial)
+    return keep(partial, cache, files, diffs, limits)

@@ -19,7 +19,6 @@ single and multimask, the max difference printed; past the tolerance the export 
 
 from __future__ import annotations
 
-import shutil
 import warnings
 from pathlib import Path
 
@@ -248,27 +247,29 @@ def check(spec: ModelSpec, model: nn.Module, processor, folder: Path, image: np.
 
 def ensure_export(spec: ModelSpec, choice: weights.WeightsChoice, cache: Path, reexport: bool, step) -> dict:
     """The checked graphs of (model, weights) in ``cache`` and their report (from the cache when there)."""
-    from transformers import SamProcessor
+    image = check_image(choice.seed)
 
-    hit = None if reexport else graph_cache.cached(cache, contract.ONNX_FILES)
-    if hit:
-        print(f"[{spec.name}] ONNX export ({choice.describe()}) from the cache: {cache}", flush=True)
-        return hit
-    with step(spec.name, f"loading the model ({choice.describe()})"):
+    def load():
+        from transformers import SamProcessor
+
         model = load_model(spec, choice)
         try:
-            processor = SamProcessor.from_pretrained(str(spec.text.folder))
+            return model, SamProcessor.from_pretrained(str(spec.text.folder))
         except (OSError, ValueError) as error:
             raise ExportError(f"[{spec.name}] {spec.text.folder}: no SamProcessor there: {error}") from None
-    partial = cache / "partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    image = check_image(choice.seed)
-    with step(spec.name, "exporting the image encoder and the prompt encoder + mask decoder to ONNX"):
-        export(model, processor, partial, image)
-    with step(spec.name, "checking the export (onnx.checker, pixel_values, ONNX Runtime vs torch)"):
-        diffs, limits = check(spec, model, processor, partial, image)
-    return graph_cache.keep(partial, cache, contract.ONNX_FILES, diffs, limits)
+
+    return graph_cache.export_checked(
+        spec,
+        choice,
+        cache,
+        reexport,
+        step,
+        contract.ONNX_FILES,
+        load,
+        "the image encoder and the prompt encoder + mask decoder",
+        lambda loaded, partial: export(*loaded, partial, image),
+        lambda loaded, partial: check(spec, *loaded, partial, image),
+    )
 
 
 def write_version(version: Path, cache: Path, link, graphs: bool = True) -> None:

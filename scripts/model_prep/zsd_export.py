@@ -18,7 +18,6 @@ printed; past the tolerance the export is refused in one line.
 from __future__ import annotations
 
 import contextlib
-import shutil
 import warnings
 from pathlib import Path
 
@@ -174,26 +173,30 @@ def check(spec: ModelSpec, model: nn.Module, processor, path: Path, seed: int) -
 
 def ensure_export(spec: ModelSpec, choice: weights.WeightsChoice, cache: Path, reexport: bool, step) -> dict:
     """The checked graph of (model, weights) in ``cache`` and its report (from the cache when there)."""
-    from transformers import AutoProcessor
 
-    hit = None if reexport else graph_cache.cached(cache, contract.ONNX_FILES)
-    if hit:
-        print(f"[{spec.name}] ONNX export ({choice.describe()}) from the cache: {cache}", flush=True)
-        return hit
-    with step(spec.name, f"loading the model ({choice.describe()})"):
+    def load():
+        from transformers import AutoProcessor
+
         model = load_model(spec, choice)
         try:
-            processor = AutoProcessor.from_pretrained(str(spec.text.folder))
+            return model, AutoProcessor.from_pretrained(str(spec.text.folder))
         except (OSError, ValueError) as error:
             raise ExportError(f"[{spec.name}] {spec.text.folder}: no processor there: {error}") from None
-    partial = cache / "partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    with step(spec.name, "exporting the detector to ONNX"):
-        export(spec, model, processor, partial / contract.GRAPH_FILE, check_image(choice.seed, *CHECK_SIZES[0]))
-    with step(spec.name, "checking the export (onnx.checker, pixel_values, ONNX Runtime vs torch)"):
-        diffs, limits = check(spec, model, processor, partial / contract.GRAPH_FILE, choice.seed)
-    return graph_cache.keep(partial, cache, contract.ONNX_FILES, diffs, limits)
+
+    return graph_cache.export_checked(
+        spec,
+        choice,
+        cache,
+        reexport,
+        step,
+        contract.ONNX_FILES,
+        load,
+        "the detector",
+        lambda loaded, partial: export(
+            spec, *loaded, partial / contract.GRAPH_FILE, check_image(choice.seed, *CHECK_SIZES[0])
+        ),
+        lambda loaded, partial: check(spec, *loaded, partial / contract.GRAPH_FILE, choice.seed),
+    )
 
 
 def write_version(version: Path, cache: Path, link, graphs: bool = True) -> None:

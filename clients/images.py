@@ -293,7 +293,8 @@ def xywh2xyxy(boxes: np.ndarray) -> np.ndarray:
 
 def greedy_nms(boxes: np.ndarray, iou_threshold: float, max_keep: int) -> np.ndarray:
     """Indices kept by greedy NMS over xyxy ``boxes`` already sorted best first
-    (torchvision.ops.nms semantics: suppress IoU > threshold), stopping at ``max_keep``."""
+    (torchvision.ops.nms semantics: suppress IoU > threshold, the IoU in the boxes' type compared
+    in float64; an IoU of two empty boxes, 0/0, suppresses nothing), stopping at ``max_keep``."""
     x1, y1, x2, y2 = boxes[:, 0], boxes[:, 1], boxes[:, 2], boxes[:, 3]
     areas = (x2 - x1) * (y2 - y1)
     order = np.arange(boxes.shape[0])
@@ -305,8 +306,9 @@ def greedy_nms(boxes: np.ndarray, iou_threshold: float, max_keep: int) -> np.nda
         w = np.maximum(0.0, np.minimum(x2[i], x2[rest]) - np.maximum(x1[i], x1[rest]))
         h = np.maximum(0.0, np.minimum(y2[i], y2[rest]) - np.maximum(y1[i], y1[rest]))
         inter = w * h
-        iou = inter / (areas[i] + areas[rest] - inter)
-        order = rest[iou <= iou_threshold]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            iou = inter / (areas[i] + areas[rest] - inter)
+        order = rest[~(iou.astype(np.float64) > iou_threshold)]
     return np.asarray(keep, dtype=np.int64)
 
 

@@ -17,12 +17,21 @@ the prompts' order: ``{"mask": <COCO RLE>, "score": <predicted IoU>, "box": [xmi
 ``SamProcessor.post_process_masks(outputs.pred_masks, original_sizes, reshaped_input_sizes)``
 binarised at ``mask_threshold``, as ``pycocotools.mask.encode`` writes it (``clients.rle``).
 
+Without prompts the whole image is segmented as ``pipeline("mask-generation")`` segments it
+(``clients.sam_grid``), with its options (``GRID_OPTIONS``: ``points_per_crop``, ``points_per_batch``,
+``pred_iou_thresh``, ``stability_score_thresh``, ``stability_score_offset``, ``crops_nms_thresh``, and
+``mask_threshold``) and their defaults: the answer is its masks, best score first, each as above (at
+most three a point of the grid). A grid option given with prompts, or ``multimask_output`` without,
+is refused naming it.
+
 Where it runs: the router opens the image's header (the pixel limit, the size as displayed), checks
 the prompts against the image and scales their coordinates to the resized image; the image's bytes
 and the prompts go to one Triton model (``app/triton/sam_model.py``), which decodes and
 pre-processes the image (as the image families' Triton pipeline does) and runs SAM's image encoder
 once and its mask decoder over the prompts; the router scales the low-resolution logits to the
-image (``clients.sam_image``), binarises and encodes them.
+image (``clients.sam_image``), binarises and encodes them. Without prompts the grid's settings go
+instead, and the Triton model runs the whole pipeline (the grid, the decoder batch by batch, the
+filters, the NMS): the masks answered come back, as their RLE.
 """
 
 from __future__ import annotations
@@ -37,10 +46,11 @@ import numpy as np
 
 from app.core import mask_contract as contract
 from app.core.access import MASKS
+from app.core.errors import InvalidInput
 from app.core.family import Counter, Family
 from app.core.spec import SpecError
 from app.core.text_spec import SOURCE_KEY, TextModel, TextSpecError, model_folder
-from clients import images, prompts, rle, sam_image
+from clients import images, prompts, rle, sam_grid, sam_image
 from clients.options import Option
 from clients.vision import EncodedImages
 
@@ -71,13 +81,23 @@ ANSWER = {
 }
 
 
+MULTIMASK_OUTPUT, MASK_THRESHOLD = "multimask_output", "mask_threshold"
+GRID_OPTIONS = tuple(  # pipeline("mask-generation")'s, bounded and defaulted by the contract
+    Option(name, type(contract.GRID_DEFAULTS[name]), *contract.GRID_BOUNDS[name], default=contract.GRID_DEFAULTS[name])
+    for name in contract.GRID_SETTINGS
+    if name != MASK_THRESHOLD
+)
+
+
 @dataclass(frozen=True)
 class Segmented:
-    """What postprocessing needs of one image: its size as displayed and as resized (height, width)."""
+    """What postprocessing needs of one image: its size as displayed and as resized (height, width),
+    and whether it is segmented whole (no prompts)."""
 
     width: int
     height: int
     resized: tuple[int, int]
+    whole: bool = False
 
 
 class MaskGenerationClient(EncodedImages):
@@ -87,12 +107,14 @@ class MaskGenerationClient(EncodedImages):
     RESULT_SCHEMA: ClassVar[Mapping[str, Any]] = {
         "type": "array",
         "description": "mask_generation, for one image: one answer per prompt, in the prompts' order (with "
-        "multimask_output, a list of three per prompt, best score first).",
+        "multimask_output, a list of three per prompt, best score first); without prompts, the whole image's "
+        "masks, best score first (pipeline('mask-generation')).",
         "items": {"oneOf": [ANSWER, {"type": "array", "minItems": 3, "maxItems": 3, "items": ANSWER}]},
     }
     OPTIONS = (
-        Option("multimask_output", bool, default=False),
-        Option("mask_threshold", float, -1000.0, 1000.0, default=0.0),
+        Option(MULTIMASK_OUTPUT, bool, default=False),
+        Option(MASK_THRESHOLD, float, *contract.GRID_BOUNDS[MASK_THRESHOLD], default=0.0),
+        *GRID_OPTIONS,
     )
 
     def configure(self) -> None:
@@ -104,6 +126,17 @@ class MaskGenerationClient(EncodedImages):
     def parse_options(self, payload: Mapping[str, Any]) -> dict[str, Any]:
         options = super().parse_options(payload)
         options["prompts"] = prompts.parse(payload)
+        if options["prompts"]:
+            for option in GRID_OPTIONS:
+                if option.name in payload:
+                    raise InvalidInput(
+                        f"payload.{option.name} applies to the whole image, segmented without boxes or points"
+                    )
+        elif MULTIMASK_OUTPUT in payload:
+            raise InvalidInput(
+                f"payload.{MULTIMASK_OUTPUT} applies to boxes and points: without them the whole image is "
+                "segmented, each point of its grid giving SAM's three masks"
+            )
         return options
 
     def options_from_attributes(self, attributes: Mapping[str, str], where: str) -> dict[str, Any]:
@@ -113,19 +146,30 @@ class MaskGenerationClient(EncodedImages):
         """The encoded bytes (only the header read) and the prompts as SAM's tokens, in the resized image."""
         raw, image = images.open_image(self._encoded(item, where), where, self.settings.max_image_pixels)
         width, height = images.displayed_size(image)
-        prompts.check_within(options["prompts"], width, height, "payload")
         resized = sam_image.resized_size(height, width, self.processing.longest_edge)
+        encoded = np.frombuffer(raw, dtype=np.uint8)
+        if not options["prompts"]:  # the whole image: the grid's settings, no prompt
+            return {
+                contract.IMAGE: encoded,
+                contract.POINTS: np.zeros((0, 0, 2), dtype=np.float32),
+                contract.LABELS: np.zeros((0, 0), dtype=np.int64),
+                contract.GRID: np.array([options[name] for name in contract.GRID_SETTINGS], dtype=np.float64),
+            }, Segmented(width, height, resized, whole=True)
+        prompts.check_within(options["prompts"], width, height, "payload")
         points, labels = prompts.tokens(options["prompts"])
         arrays = {
-            contract.IMAGE: np.frombuffer(raw, dtype=np.uint8),
+            contract.IMAGE: encoded,
             contract.POINTS: sam_image.scale_points(points, (height, width), resized).astype(np.float32),
             contract.LABELS: labels,
+            contract.GRID: np.zeros(0, dtype=np.float64),
         }
         return arrays, Segmented(width, height, resized)
 
     def postprocess(
         self, outputs: Mapping[str, np.ndarray], context: Segmented, options: Mapping[str, Any]
     ) -> list[Any]:
+        if context.whole:
+            return whole_image_answers(outputs, context)
         scores, masks = outputs[contract.IOU_SCORES], outputs[contract.PRED_MASKS]
         tokens = contract.MULTIMASK if options["multimask_output"] else contract.SINGLE
         rows, columns = sam_image.upscaling(
@@ -156,6 +200,19 @@ class MaskGenerationClient(EncodedImages):
             )
             timings[MASKS] = timings.get(MASKS, 0) + answered
         return found
+
+
+def whole_image_answers(outputs: Mapping[str, np.ndarray], context: Segmented) -> list[dict[str, Any]]:
+    """The grid's masks (the Triton model's outputs: kept, best first, their RLE made) as answers."""
+    counts = sam_grid.split_counts(outputs[contract.GRID_RLE], outputs[contract.GRID_RLE_LENGTHS])
+    scores, boxes = outputs[contract.GRID_SCORES], outputs[contract.GRID_BOXES]
+    if not len(counts) == len(scores) == len(boxes):
+        raise RuntimeError(f"{len(counts)} masks, {len(scores)} scores and {len(boxes)} boxes from one grid")
+    size = [context.height, context.width]
+    return [
+        {"mask": {"size": size, "counts": text}, "score": float(score), "box": [int(v) for v in box]}
+        for text, score, box in zip(counts, scores, boxes)
+    ]
 
 
 def complete(raw: Mapping[str, Any], folder: Path, where: str) -> tuple[dict[str, Any], TextModel]:

@@ -10,6 +10,7 @@ Payload fields (``FIELDS``), in the original image's pixels (as displayed):
 
 Each box is a prompt and each list of points is a prompt; given both, there are as many of each and
 prompt i is box i with points i (``SamProcessor``'s ``input_boxes`` and ``input_points`` together).
+Neither is no prompt: the whole image is segmented (``clients.sam_grid``).
 At most ``MAX_PROMPTS`` prompts of ``MAX_POINTS`` points. In the custom-attributes header (a raw
 image body), whose pairs are split at commas, the same fields are numbers separated by spaces,
 prompts by semicolons: ``boxes=10 20 200 300;40 50 90 120``, ``points=100 200 150 250;30 40``
@@ -117,17 +118,14 @@ def _labels(value: Any, points: list, where: str) -> list[tuple[int, ...]]:
 
 
 def parse(payload: Mapping[str, Any], where: str = "payload", limit: int = contract.MAX_PROMPTS) -> tuple[Prompt, ...]:
-    """A payload's prompts; none, or out of bounds, is an InvalidInput naming the field."""
+    """A payload's prompts (none: the whole image); out of bounds is an InvalidInput naming the field."""
     boxes = _boxes(payload[BOXES], f"{where}.{BOXES}") if payload.get(BOXES) is not None else []
     points = _points(payload[POINTS], f"{where}.{POINTS}") if payload.get(POINTS) is not None else []
     if payload.get(POINT_LABELS) is not None and not points:
         raise InvalidInput(f"{where}.{POINT_LABELS} is given without {where}.{POINTS}")
     labels = _labels(payload.get(POINT_LABELS), points, f"{where}.{POINT_LABELS}")
     if not boxes and not points:
-        raise InvalidInput(
-            f"{where}.{BOXES} or {where}.{POINTS} is required: this model segments what its prompts show "
-            "(whole-image mask generation is not served)"
-        )
+        return ()
     if boxes and points and len(boxes) != len(points):
         raise InvalidInput(
             f"{where}.{BOXES} has {len(boxes)} boxes and {where}.{POINTS} {len(points)} prompts: given both, "

@@ -7,7 +7,8 @@ prompt encoder and mask decoder: ``image_embeddings``, ``input_points``, ``input
 ``iou_scores`` and ``pred_masks`` of all four mask tokens: token 0 is ``multimask_output=False``'s
 mask, tokens 1 to 3 ``multimask_output=True``'s). The Triton model decodes the image, pre-processes it
 as ``SamProcessor`` does (``clients.sam_image``), runs the encoder once and the decoder over every
-prompt of the request. A request is one image and its prompts (``max_batch_size`` 0):
+prompt of the request, or over a grid of points (whole-image mask generation, ``clients.sam_grid``). A
+request is one image and its prompts or grid (``max_batch_size`` 0):
 
 - ``image`` ``UINT8 [-1]``: the encoded image (JPEG or PNG);
 - ``input_points`` ``FP32 [prompts, points, 2]``: each prompt's points, in the resized image's pixels
@@ -16,8 +17,15 @@ prompt of the request. A request is one image and its prompts (``max_batch_size`
   ``BOX_TOP_LEFT`` and ``BOX_BOTTOM_RIGHT`` corners, ``NOT_A_POINT``), ``ABSENT`` after a prompt's last
   point (a prompt with fewer points than another: the rows of a request are run in groups of one
   length, since a padding token changes SAM's masks);
+- ``grid`` ``FP64 [settings]``: empty, the prompts are run; else the whole image is segmented
+  (``pipeline("mask-generation")``'s grid of points; ``input_points`` and ``input_labels`` then empty,
+  ``[0, 0, 2]`` and ``[0, 0]``), with the values of ``GRID_SETTINGS`` in their order;
 - out, ``iou_scores`` ``FP32 [prompts, 4]`` and ``pred_masks`` ``FP32 [prompts, 4, h, w]``: the
-  low-resolution mask logits, which the router scales to the image and binarises.
+  low-resolution mask logits, which the router scales to the image and binarises (none for a grid);
+- out, for a grid, its masks kept best first: ``grid_scores`` ``FP32 [masks]`` (SAM's predicted IoU),
+  ``grid_boxes`` ``INT64 [masks, 4]`` (each mask's tight box in the image's pixels), ``grid_rle``
+  ``UINT8 [bytes]`` (their COCO RLE counts, ``clients.rle``, one after the other) and
+  ``grid_rle_lengths`` ``INT64 [masks]`` (each one's length in it); none for prompts.
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ PIXEL_VALUES, IMAGE_EMBEDDINGS = "pixel_values", "image_embeddings"
 POINTS, LABELS = "input_points", "input_labels"
 IOU_SCORES, PRED_MASKS = "iou_scores", "pred_masks"
 IMAGE = "image"
+GRID = "grid"
+GRID_SCORES, GRID_BOXES, GRID_RLE, GRID_RLE_LENGTHS = "grid_scores", "grid_boxes", "grid_rle", "grid_rle_lengths"
 MASK_TOKENS = 4  # token 0: the single mask; 1 to 3: the three of multimask_output
 SINGLE, MULTIMASK = (0,), (1, 2, 3)
 
@@ -40,12 +50,44 @@ ABSENT = -100  # past a prompt's last point (not SAM's: the Triton model drops t
 MAX_PROMPTS = 64
 MAX_POINTS = 16  # points of one prompt, its box's corners not counted
 
+# Whole-image mask generation: pipeline("mask-generation")'s settings, in the grid input's order, with
+# its defaults and the served bounds (points_per_crop: the grid's points a side, at most 3 masks a point).
+GRID_SETTINGS = (
+    "points_per_crop",
+    "points_per_batch",
+    "pred_iou_thresh",
+    "stability_score_thresh",
+    "mask_threshold",
+    "stability_score_offset",
+    "crops_nms_thresh",
+)
+GRID_DEFAULTS = {
+    "points_per_crop": 32,
+    "points_per_batch": 64,
+    "pred_iou_thresh": 0.88,
+    "stability_score_thresh": 0.95,
+    "mask_threshold": 0.0,
+    "stability_score_offset": 1.0,
+    "crops_nms_thresh": 0.7,
+}
+GRID_BOUNDS = {
+    "points_per_crop": (1, 64),
+    "points_per_batch": (1, 256),
+    "pred_iou_thresh": (0.0, 1.0),
+    "stability_score_thresh": (0.0, 1.0),
+    "mask_threshold": (-1000.0, 1000.0),
+    "stability_score_offset": (0.0, 1000.0),
+    "crops_nms_thresh": (0.0, 1.0),
+}
+MAX_GRID_MASKS = 3 * GRID_BOUNDS["points_per_crop"][1] ** 2  # SAM's three masks a point of the largest grid
+
 
 def inputs() -> list[dict]:
     return [
         {"name": IMAGE, "dtype": "UINT8", "dims": [-1]},
         {"name": POINTS, "dtype": "FP32", "dims": [-1, -1, 2]},
         {"name": LABELS, "dtype": "INT64", "dims": [-1, -1]},
+        {"name": GRID, "dtype": "FP64", "dims": [-1]},
     ]
 
 
@@ -53,4 +95,8 @@ def outputs() -> list[dict]:
     return [
         {"name": IOU_SCORES, "dtype": "FP32", "dims": [-1, MASK_TOKENS]},
         {"name": PRED_MASKS, "dtype": "FP32", "dims": [-1, MASK_TOKENS, -1, -1]},
+        {"name": GRID_SCORES, "dtype": "FP32", "dims": [-1]},
+        {"name": GRID_BOXES, "dtype": "INT64", "dims": [-1, 4]},
+        {"name": GRID_RLE, "dtype": "UINT8", "dims": [-1]},
+        {"name": GRID_RLE_LENGTHS, "dtype": "INT64", "dims": [-1]},
     ]

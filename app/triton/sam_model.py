@@ -1,6 +1,10 @@
 """Triton python-backend model of a ``mask_generation`` model (SAM): the image decoded and
 pre-processed as ``SamProcessor`` does it (``clients.sam_image``), the image encoder run once, then
-the prompt encoder and mask decoder over every prompt of the request (``app.core.mask_contract``).
+the prompt encoder and mask decoder over every prompt of the request (``app.core.mask_contract``), or,
+given the ``grid`` settings, over ``pipeline("mask-generation")``'s grid of points, a batch of
+``points_per_batch`` points at a time, each batch's masks filtered as they come and the kept ones NMS'd
+(``clients.sam_grid``): one call from the router, the image's embedding computed once, only the
+masks answered coming back (their COCO RLE).
 
 Copied as ``<model>/1/model.py`` by model preparation; the model's ``model.toml`` (beside this version
 folder) names its Hugging Face folder, whose processor config sets the pre-processing.
@@ -22,10 +26,11 @@ import numpy as np
 from app.core import mask_contract as contract
 from app.core.settings import Settings
 from app.triton.responses import Refused, answer_each
-from clients import images, sam_image
+from clients import images, sam_grid, sam_image
 
 PROVIDERS_PARAMETER = "ort_providers"
 LABELS = (contract.BACKGROUND, contract.FOREGROUND, contract.BOX_TOP_LEFT, contract.BOX_BOTTOM_RIGHT)
+NAMES = (contract.IMAGE, contract.POINTS, contract.LABELS, contract.GRID)  # the inputs
 
 
 def check_prompts(points: np.ndarray, labels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
@@ -100,6 +105,47 @@ class Segmenter:
                 scores[row], masks[row] = iou[0, index], found[0, index]
         return np.stack(scores).astype(np.float32), np.stack(masks).astype(np.float32)
 
+    def generate(self, encoded: bytes, settings: sam_grid.Settings) -> dict[str, np.ndarray]:
+        """Whole-image mask generation: the contract's grid outputs."""
+        pixels = images.decode_item(encoded, self.max_pixels)
+        embeddings, resized = self.embed(pixels)
+        size = pixels.shape[:2]
+        points = sam_grid.grid_points(settings.points_per_crop, size, self.processing.longest_edge)
+        grid = None
+        for start in range(0, len(points), settings.points_per_batch):
+            batch = points[start : start + settings.points_per_batch]
+            pad = np.zeros_like(batch)  # each point alone, SAM's pad point after it
+            labels = np.tile(np.array([contract.FOREGROUND, contract.NOT_A_POINT], dtype=np.int64), (len(batch), 1))
+            scores, masks = self.decode(embeddings, np.stack([batch, pad], axis=1), labels, np.full(len(batch), 2))
+            if grid is None:  # the scaling to the image, once its low-resolution size is known
+                padded = (self.processing.pad_height, self.processing.pad_width)
+                grid = sam_grid.Grid(settings, *sam_image.upscaling(masks.shape[-2:], resized, size, padded))
+            grid.add(scores[:, list(contract.MULTIMASK)], masks[:, list(contract.MULTIMASK)])
+        return grid.best()
+
+
+def no_prompts() -> dict[str, np.ndarray]:
+    """The prompts' outputs of a grid request: none."""
+    return {
+        contract.IOU_SCORES: np.zeros((0, contract.MASK_TOKENS), dtype=np.float32),
+        contract.PRED_MASKS: np.zeros((0, contract.MASK_TOKENS, 0, 0), dtype=np.float32),
+    }
+
+
+def run_request(segmenter: Segmenter, given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One request's outputs: its prompts' masks, or, given grid settings, the whole image's."""
+    encoded, points, labels, grid = (given[name] for name in NAMES)
+    if not grid.size:
+        scores, masks = segmenter.segment(encoded.tobytes(), points, labels)
+        return {contract.IOU_SCORES: scores, contract.PRED_MASKS: masks, **sam_grid.outputs([], [], [])}
+    if points.size or labels.size:
+        raise Refused("input_points and input_labels must be empty when grid is given (the grid is the prompts)")
+    try:
+        settings = sam_grid.Settings.of(grid.reshape(-1))
+    except ValueError as error:
+        raise Refused(str(error)) from None
+    return {**no_prompts(), **segmenter.generate(encoded.tobytes(), settings)}
+
 
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
@@ -119,13 +165,7 @@ class TritonPythonModel:
         )
 
     def execute(self, requests: list) -> list:
-        def run(given):
-            scores, masks = self.segmenter.segment(
-                given[contract.IMAGE].tobytes(), given[contract.POINTS], given[contract.LABELS]
-            )
-            return {contract.IOU_SCORES: scores, contract.PRED_MASKS: masks}
-
-        return answer_each(requests, (contract.IMAGE, contract.POINTS, contract.LABELS), run, "segmentation")
+        return answer_each(requests, NAMES, lambda given: run_request(self.segmenter, given), "segmentation")
 
     def finalize(self) -> None:
         self.segmenter = None

@@ -3,7 +3,8 @@ Triton running app/triton/sam_model.py) against SamModel + SamProcessor: the "sa
 (two tiny SAMs of other seeds), served from a copy of its own. Both request forms (the JSON envelope
 and a raw image body with the prompts in the custom attributes), JSON Lines, callers at once with
 images of their own, /ping, the OpenAPI contract, the per-model metrics, and bad input (400s naming
-the field; the endpoint keeps serving). Tolerances: tests/sam_reference.py."""
+the field; the endpoint keeps serving); without prompts, the whole image against
+pipeline("mask-generation") with the same options. Tolerances: tests/sam_reference.py."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from PIL import Image
 from scripts.devtools import Stack
 from scripts.model_prep.small_models.sets import Built
 from tests.references import served_copy
-from tests.sam_reference import SamReference, assert_answers
+from tests.sam_reference import SamReference, assert_answers, assert_whole_image
 from tests.support import assert_conforms, assert_error, b64, block_photo, post
 
 pytestmark = pytest.mark.integration
@@ -108,12 +109,39 @@ def test_json_lines_and_callers_at_once_are_each_answered_their_own(sam_stack, r
         assert_answers(json.loads(line)["result"], references[model].prompts(decoded(image), boxes=BOXES[:1]), False)
 
 
+# The tiny model's random masks are noisy and mostly span the image: these options keep several of a
+# small grid's (4 x 4 points in batches of 5: the last batch short) through the filters and the NMS.
+WHOLE = {
+    "points_per_crop": 4,
+    "points_per_batch": 5,
+    "pred_iou_thresh": 0.1,
+    "mask_threshold": 0.15,
+    "stability_score_offset": 0.01,
+    "stability_score_thresh": 0.5,
+    "crops_nms_thresh": 0.95,
+}
+
+
+def test_the_whole_image_without_prompts_equals_the_mask_generation_pipeline(sam_stack, references):
+    image = photo(120, 90, 0)
+    answers = result(sam_stack, "sam_other", {"img": b64(image), **WHOLE})
+    expected = references["sam_other"].whole_image(decoded(image), **WHOLE)
+    print(f"whole image: {len(answers)} masks, {assert_whole_image(answers, expected, at_least=3)}")
+    attributes = "modelname=sam_other," + ",".join(f"{name}={value}" for name, value in WHOLE.items())
+    r = post(sam_stack, image, "image/png", attributes)
+    assert r.status_code == 200, r.text[:300]
+    assert r.json()["result"] == answers
+
+
 BAD = [
     ({"boxes": [[10, 20, 5, 30]]}, "payload.boxes[0]"),
     ({"boxes": [[10, 20, 500, 30]]}, "payload.boxes[0]"),
     ({"points": [[[10, 10]], [[20, 20]]], "point_labels": [[1]]}, "payload.point_labels"),
-    ({}, "payload.boxes or payload.points"),
     ({"boxes": [[0, 0, 5, 5]] * 65}, "over the limit of 64"),
+    ({"points_per_crop": 65}, "payload.points_per_crop"),
+    ({"pred_iou_thresh": 2}, "payload.pred_iou_thresh"),
+    ({"boxes": BOXES, "points_per_batch": 8}, "payload.points_per_batch"),
+    ({"multimask_output": True}, "payload.multimask_output"),
 ]
 
 

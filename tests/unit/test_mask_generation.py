@@ -19,7 +19,7 @@ from PIL import Image
 from app.core import mask_contract as contract
 from app.core.errors import InvalidInput, InvalidItem
 from app.core.settings import Settings
-from app.triton.sam_model import Refused, Segmenter, check_prompts
+from app.triton.sam_model import Refused, Segmenter, check_prompts, run_request
 from clients import sam_image
 from clients.families import load_spec, make_client
 from scripts.model_prep.small_models.sets import Built
@@ -46,20 +46,21 @@ class SegmenterTriton:
         self.segmenters: dict[str, Segmenter] = {}
         self.calls = 0
 
-    def infer(self, model, inputs, output_names, version=None):
+    def segmenter(self, model: str) -> Segmenter:
         if model not in self.segmenters:
             spec = load_spec(self.repository / model)
             self.segmenters[model] = Segmenter(
                 spec.text.folder, self.repository / model / "1", 1, ["CPUExecutionProvider"], 1_000_000
             )
+        return self.segmenters[model]
+
+    def infer(self, model, inputs, output_names, version=None):
+        segmenter = self.segmenter(model)
         self.calls += 1
         try:
-            scores, masks = self.segmenters[model].segment(
-                inputs[contract.IMAGE].tobytes(), inputs[contract.POINTS], inputs[contract.LABELS]
-            )
+            return run_request(segmenter, inputs), "1"
         except InvalidItem as error:  # as clients.triton turns Triton's INVALID_ARG into it
             raise InvalidItem(0, error.message) from None
-        return {contract.IOU_SCORES: scores, contract.PRED_MASKS: masks}, "1"
 
 
 @pytest.fixture(scope="module")
@@ -179,11 +180,21 @@ BAD = [
     ({"points": [[[10, 10], [5, 5]]], "point_labels": [[1]]}, "payload.point_labels", "shaped as points"),
     ({"points": [[[10, 10]]], "point_labels": [[2]]}, "payload.point_labels[0]", "1 (foreground) or 0"),
     ({"points": [[[10, 500]]]}, "payload.points[0]", "outside the image"),
-    ({}, "payload.boxes or payload.points", "required"),
     ({"point_labels": [[1]]}, "payload.point_labels", "without"),
     ({"boxes": [[0, 0, 5, 5]] * (contract.MAX_PROMPTS + 1)}, "payload", f"limit of {contract.MAX_PROMPTS}"),
     ({"boxes": [[0, 0, 5, 5]] * 2, "points": [[[1, 1]]]}, "payload.boxes", "prompt i is box i"),
     ({"boxes": [[0, 0, 5, 5]], "multimask_output": "yes"}, "payload.multimask_output", ""),
+    ({"boxes": [[0, 0, 5, 5]], "points_per_crop": 4}, "payload.points_per_crop", "whole image"),
+    ({"points": [[1, 1]], "crops_nms_thresh": 0.5}, "payload.crops_nms_thresh", "whole image"),
+    ({"multimask_output": False}, "payload.multimask_output", "boxes and points"),
+    ({"points_per_crop": 65}, "payload.points_per_crop", "between 1 and 64"),
+    ({"points_per_crop": 2.5}, "payload.points_per_crop", "integer"),
+    ({"points_per_batch": 0}, "payload.points_per_batch", "between 1 and 256"),
+    ({"pred_iou_thresh": 1.5}, "payload.pred_iou_thresh", "between 0 and 1"),
+    ({"stability_score_thresh": -0.5}, "payload.stability_score_thresh", "between 0 and 1"),
+    ({"stability_score_offset": -1}, "payload.stability_score_offset", "between 0 and 1000"),
+    ({"crops_nms_thresh": "high"}, "payload.crops_nms_thresh", "a number"),
+    ({"crops_n_layers": 1}, "payload.crops_n_layers", "not an option"),
 ]
 
 
@@ -227,3 +238,69 @@ def test_the_triton_model_refuses_values_the_router_would_not_send():
     with pytest.raises(Refused, match="within the resized image"):
         check_prompts(points + 11, np.array([[1, contract.NOT_A_POINT]]), (10, 10))
     assert check_prompts(points, np.array([[1, contract.ABSENT]]), (10, 10)).tolist() == [1]
+
+
+class Counted:
+    """An ONNX Runtime session whose runs are counted."""
+
+    def __init__(self, session) -> None:
+        self.session, self.runs = session, 0
+
+    def run(self, *args, **kwargs):
+        self.runs += 1
+        return self.session.run(*args, **kwargs)
+
+
+WHOLE = {  # options under which several of the tiny model's masks survive (its random masks are noisy)
+    "points_per_crop": 4,
+    "pred_iou_thresh": 0.1,
+    "mask_threshold": 0.1,
+    "stability_score_offset": 0.01,
+    "stability_score_thresh": 0.5,
+    "crops_nms_thresh": 1.0,
+}
+
+
+def test_the_whole_image_is_one_call_one_embedding_and_its_batches_change_nothing(client, triton):
+    from tests.sam_reference import mask_of
+
+    image = photo(120, 90, seed=7)
+    answers = {}
+    for per_batch in (1, 16):
+        before = triton.calls
+        answers[per_batch], _ = client.inference({"img": b64(image), **WHOLE, "points_per_batch": per_batch})
+        segmenter = triton.segmenter("sam_tiny")
+        assert triton.calls - before == 1
+        if per_batch == 1:  # from the second call on, the encoder's and the decoder's runs are counted
+            segmenter.encoder, segmenter.decoder = Counted(segmenter.encoder), Counted(segmenter.decoder)
+    assert (segmenter.encoder.runs, segmenter.decoder.runs) == (1, 1)  # 16 points, one batch
+    one, all_at_once = answers[1], answers[16]
+    assert 3 <= len(one) == len(all_at_once) <= 3 * 16
+    for a, b in zip(one, all_at_once):
+        assert abs(a["score"] - b["score"]) <= 1e-5 and a["box"] == b["box"]
+        assert (mask_of(a) != mask_of(b)).mean() <= 1e-3
+        ys, xs = np.nonzero(mask_of(a))
+        assert a["mask"]["size"] == [90, 120] and a["box"] == [xs.min(), ys.min(), xs.max(), ys.max()]
+    assert [a["score"] for a in one] == sorted((a["score"] for a in one), reverse=True)
+    attributes = {name: str(value) for name, value in WHOLE.items()}
+    header = client.options_from_attributes(attributes, "X-Amzn-SageMaker-Custom-Attributes")
+    assert header == WHOLE
+    assert client.inference({"img": image, **header})[0] == all_at_once
+
+
+def test_the_triton_model_refuses_a_grid_it_cannot_run(triton):
+    segmenter = triton.segmenter("sam_tiny")
+    settings = np.array([contract.GRID_DEFAULTS[n] for n in contract.GRID_SETTINGS], dtype=np.float64)
+    given = {
+        contract.IMAGE: np.frombuffer(photo(), dtype=np.uint8),
+        contract.POINTS: np.zeros((1, 2, 2), dtype=np.float32),
+        contract.LABELS: np.array([[1, contract.NOT_A_POINT]]),
+        contract.GRID: settings,
+    }
+    with pytest.raises(Refused, match="must be empty when grid is given"):
+        run_request(segmenter, given)
+    given[contract.POINTS], given[contract.LABELS] = np.zeros((0, 0, 2), np.float32), np.zeros((0, 0), np.int64)
+    with pytest.raises(Refused, match="grid points_per_crop must be an integer from 1 to 64"):
+        run_request(segmenter, {**given, contract.GRID: np.concatenate([[100.0], settings[1:]])})
+    with pytest.raises(Refused, match="grid must hold 7 values"):
+        run_request(segmenter, {**given, contract.GRID: settings[:3]})

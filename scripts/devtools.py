@@ -5,6 +5,7 @@ NGINX) or Triton alone started on free ports, the free-port search, process help
 from __future__ import annotations
 
 import http.client
+import json
 import math
 import os
 import signal
@@ -281,9 +282,24 @@ class Stack:
         return [kid for master in self.pids()["router"][:1] for kid in children_of(master)]
 
     def log_tail(self, lines: int = 60) -> str:
+        """The log's last lines, a run of one repeated message (the router's pings while Triton loads)
+        shown once with its count, so that what Triton said before it ended stays in view."""
         if self.log_path is None or not self.log_path.exists():
             return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        kept: list[str] = []
+        last, repeated = None, 0
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            message = _message(line)
+            if message == last:
+                repeated += 1
+                continue
+            if repeated:
+                kept.append(f"... the line above {repeated} more times")
+            kept.append(line)
+            last, repeated = message, 0
+        if repeated:
+            kept.append(f"... the line above {repeated} more times")
+        return "\n".join(kept[-lines:])
 
     def stop(self) -> int | None:
         """SIGTERM, then wait for ``serve`` to exit; its exit status."""
@@ -317,3 +333,12 @@ class Stack:
         if self._log is not None:
             self._log.close()
         return self.proc.returncode
+
+
+def _message(line: str) -> str:
+    """A JSON log line's message (its time and process left out), else the line."""
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return line
+    return str(entry.get("message", line)) if isinstance(entry, dict) else line

@@ -167,6 +167,6 @@ FAMILY = Family(
     client=GroundedSegmentationClient,
     complete=complete,
     export="scripts.model_prep.grounded_export:GROUNDED",
-    chains=True,
+    parts=tuple(PARTS),
     loop=True,
 )

@@ -6,7 +6,8 @@ detector's, then SAM's with the detector's boxes); both request forms; JSON Line
 each with an image of its own; bad input (400s naming the field; the endpoint keeps serving); /ping
 and the OpenAPI contract. And on a multi-model endpoint: the repository packaged as ``package-models
 --per-model`` packages it, each archive extracted where SageMaker puts it; the detector's, SAM's and the
-chain's (which carries its two models) loaded, invoked by TargetModel and unloaded. Tolerances: the references' (labels exact, scores 1e-4, boxes 0.05 pixel;
+chain's (which carries its two models) loaded, invoked by TargetModel and unloaded, the Detections and
+Masks metric filters applied to the access lines they wrote. Tolerances: the references' (labels exact, scores 1e-4, boxes 0.05 pixel;
 masks: at most 0.1 % of the pixels differ, where the reference's logit is within 1e-4 of the
 threshold)."""
 
@@ -27,9 +28,11 @@ from scripts.devtools import Stack
 from scripts.model_prep import cli as prepare_models
 from scripts.model_prep.small_models.sets import Built
 from scripts.sagemaker import package_models
+from scripts.sagemaker.filter_pattern import publish
+from scripts.sagemaker.model_metrics import MULTI_MODEL, metric_filters
 from tests.grounded_reference import check_against_references
 from tests.sam_reference import SamReference, assert_answers
-from tests.support import assert_conforms, assert_error, b64, block_photo, post
+from tests.support import access_lines, assert_conforms, assert_error, b64, block_photo, post
 from tests.zsd_reference import ZsdReference, assert_answer
 
 pytestmark = pytest.mark.integration
@@ -38,6 +41,7 @@ CHAIN = "gdino_sam"
 PARTS = {"gdino_tiny": "zsd", "sam_tiny": "sam"}  # each model as its set prepared it, by name
 LABELS = ["a cat", "a remote control"]
 THRESHOLD = 0.6  # the tiny random detector's scores spread over about 0.3 to 0.7
+ENDPOINT = "prompted"  # the multi-model endpoint's name, on its access lines
 
 
 @pytest.fixture(scope="module")
@@ -150,10 +154,24 @@ def invoke(mme: Stack, name: str, payload: dict, request_id: str = "") -> reques
     return requests.post(f"{mme.url}/models/{name}/invoke", json={"payload": payload}, headers=headers, timeout=60)
 
 
+def published(mme: Stack, request_ids: set[str]) -> dict[str, dict[str, float]]:
+    """What the Detections and Masks filters deploy makes publish from each request's access line, by
+    request id (each the name of the model it invoked, whose archive is the Model dimension)."""
+    filters = {f["metricTransformations"][0]["metricName"]: f for f in metric_filters(ENDPOINT, MULTI_MODEL)}
+    found: dict[str, dict[str, float]] = {}
+    for rid, raw in access_lines(mme, request_ids).items():
+        for metric in ("Detections", "Masks"):
+            for one in publish(filters[metric], raw):
+                assert one.dimensions == {"EndpointName": ENDPOINT, "Model": f"{rid}.tar.gz"}, one
+                found.setdefault(rid, {})[metric] = one.value
+    return found
+
+
 def test_the_detector_sam_and_the_chain_load_answer_and_unload_on_a_multi_model_endpoint(
     repository, references, tmp_path_factory, stopping
 ):
-    """Each archive loaded, invoked and unloaded; the chain's answer the two references'."""
+    """Each archive loaded, invoked and unloaded; the chain's answer the two references'; the per-model
+    Detections and Masks metrics published from the access lines as CloudWatch would."""
     archives = extracted_archives(repository, tmp_path_factory.mktemp("opt-ml-models"))
     assert {name: members for name, (members, _) in archives.items()} == {
         CHAIN: {CHAIN, *PARTS},  # the chain carries its two models
@@ -162,7 +180,7 @@ def test_the_detector_sam_and_the_chain_load_answer_and_unload_on_a_multi_model_
     }
     logs = tmp_path_factory.mktemp("grounded-mme-logs")
     state = logs / "state"
-    env = {"SAGEMAKER_MULTI_MODEL": "true", "MULTI_MODEL_DIR": str(state)}
+    env = {"SAGEMAKER_MULTI_MODEL": "true", "MULTI_MODEL_DIR": str(state), "ENDPOINT_NAME": ENDPOINT}
     mme = Stack(logs, env_extra=env).start(logs)
     stopping.append(mme)
     mme.wait_healthy()
@@ -182,7 +200,14 @@ def test_the_detector_sam_and_the_chain_load_answer_and_unload_on_a_multi_model_
         masks = invoke(mme, "sam_tiny", {"img": b64(image), "boxes": boxes})
         assert masks.status_code == 200, masks.text[:500]
         assert_answers(masks.json()["result"], references["sam"].prompts(pixels, boxes=boxes), False)
-        assert 'router_masks_total{model="sam_tiny"}' in requests.get(f"{mme.url}/metrics", timeout=30).text
+        found = len(chained.json()["result"])
+        assert published(mme, {CHAIN, *PARTS}) == {
+            CHAIN: {"Detections": found, "Masks": found},
+            "gdino_tiny": {"Detections": len(detected.json()["result"])},
+            "sam_tiny": {"Masks": len(boxes)},
+        }
+        metrics = requests.get(f"{mme.url}/metrics", timeout=30).text
+        assert f'router_masks_total{{model="{CHAIN}"}} {float(found)}' in metrics, metrics
         for name in archives:
             assert requests.delete(f"{mme.url}/models/{name}", timeout=60).status_code == 200
         gone = invoke(mme, CHAIN, {"img": b64(image), "labels": LABELS})

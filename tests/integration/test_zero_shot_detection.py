@@ -146,12 +146,15 @@ def test_bad_input_is_a_400_naming_the_field_and_the_endpoint_keeps_serving(zsd_
     assert result(zsd_stack, "owlv2_tiny", {"img": image, "labels": LABELS}) is not None
 
 
-def test_the_requests_are_counted_by_model(zsd_stack):
-    result(zsd_stack, "owlvit_tiny", {"img": b64(photo(140, 90, 0)), "labels": LABELS})
-    metrics = requests.get(f"{zsd_stack.url}/metrics", timeout=10).text
-    counted = [
-        line
-        for line in metrics.splitlines()
-        if line.startswith("router_requests_total{") and 'model="owlvit_tiny"' in line and 'status="200"' in line
-    ]
-    assert counted and float(counted[0].split()[-1]) >= 1, counted
+def counted(stack: Stack, metric: str, model: str) -> float:
+    """A counter's value for the model, as /metrics answers it (0 before its first count)."""
+    text = requests.get(f"{stack.url}/metrics", timeout=10).text
+    lines = [line for line in text.splitlines() if line.startswith(f"{metric}{{") and f'model="{model}"' in line]
+    return sum(float(line.split()[-1]) for line in lines)
+
+
+def test_the_requests_and_their_detections_are_counted_by_model(zsd_stack):
+    before = counted(zsd_stack, "router_detections_total", "owlvit_tiny")
+    answer = result(zsd_stack, "owlvit_tiny", {"img": b64(photo(140, 90, 0)), "labels": LABELS})
+    assert counted(zsd_stack, "router_requests_total", "owlvit_tiny") >= 1
+    assert counted(zsd_stack, "router_detections_total", "owlvit_tiny") - before == len(answer) > 0

@@ -49,6 +49,8 @@ def test_every_field_a_filter_reads_is_one_the_router_writes():
         access.GENERATED_TOKENS,
         access.TIME_TO_FIRST_TOKEN,
         access.TOKENS_PER_SECOND,
+        access.DETECTIONS,
+        access.MASKS,
         *(access.stage_field(s) for s in access.STAGES),
     }
     for form in (REAL_TIME, MULTI_MODEL):
@@ -187,3 +189,27 @@ def test_a_streamed_generations_line_publishes_its_time_to_first_token_and_rate(
     assert (first.value, rate.value) == (0.042, 73.5) and first.dimensions == {"EndpointName": "mm", "Model": "chat"}
     del line[access.TIME_TO_FIRST_TOKEN], line[access.TOKENS_PER_SECOND]  # a request of another family
     assert publish(filters["mm/TimeToFirstToken"], json.dumps(line)) == []
+
+
+def test_a_chains_line_publishes_its_detections_and_masks_on_a_multi_model_endpoint():
+    from scripts.sagemaker.filter_pattern import publish
+
+    filters = {f["filterName"]: f for f in metric_filters("mm", MULTI_MODEL)}
+    line = {
+        access.LOGGER_FIELD: access.LOGGER,
+        access.METHOD: "POST",
+        access.PATH: "/models/grounded/invoke",
+        access.MODEL: "grounded",
+        access.TARGET_MODEL: "grounded.tar.gz",
+        access.ENDPOINT: "mm",
+        access.STATUS: 200,
+        access.DURATION_MS: 120.0,
+        access.DETECTIONS: 3,
+        access.MASKS: 3,
+    }
+    for name in ("mm/Detections", "mm/Masks"):
+        [published] = publish(filters[name], json.dumps(line))
+        assert published.value == 3 and published.dimensions == {"EndpointName": "mm", "Model": "grounded.tar.gz"}
+    del line[access.DETECTIONS]  # SAM's line: masks, no detections
+    assert publish(filters["mm/Detections"], json.dumps(line)) == []
+    assert publish(filters["mm/Masks"], json.dumps(line))[0].value == 3

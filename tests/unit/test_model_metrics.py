@@ -148,20 +148,25 @@ def test_the_dry_run_of_a_deploy_without_metrics_prints_nothing_to_create(capsys
     assert "--no-model-metrics makes none" in capsys.readouterr().err
 
 
+def answered_line(model: str, duration_ms: float, **fields) -> dict:
+    """A 200's access line of ``POST /invocations`` on endpoint mm, with ``fields`` (access's names) added."""
+    return {
+        access.LOGGER_FIELD: access.LOGGER,
+        access.METHOD: "POST",
+        access.PATH: "/invocations",
+        access.MODEL: model,
+        access.ENDPOINT: "mm",
+        access.STATUS: 200,
+        access.DURATION_MS: duration_ms,
+        **fields,
+    }
+
+
 def test_the_generated_tokens_filter_publishes_a_text2text_lines_count_and_nothing_for_other_lines():
     from scripts.sagemaker.filter_pattern import publish
 
     [tokens] = [f for f in metric_filters("mm", REAL_TIME) if f["filterName"] == "mm/GeneratedTokens"]
-    line = {
-        access.LOGGER_FIELD: access.LOGGER,
-        access.METHOD: "POST",
-        access.PATH: "/invocations",
-        access.MODEL: "t5",
-        access.ENDPOINT: "mm",
-        access.STATUS: 200,
-        access.DURATION_MS: 41.5,
-        access.GENERATED_TOKENS: 17,
-    }
+    line = answered_line("t5", 41.5, **{access.GENERATED_TOKENS: 17})
     [published] = publish(tokens, json.dumps(line))
     assert published.value == 17 and published.dimensions == {"EndpointName": "mm", "Model": "t5"}
     del line[access.GENERATED_TOKENS]  # a request of another family
@@ -172,18 +177,11 @@ def test_a_streamed_generations_line_publishes_its_time_to_first_token_and_rate(
     from scripts.sagemaker.filter_pattern import publish
 
     filters = {f["filterName"]: f for f in metric_filters("mm", REAL_TIME)}
-    line = {
-        access.LOGGER_FIELD: access.LOGGER,
-        access.METHOD: "POST",
-        access.PATH: "/invocations",
-        access.MODEL: "chat",
-        access.ENDPOINT: "mm",
-        access.STATUS: 200,
-        access.DURATION_MS: 910.0,
-        access.GENERATED_TOKENS: 64,
-        access.TIME_TO_FIRST_TOKEN: 0.042,
-        access.TOKENS_PER_SECOND: 73.5,
-    }
+    line = answered_line(
+        "chat",
+        910.0,
+        **{access.GENERATED_TOKENS: 64, access.TIME_TO_FIRST_TOKEN: 0.042, access.TOKENS_PER_SECOND: 73.5},
+    )
     [first] = publish(filters["mm/TimeToFirstToken"], json.dumps(line))
     [rate] = publish(filters["mm/GenerationTokensPerSecond"], json.dumps(line))
     assert (first.value, rate.value) == (0.042, 73.5) and first.dimensions == {"EndpointName": "mm", "Model": "chat"}
@@ -195,18 +193,8 @@ def test_a_chains_line_publishes_its_detections_and_masks_on_a_multi_model_endpo
     from scripts.sagemaker.filter_pattern import publish
 
     filters = {f["filterName"]: f for f in metric_filters("mm", MULTI_MODEL)}
-    line = {
-        access.LOGGER_FIELD: access.LOGGER,
-        access.METHOD: "POST",
-        access.PATH: "/models/grounded/invoke",
-        access.MODEL: "grounded",
-        access.TARGET_MODEL: "grounded.tar.gz",
-        access.ENDPOINT: "mm",
-        access.STATUS: 200,
-        access.DURATION_MS: 120.0,
-        access.DETECTIONS: 3,
-        access.MASKS: 3,
-    }
+    line = answered_line("grounded", 120.0, **{access.DETECTIONS: 3, access.MASKS: 3})
+    line |= {access.PATH: "/models/grounded/invoke", access.TARGET_MODEL: "grounded.tar.gz"}
     for name in ("mm/Detections", "mm/Masks"):
         [published] = publish(filters[name], json.dumps(line))
         assert published.value == 3 and published.dimensions == {"EndpointName": "mm", "Model": "grounded.tar.gz"}

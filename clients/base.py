@@ -349,14 +349,13 @@ class ModelClient(ABC, Generic[Context]):
                     for (index, _, _), (_, context), found in zip(chunk, prepared, each):
                         results[index].append(_blamed(index, route.finish, found, context, works[index].options))
                         served[index] = answered
-        for found in results if timings is not None else ():
-            for key, count in (pair for result in found for pair in self.counted(result).items()):
-                timings[key] = timings.get(key, 0) + count
+        counts = (pair for found in results for result in found for pair in self.counted(result).items())
+        for key, count in counts if timings is not None else ():
+            timings[key] = timings.get(key, 0) + count
         return [(found[0] if work.single else found, version) for work, found, version in zip(works, results, served)]
 
     def counted(self, result: Any) -> Mapping[str, int]:
-        """What one item's result counts for the family's own metrics (``Family.counters``: masks,
-        detections), by the counter's key; nothing by default."""
+        """One item's result's counts for the family's ``Family.counters`` (masks), by key; none by default."""
         return {}
 
     def inference(

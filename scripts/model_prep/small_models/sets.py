@@ -43,6 +43,7 @@ DEFAULT_ROOT = PROJECT_ROOT / "build" / "small-models"
 KEY_SOURCES = ("scripts/model_prep", "app/core", "app/triton", "clients")
 KEY_PACKAGES = ("torch", "transformers", "tokenizers", "onnx", "onnxruntime")
 COMPLETE = "BUILT.json"  # written last: a folder without it is a build that did not finish
+STALE_S = 24 * 3600  # another key's build unused this long is removed after a build
 
 
 @dataclass(frozen=True)
@@ -259,19 +260,29 @@ def build(target: Path, log: Callable[[str], None] = print) -> None:
 def ensure(root: Path | None = None, rebuild: bool = False, log: Callable[[str], None] = print) -> Built:
     """The built sets of this content's key under ``root`` (default: $TEST_SMALL_MODELS, else
     build/small-models), built first where they are missing (or with ``rebuild``). A file lock makes
-    processes asking at once wait for one build; other keys' folders are removed after a build."""
+    processes asking at once wait for one build; other keys' folders unused for a day are removed after a build."""
     root = (root or default_root()).resolve()
     key = content_key()
     built = Built(root / key, key)
     if built.complete and not rebuild:
+        (root / f"{key}.lock").touch()  # asked for now: not stale
         return built
     root.mkdir(parents=True, exist_ok=True)
     with open(root / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if rebuild or not built.complete:
             build(built.path, log)
-            for stale in root.iterdir():
-                if stale.is_dir() and stale.name != key:
-                    shutil.rmtree(stale, ignore_errors=True)
-                    (root / f"{stale.name}.lock").unlink(missing_ok=True)
+            _remove_stale(root, key)
     return built
+
+
+def _remove_stale(root: Path, key: str) -> None:
+    """Other keys' folders not asked for in a day (``STALE_S``): checkouts of other revisions that share
+    this root (a second worktree, a branch under test) keep theirs while they use them."""
+    for stale in root.iterdir():
+        if not stale.is_dir() or stale.name == key:
+            continue
+        lock = root / f"{stale.name}.lock"
+        if time.time() - (lock if lock.exists() else stale).stat().st_mtime > STALE_S:
+            shutil.rmtree(stale, ignore_errors=True)
+            lock.unlink(missing_ok=True)

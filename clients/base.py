@@ -312,7 +312,8 @@ class ModelClient(ABC, Generic[Context]):
         of all their items would. An error that one work's item caused is raised as ``WorkFailed``
         naming that work; one that no item caused (Triton unavailable, a timeout) as it is.
         ``deadline`` (``time.monotonic()``) is checked before each Triton call. ``timings``, when
-        given, gets the seconds spent in ``preprocess``, ``triton`` and ``postprocess``.
+        given, gets the seconds spent in ``preprocess``, ``triton`` and ``postprocess``, and the
+        family's counts of what it answered (``counted``: its ``Family.counters``).
         """
         results: list[list[Any]] = [[] for _ in works]
         served = [work.version or "" for work in works]
@@ -348,7 +349,14 @@ class ModelClient(ABC, Generic[Context]):
                     for (index, _, _), (_, context), found in zip(chunk, prepared, each):
                         results[index].append(_blamed(index, route.finish, found, context, works[index].options))
                         served[index] = answered
+        counts = (pair for found in results for result in found for pair in self.counted(result).items())
+        for key, count in counts if timings is not None else ():
+            timings[key] = timings.get(key, 0) + count
         return [(found[0] if work.single else found, version) for work, found, version in zip(works, results, served)]
+
+    def counted(self, result: Any) -> Mapping[str, int]:
+        """One item's result's counts for the family's ``Family.counters`` (masks), by key; none by default."""
+        return {}
 
     def inference(
         self,

@@ -33,15 +33,23 @@ from typing import Any, ClassVar
 import numpy as np
 
 from app.core import grounded_contract as contract
+from app.core.access import DETECTIONS, MASKS
 from app.core.family import Family
 from app.core.spec import SPEC_FILE, ModelSpec, read_spec
 from app.core.text_spec import TextSpecError
 from clients import mask_generation, sam_image, zero_shot_detection
 from clients.mask_generation import ANSWER as MASK_ANSWER
-from clients.mask_generation import MaskGenerationClient, Segmented
+from clients.mask_generation import MASKS_COUNTER, MaskGenerationClient, Segmented
 from clients.vision import EncodedImages
 from clients.zero_shot_detection import ANSWER as BOX_ANSWER
-from clients.zero_shot_detection import LABELS, TEXT, TEXT_THRESHOLD, Shown, ZeroShotDetectionClient
+from clients.zero_shot_detection import (
+    DETECTIONS_COUNTER,
+    LABELS,
+    TEXT,
+    TEXT_THRESHOLD,
+    Shown,
+    ZeroShotDetectionClient,
+)
 
 MASK_THRESHOLD = "mask_threshold"
 PARTS = {contract.DETECTOR: ZeroShotDetectionClient, contract.SEGMENTER: MaskGenerationClient}
@@ -131,6 +139,10 @@ class GroundedSegmentationClient(EncodedImages):
         resized = sam_image.resized_size(shown.height, shown.width, self.segmenter.processing.longest_edge)
         return arrays, Found(shown, Segmented(shown.width, shown.height, resized))
 
+    def counted(self, result: list) -> Mapping[str, int]:
+        """The detections answered for one image, each with its mask (router_detections, router_masks)."""
+        return {DETECTIONS: len(result), MASKS: len(result)}
+
     def postprocess(self, outputs: Mapping[str, np.ndarray], context: Found, options: Mapping[str, Any]) -> list:
         found = self.detector.postprocess(outputs, context.shown, options)
         if len(found) != len(outputs[contract.IOU_SCORES]):
@@ -167,6 +179,7 @@ FAMILY = Family(
     client=GroundedSegmentationClient,
     complete=complete,
     export="scripts.model_prep.grounded_export:GROUNDED",
-    chains=True,
+    parts=tuple(PARTS),
+    counters=(DETECTIONS_COUNTER, MASKS_COUNTER),
     loop=True,
 )

@@ -54,6 +54,8 @@ from clients import images, prompts, rle, sam_grid, sam_image
 from clients.options import Option
 from clients.vision import EncodedImages
 
+# The masks answered, by model: SAM's, and a grounded_segmentation chain's (one a detection).
+MASKS_COUNTER = Counter(MASKS, "router_masks", "Masks answered (mask_generation, grounded_segmentation), by model.")
 ANSWER = {
     "type": "object",
     "required": ["mask", "score", "box"],
@@ -189,17 +191,9 @@ class MaskGenerationClient(EncodedImages):
             answers.append(found if options["multimask_output"] else found[0])
         return answers
 
-    def run(self, works, timings: dict[str, float] | None = None, deadline: float | None = None):
-        found = super().run(works, timings, deadline)
-        if timings is not None:  # the masks answered, for the metrics (router_masks)
-            answered = sum(
-                len(answer) if isinstance(answer, list) else 1
-                for work, (result, _) in zip(works, found)
-                for image in ([result] if work.single else result)
-                for answer in image
-            )
-            timings[MASKS] = timings.get(MASKS, 0) + answered
-        return found
+    def counted(self, result: list[Any]) -> Mapping[str, int]:
+        """The masks answered for one image (router_masks): one a prompt, or each of its multimask list."""
+        return {MASKS: sum(len(answer) if isinstance(answer, list) else 1 for answer in result)}
 
 
 def whole_image_answers(outputs: Mapping[str, np.ndarray], context: Segmented) -> list[dict[str, Any]]:
@@ -260,5 +254,5 @@ FAMILY = Family(
     complete=complete,
     export="scripts.model_prep.sam_export:SAM",
     loop=True,
-    counters=(Counter(MASKS, "router_masks", "Masks answered by mask_generation models, by model."),),
+    counters=(MASKS_COUNTER,),
 )

@@ -5,7 +5,10 @@ with a 4xx/5xx), unload it after the requests in flight, and hold a loaded model
 uses it (``serving``, the ``ModelRepository`` question the single-model ``Registry`` answers too).
 The state is shared by the router's workers through ``app.core.model_store.ModelStore``; each worker
 keeps the clients it built, keyed by the load they belong to. A model folder with a ``model.toml``
-gets its family's client; a plain Triton model is served through KServe v2 only.
+gets its family's client; a plain Triton model is served through KServe v2 only. A chain's archive
+(``grounded_segmentation``) carries the models its model.toml names: they are linked beside it under
+its prefix, the chain's model.toml naming them by those names, and only the chain is loaded into
+Triton (it opens their graphs itself).
 """
 
 from __future__ import annotations
@@ -34,12 +37,13 @@ from app.core.model_store import (
     own_name,
     triton_names,
 )
+from app.core.named_models import named_models, renamed
 from app.core.procfs import available_memory, oom_kills, process_tree_memory
 from app.core.settings import MODEL_LOAD_TIMEOUT, Settings
 from app.core.spec import SpecError
 from clients import sized_configs
 from clients.base import ModelClient, Triton
-from clients.families import load_spec, make_client
+from clients.families import FAMILIES, load_spec, make_client
 from clients.kserve import TritonHttp
 from clients.serving import Model
 
@@ -80,7 +84,7 @@ class MultiModelStore:
         layout: Layout | None = None
         try:
             try:
-                found = inspect_url(url, name)
+                found = inspect_url(url, name, lambda folder: named_models(folder, FAMILIES).values())
             except BadLayout as error:
                 raise InvalidInput(str(error)) from None
             self._check_spec(found)
@@ -98,14 +102,22 @@ class MultiModelStore:
                     entry=layout.entry,
                     spec_folder=layout.spec_folder,
                     size_bytes=layout.size_bytes,
+                    parts=layout.parts,
                 )
             )
-            renamed = dict(zip(found.folders, layout.folders))
+            renamed = dict(zip(found.folders, layout.folders)) | dict(zip(found.parts, layout.parts))
             sized = self._sized(name, found, renamed)
-            for triton_name, folder in layout.folders.items():
+            parts = {Path(folder).name: triton_name for triton_name, folder in layout.parts.items()}
+            for triton_name, folder in {**layout.parts, **layout.folders}.items():
                 self.store.unlink(triton_name)  # the name is this model's alone: only a killed load's leftovers
                 text = sized.get(triton_name)
-                self.store.link(triton_name, folder, renamed, None if text is None else lambda _, text=text: text)
+                self.store.link(
+                    triton_name,
+                    folder,
+                    renamed,
+                    None if text is None else lambda _, text=text: text,
+                    self._spec_text(parts) if triton_name == layout.spec_folder and parts else None,
+                )
             before, kills = self._triton_memory(), oom_kills()
             for triton_name in layout.folders:
                 try:
@@ -117,7 +129,7 @@ class MultiModelStore:
             return self.store.set_state(record, LOADED)
         except BaseException:
             self._quietly_unload(list(reversed(loaded)), deadline)
-            for triton_name in layout.folders if layout else ():
+            for triton_name in [*layout.folders, *layout.parts] if layout else ():
                 self.store.unlink(triton_name)
             self.store.forget(name)
             raise
@@ -148,6 +160,19 @@ class MultiModelStore:
             extra={"fields": {"sizing": plan.record()}},
         )
         return texts
+
+    @staticmethod
+    def _spec_text(parts: dict[str, str]):
+        """A chain's model.toml naming its models by their Triton names; a file that cannot be so
+        written is a 400 naming it."""
+
+        def edit(text: str) -> str:
+            try:
+                return renamed(text, parts, FAMILIES)
+            except ValueError as error:
+                raise InvalidInput(str(error)) from None
+
+        return edit
 
     def _triton_memory(self) -> int | None:
         """What Triton's processes take now (None when its pid is not known, or cannot be read)."""
@@ -216,7 +241,7 @@ class MultiModelStore:
             except ApiError:
                 self.store.save(record)  # still loaded as far as SageMaker can tell: it may try again
                 raise
-            for triton_name in record.folders:
+            for triton_name in record.linked:
                 self.store.unlink(triton_name)
             self.store.forget(name)
         self._clients.pop(name, None)

@@ -40,8 +40,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from app.core import zsd_contract as contract
+from app.core.access import DETECTIONS
 from app.core.errors import InvalidInput
-from app.core.family import Family
+from app.core.family import Counter, Family
 from app.core.spec import SpecError
 from app.core.text_spec import SOURCE_KEY, TextModel, TextSpecError, model_folder
 from clients import grounding, images, owl_image, prompts, zsd_image
@@ -51,6 +52,12 @@ from clients.vision import EncodedImages
 
 LABELS, TEXT, TEXT_THRESHOLD = "labels", "text", "text_threshold"
 GROUNDING_THRESHOLD = 0.25  # GroundingDinoProcessor's default threshold (OWL's: 0.1)
+# The detections answered, by model: a detector's, and a grounded_segmentation chain's.
+DETECTIONS_COUNTER = Counter(
+    DETECTIONS,
+    "router_detections",
+    "Detections answered (zero_shot_object_detection, grounded_segmentation), by model.",
+)
 ANSWER = {
     "type": "object",
     "required": ["label", "score", "box"],
@@ -223,6 +230,10 @@ class ZeroShotDetectionClient(EncodedImages):
         text = self.tokenizer.decode(ids, skip_special_tokens=False)
         return clean_up_tokenization(text) if self.clean_up else text
 
+    def counted(self, result: list) -> Mapping[str, int]:
+        """The detections answered for one image (router_detections)."""
+        return {DETECTIONS: len(result)}
+
     def postprocess(self, outputs: Mapping[str, np.ndarray], context: Shown, options: Mapping[str, Any]) -> list:
         logits, found = outputs[contract.LOGITS], outputs[contract.PRED_BOXES]
         queries: Queries = options["queries"]
@@ -297,4 +308,5 @@ FAMILY = Family(
     complete=complete,
     export="scripts.model_prep.zsd_export:ZSD",
     loop=True,
+    counters=(DETECTIONS_COUNTER,),
 )

@@ -138,6 +138,20 @@ def assert_error_row(stack, case: tuple) -> None:
 # ---- waiting --------------------------------------------------------------------------------------
 
 
+def access_lines(stack, wanted: set[str]) -> dict[str, str]:
+    """The access line of each request id in ``wanted`` (raw text, as CloudWatch would get it)."""
+    found: dict[str, str] = {}
+    deadline = time.monotonic() + 10
+    while set(found) != wanted and time.monotonic() < deadline:
+        for raw in stack.log_path.read_text(errors="replace").splitlines():
+            entry = json.loads(raw)
+            if entry.get("logger") == "app.access" and entry.get("request_id") in wanted:
+                found[entry["request_id"]] = raw
+        time.sleep(0.1)
+    assert set(found) == wanted, sorted(wanted - set(found))
+    return found
+
+
 def lay_out(root: Path, files: dict[str, str]) -> Path:
     """Write ``files`` ({"proc/self/cgroup": text, ...}) under ``root``: a fake /proc and /sys."""
     for name, text in files.items():

@@ -24,8 +24,10 @@ STAGES = ("preprocess", "triton", "postprocess")
 # A text2text request's tokens generated (a count, carried beside the stages' seconds): the line's
 # field, and the router's counter router_generated_tokens{model} (its rate is tokens per second).
 GENERATED_TOKENS = "generated_tokens"
-# A mask_generation request's masks answered (router_masks{model}).
+# A mask_generation or grounded_segmentation request's masks answered (router_masks{model}), and a
+# zero_shot_object_detection or grounded_segmentation request's detections (router_detections{model}).
 MASKS = "masks"
+DETECTIONS = "detections"
 # A text_generation request's seconds to its first token, its tokens per second after it, and a
 # generation whose caller went away (router_generation_cancelled_total{model}).
 TIME_TO_FIRST_TOKEN = "time_to_first_token_s"

@@ -17,8 +17,9 @@ task's pipeline class, its model class and its modality, a ``Family`` holds:
   ``dali``: its Triton pipeline's preprocessing also runs as NVIDIA DALI on a GPU;
   ``graph_postprocess``: on the Triton pipeline its post-processing joins the network's graph
   (a detector's NMS), so its preprocessing step also answers the letterbox's geometry;
-- ``chains``: its model.toml names other models of the repository (a detector and a segmenter) rather
-  than a folder to export: ``complete`` reads it whatever its ``[export]``;
+- ``parts``: the model.toml keys that name other models of the repository (a chain's detector and
+  segmenter) rather than a folder to export: such a family ``chains``, and ``complete`` reads its
+  model.toml whatever its ``[export]``; a multi-model archive of it carries those models' folders;
 - ``loop``: the network is a python-backend model on every target (``generate``'s loop; SAM's two
   graphs behind one model), which the sizing plan counts as a network on the CPU;
 - ``streams``: its Triton model is decoupled (``model_transaction_policy { decoupled: true }``): it
@@ -74,7 +75,7 @@ class Family:
     pipelines: tuple[str, ...] = (ROUTER,)  # where pre- and post-processing may run; the default first
     dali: bool = False
     graph_postprocess: bool = False
-    chains: bool = False
+    parts: tuple[str, ...] = ()
     loop: bool = False
     streams: bool = False
     counters: tuple[Counter, ...] = ()
@@ -84,6 +85,11 @@ class Family:
     def result(self) -> Mapping[str, Any]:
         """The JSON schema of one input's result: its client's ``RESULT_SCHEMA`` (the OpenAPI document's)."""
         return self.client.RESULT_SCHEMA
+
+    @property
+    def chains(self) -> bool:
+        """Whether its model.toml names other models of the repository (``parts``)."""
+        return bool(self.parts)
 
     @property
     def triton_pipeline(self) -> bool:

@@ -15,7 +15,9 @@ model on any other, so the state lives on disk under ``MULTI_MODEL_DIR``:
   runs; an unload takes it exclusively, so the requests in flight finish first.
 
 ``inspect_url`` reads what a ``url`` holds: one model folder (``config.pbtxt`` at its top), or
-several folders making one model (an ensemble and its steps). Standard library only.
+several folders making one model (an ensemble and its steps; a chain and the models its model.toml
+names, ``app.core.named_models``: those are linked beside it under its prefix, not loaded into Triton,
+since the chain opens their graphs itself). Standard library only.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -57,12 +59,14 @@ class BadLayout(ValueError):
 class Layout:
     """What a ``url`` holds: its Triton models (name -> folder) in the order to load them (steps
     before the ensembles over them), the one to invoke, the folder with our ``model.toml`` if any,
-    and the size of the files (what the model will roughly take in memory)."""
+    the size of the files (what the model will roughly take in memory), and the models a chain names
+    (name -> folder: linked beside it, not loaded)."""
 
     folders: dict[str, str]
     entry: str
     spec_folder: str | None
     size_bytes: int
+    parts: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,12 @@ class Record:
     since: float = 0.0
     pid: int = 0  # the worker that loads it: a claim whose worker died is taken over
     memory_bytes: int = 0  # what Triton's processes grew by while it loaded (0: not measured)
+    parts: dict[str, str] = field(default_factory=dict)  # a chain's models: linked, not loaded in Triton
+
+    @property
+    def linked(self) -> list[str]:
+        """Every name it links into Triton's repository: its Triton models, then a chain's models."""
+        return [*self.folders, *self.parts]
 
     @property
     def charged(self) -> int:
@@ -105,8 +115,9 @@ def _files_size(folder: Path) -> int:
     return total
 
 
-def inspect_url(url: str, model_name: str) -> Layout:
-    """The model at ``url``; a folder without a ``name`` in its config takes ``model_name``."""
+def inspect_url(url: str, model_name: str, named: Callable[[Path], Iterable[str]] = lambda _: ()) -> Layout:
+    """The model at ``url``; a folder without a ``name`` in its config takes ``model_name``. ``named``:
+    the folders a model folder's model.toml names (a chain's models, ``app.core.named_models``)."""
     path = Path(url)
     if not path.is_dir():
         raise NoModelThere(f"url {url!r} is not a folder on this instance")
@@ -129,23 +140,26 @@ def inspect_url(url: str, model_name: str) -> Layout:
         names[name] = folder
     ensembles = {name for name, folder in names.items() if pbtxt.is_ensemble(configs[folder])}
     steps = {step for name in ensembles for step in pbtxt.step_models(configs[names[name]])}
-    tops = sorted(set(names) - steps)
+    by_folder = {folder.name: name for name, folder in names.items()}  # a chain names its models' folders
+    parts = {by_folder[part] for folder in folders for part in named(folder) if part in by_folder}
+    tops = sorted(set(names) - steps - parts)
     if len(tops) != 1:
         raise BadLayout(
             f"url {url!r} holds {len(tops)} models that no ensemble there uses ({', '.join(tops)}): a model of a "
             "multi-model endpoint is one Triton model, or one ensemble with its steps"
         )
-    specs = [name for name, folder in names.items() if (folder / SPEC_FILE).is_file()]
+    specs = [name for name, folder in names.items() if (folder / SPEC_FILE).is_file() and name not in parts]
     if len(specs) > 1:
         raise BadLayout(
             f"url {url!r} holds {len(specs)} folders with a {SPEC_FILE} ({', '.join(specs)}): one is one model"
         )
-    order = sorted(names, key=lambda name: (name in ensembles, name))
+    order = sorted(set(names) - parts, key=lambda name: (name in ensembles, name))
     return Layout(
         folders={name: str(names[name]) for name in order},
         entry=tops[0],
         spec_folder=specs[0] if specs else None,
         size_bytes=sum(_files_size(folder) for folder in folders),
+        parts={name: str(names[name]) for name in sorted(parts)},
     )
 
 
@@ -157,11 +171,13 @@ def triton_prefix(model_name: str) -> str:
 
 
 def triton_names(layout: Layout, model_name: str) -> Layout:
-    """``layout`` with every Triton name (folders, entry, the model.toml folder) behind the model's prefix."""
+    """``layout`` with every Triton name (folders, entry, the model.toml folder, a chain's models)
+    behind the model's prefix."""
     prefix = triton_prefix(model_name)
     return replace(
         layout,
         folders={prefix + name: folder for name, folder in layout.folders.items()},
+        parts={prefix + name: folder for name, folder in layout.parts.items()},
         entry=prefix + layout.entry,
         spec_folder=prefix + layout.spec_folder if layout.spec_folder else None,
     )
@@ -172,15 +188,18 @@ def own_name(triton_name: str, model_name: str) -> str:
     return triton_name.removeprefix(triton_prefix(model_name))
 
 
-def link_folder(target: Path, folder: Path, config: Callable[[str], str]) -> None:
+def link_folder(
+    target: Path, folder: Path, config: Callable[[str], str], spec: Callable[[str], str] | None = None
+) -> None:
     """``target``: a new folder of links to the files of ``folder``, and its config.pbtxt's text
-    through ``config``. Folders are made, not linked, so that what runs from them (a python
-    model's ``__pycache__``) writes here, never into ``folder``, which may be read-only.
-    ``FileExistsError`` when ``target`` exists."""
+    through ``config`` (its model.toml's through ``spec``, where given). Folders are made, not
+    linked, so that what runs from them (a python model's ``__pycache__``) writes here, never into
+    ``folder``, which may be read-only. ``FileExistsError`` when ``target`` exists."""
     target.mkdir()
+    edits = {CONFIG_FILE: config, **({SPEC_FILE: spec} if spec else {})}
     for entry in folder.iterdir():
-        if entry.name == CONFIG_FILE:
-            (target / CONFIG_FILE).write_text(config(entry.read_text(errors="replace")))
+        if entry.name in edits and entry.is_file():
+            (target / entry.name).write_text(edits[entry.name](entry.read_text(errors="replace")))
         elif entry.is_dir() and entry.name != "__pycache__":
             _mirror(entry, target / entry.name)
         elif entry.name != "__pycache__":
@@ -229,14 +248,23 @@ class ModelStore:
         return self
 
     def link(
-        self, triton_name: str, folder: str, names: dict[str, str], edit: Callable[[str], str] | None = None
+        self,
+        triton_name: str,
+        folder: str,
+        names: dict[str, str],
+        edit: Callable[[str], str] | None = None,
+        spec: Callable[[str], str] | None = None,
     ) -> None:
         """``repository/<triton_name>``: links to the files of ``folder``, and its config.pbtxt
-        with the model names in ``names`` replaced (``pbtxt.rename``), then ``edit``ed (the sizing).
+        with the model names in ``names`` replaced (``pbtxt.rename``), then ``edit``ed (the sizing);
+        its model.toml through ``spec`` where given (a chain's, naming its models' Triton names).
         ``FileExistsError`` when the name is taken; what was made is removed if a step fails."""
         try:
             link_folder(
-                self.repository / triton_name, Path(folder), lambda text: (edit or str)(pbtxt.rename(text, names))
+                self.repository / triton_name,
+                Path(folder),
+                lambda text: (edit or str)(pbtxt.rename(text, names)),
+                spec,
             )
         except FileExistsError:
             raise
@@ -311,7 +339,7 @@ class ModelStore:
 
     def _clear(self, record: Record) -> None:
         """A dead worker's unfinished load or unload: its links and its record."""
-        for triton_name in record.folders:
+        for triton_name in record.linked:
             self.unlink(triton_name)
         self.forget(record.model_name)
 

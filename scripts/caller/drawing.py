@@ -166,7 +166,13 @@ def draw_answer(data: bytes, result: Any) -> Image.Image:
     raise NotDrawable("the answer has neither detections, classes nor masks to draw")
 
 
+JPEG_QUALITY = 85  # a drawn answer as .jpg: small enough for a page, the labels still sharp
+
+
 def save(image: Image.Image, path: Path) -> Path:
+    """The drawing in the format its name says (``out.jpg``: JPEG; PNG for any name Pillow does not
+    know, ``out.png`` among them)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    image.save(path, format="PNG")
+    kind = Image.registered_extensions().get(path.suffix.lower(), "PNG")
+    image.save(path, format=kind, **({"quality": JPEG_QUALITY} if kind == "JPEG" else {}))
     return path

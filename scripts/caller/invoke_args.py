@@ -35,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--draw",
         type=Path,
         metavar="PATH.png",
-        help="write each image model's answer drawn on its image (boxes, labels, scores; top-k)",
+        help="write each image model's answer drawn on its image (boxes, labels, scores; top-k; masks): "
+        "JPEG for a name ending .jpg or .jpeg, else PNG",
     )
     parser.add_argument(
         "--target-model",

@@ -134,6 +134,18 @@ def _model_graphs(config: MetricsConfig, endpoint: str, region: str) -> list[dic
             region,
             "p50",
         ),
+        _graph(
+            "Detections per model (zero_shot_object_detection, grounded_segmentation; a minute's sum)",
+            _per_model(config, endpoint, "Detections"),
+            region,
+            "Sum",
+        ),
+        _graph(
+            "Masks per model (mask_generation, grounded_segmentation; a minute's sum)",
+            _per_model(config, endpoint, "Masks"),
+            region,
+            "Sum",
+        ),
     ]
 
 

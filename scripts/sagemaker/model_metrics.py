@@ -133,6 +133,20 @@ METRICS = (
         f"{_field(access.TOKENS_PER_SECOND)} >= 0",
         "a text_generation request's tokens per second after its first (tokens_per_second)",
     ),
+    MetricSpec(
+        "Detections",
+        "Count",
+        _field(access.DETECTIONS),
+        f"{_field(access.DETECTIONS)} >= 0",
+        "detections a zero_shot_object_detection or grounded_segmentation model answered (detections)",
+    ),
+    MetricSpec(
+        "Masks",
+        "Count",
+        _field(access.MASKS),
+        f"{_field(access.MASKS)} >= 0",
+        "masks a mask_generation or grounded_segmentation model answered (masks)",
+    ),
 )
 METRIC_NAMES = tuple(m.name for m in METRICS)
 

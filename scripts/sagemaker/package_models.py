@@ -17,8 +17,9 @@ readable by the image's non-root user.
 endpoint of inference components (python -m scripts.sagemaker deploy --multi-model /
 --inference-components): a model with a model.toml together with the steps of its Triton pipeline
 that the repository holds
-(<NAME>_preprocess, <NAME>_postprocess, the ensemble <NAME>_pipeline), and every other model folder
-(a plain Triton model, without model.toml) on its own. The folders sit at each archive's top level:
+(<NAME>_preprocess, <NAME>_postprocess, the ensemble <NAME>_pipeline), a chain (grounded_segmentation)
+with the folders of the models it names too (each of them also has an archive of its own), and every
+other model folder (a plain Triton model, without model.toml) on its own. The folders sit at each archive's top level:
 SageMaker extracts it to /opt/ml/models/<hash>/model/ (a multi-model endpoint) or /opt/ml/model (an
 inference component), and the container serves the folders it finds there.
 
@@ -95,6 +96,18 @@ def text_extras(model: Path) -> set[Path]:
     return {p for p in folder.rglob("*") if p.is_file() and p not in kept}
 
 
+def missing_parts(model: Path) -> list[str]:
+    """A chain's models (``app.core.named_models``) that are not model folders beside it."""
+    from app.core.named_models import named_models
+    from clients.families import FAMILIES
+
+    return [
+        f"{model.name}: {key} = {part!r} is not a model folder of the repository (no {part}/{SPEC})"
+        for key, part in named_models(model, FAMILIES).items()
+        if not (model.parent / part / SPEC).is_file()
+    ]
+
+
 def model_folders(repository: Path) -> list[Path]:
     return sorted(
         p for p in repository.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name not in SKIPPED_NAMES
@@ -154,6 +167,7 @@ def validate(repository: Path, plain: bool = False) -> list[Path]:
                     problems.append(f"{name}/{version.name}/{artifact} is empty")
             elif not any(p.is_file() and not _skipped(p) for p in version.rglob("*")):
                 problems.append(f"{name}/{version.name}: empty version folder")
+        problems += missing_parts(model)
         extras = text_extras(model)
         for path in sorted(model.rglob("*")):
             relative = path.relative_to(repository)
@@ -170,11 +184,18 @@ def validate(repository: Path, plain: bool = False) -> list[Path]:
 
 def per_model(repository: Path, files: Sequence[Path]) -> dict[str, list[Path]]:
     """Each served model's files, by its name: a model with a model.toml with its pipeline's folders
-    (those in ``files``), every other folder on its own."""
+    (those in ``files``), a chain with the folders of the models it names (``app.core.named_models``),
+    every other folder on its own."""
+    from app.core.named_models import named_models
+    from clients.families import FAMILIES
+
     owner = pipeline_steps(model_folders(repository))
     groups: dict[str, list[Path]] = {}
     for relative in files:
         groups.setdefault(owner.get(relative.parts[0], relative.parts[0]), []).append(relative)
+    for name in list(groups):
+        for part in named_models(repository / name, FAMILIES).values():
+            groups[name] += [f for f in files if f.parts[0] == part]  # its folder, not its pipeline's
     return dict(sorted(groups.items()))
 
 

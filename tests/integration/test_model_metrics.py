@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import requests
 from scripts.devtools import Stack
 from scripts.sagemaker.filter_pattern import publish
 from scripts.sagemaker.model_metrics import MULTI_MODEL, NAMESPACE, REAL_TIME, metric_filters
-from tests.support import b64, noise_image
+from tests.support import access_lines, b64, noise_image
 
 pytestmark = pytest.mark.integration
 
@@ -37,20 +36,6 @@ def two_models(repository: Path, target: Path) -> Path:
     for folder in [*repository.glob("resnet*"), repository / "bert_base"]:
         shutil.copytree(folder, target / folder.name)
     return target
-
-
-def access_lines(stack: Stack, wanted: set[str]) -> dict[str, str]:
-    """The access line of each request id in ``wanted`` (raw text, as CloudWatch would get it)."""
-    found: dict[str, str] = {}
-    deadline = time.monotonic() + 10
-    while set(found) != wanted and time.monotonic() < deadline:
-        for raw in stack.log_path.read_text(errors="replace").splitlines():
-            entry = json.loads(raw)
-            if entry.get("logger") == "app.access" and entry.get("request_id") in wanted:
-                found[entry["request_id"]] = raw
-        time.sleep(0.1)
-    assert set(found) == wanted, sorted(wanted - set(found))
-    return found
 
 
 def paused(stack: Stack):
@@ -112,6 +97,9 @@ def check(form: str, lines: dict[str, str], sent: dict[str, tuple[str, int]], di
                 "GeneratedTokens": line.get("generated_tokens"),
                 "TimeToFirstToken": line.get("time_to_first_token_s"),
                 "GenerationTokensPerSecond": line.get("tokens_per_second"),
+                # the prompted families only: none here (tests/integration/test_grounded_segmentation.py)
+                "Detections": line.get("detections"),
+                "Masks": line.get("masks"),
             }[metric]
             if value is not None:
                 expected[rid] = (value, dims)

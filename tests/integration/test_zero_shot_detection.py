@@ -2,17 +2,15 @@
 the router, a real Triton running app/triton/zsd_model.py) against the models and their processors:
 the "zsd" small-model set, served from a copy of its own. Both request forms (the JSON envelope and a
 raw image body with the labels in the custom attributes), several images in one request, JSON Lines,
-callers at once with images of their own, /ping, the OpenAPI contract, the per-model metrics, a
-multi-model endpoint loading a model's folder as SageMaker extracts its model.tar.gz, and bad input
-(400s naming the field; the endpoint keeps serving). Tolerances: tests/zsd_reference.py (labels exact,
-scores 1e-4, boxes 0.05 pixel)."""
+callers at once with images of their own, /ping, the OpenAPI contract, the per-model metrics, and bad
+input (400s naming the field; the endpoint keeps serving); a detector's archive on a multi-model
+endpoint is tests/integration/test_grounded_segmentation.py's, beside SAM's and the chain's.
+Tolerances: tests/zsd_reference.py (labels exact, scores 1e-4, boxes 0.05 pixel)."""
 
 from __future__ import annotations
 
 import io
 import json
-import os
-import shutil
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -148,42 +146,15 @@ def test_bad_input_is_a_400_naming_the_field_and_the_endpoint_keeps_serving(zsd_
     assert result(zsd_stack, "owlv2_tiny", {"img": image, "labels": LABELS}) is not None
 
 
-def test_the_requests_are_counted_by_model(zsd_stack):
-    result(zsd_stack, "owlvit_tiny", {"img": b64(photo(140, 90, 0)), "labels": LABELS})
-    metrics = requests.get(f"{zsd_stack.url}/metrics", timeout=10).text
-    counted = [
-        line
-        for line in metrics.splitlines()
-        if line.startswith("router_requests_total{") and 'model="owlvit_tiny"' in line and 'status="200"' in line
-    ]
-    assert counted and float(counted[0].split()[-1]) >= 1, counted
+def counted(stack: Stack, metric: str, model: str) -> float:
+    """A counter's value for the model, as /metrics answers it (0 before its first count)."""
+    text = requests.get(f"{stack.url}/metrics", timeout=10).text
+    lines = [line for line in text.splitlines() if line.startswith(f"{metric}{{") and f'model="{model}"' in line]
+    return sum(float(line.split()[-1]) for line in lines)
 
 
-def test_a_multi_model_endpoint_loads_the_folder_of_a_model_tar_gz(
-    small_models: Built, references, tmp_path_factory, stopping
-):
-    root = tmp_path_factory.mktemp("opt-ml-models")
-    extracted = root / "owl" / "model"  # model.tar.gz holds the prepared folder, config.pbtxt at its top
-    shutil.copytree(small_models.repository("zsd") / "owlv2_tiny", extracted, copy_function=os.link)
-    logs = tmp_path_factory.mktemp("zsd-mme-logs")
-    mme = Stack(logs, env_extra={"SAGEMAKER_MULTI_MODEL": "true", "MULTI_MODEL_DIR": str(logs / "state")}).start(logs)
-    stopping.append(mme)
-    mme.wait_healthy()
-    try:
-        r = requests.post(f"{mme.url}/models", json={"model_name": "owl", "url": str(extracted)}, timeout=120)
-        assert r.status_code == 200, r.text
-        image = photo(140, 90, 4)
-        r = requests.post(
-            f"{mme.url}/models/owl/invoke",
-            data=image,
-            timeout=60,
-            headers={
-                "Content-Type": "image/png",
-                "X-Amzn-SageMaker-Target-Model": "owl.tar.gz",
-                "X-Amzn-SageMaker-Custom-Attributes": "labels=a cat;a dog",
-            },
-        )
-        assert r.status_code == 200, r.text[:500]
-        assert_answer(r.json()["result"], references["owlv2_tiny"].detect(decoded(image), ["a cat", "a dog"]))
-    finally:
-        mme.begin_stop()
+def test_the_requests_and_their_detections_are_counted_by_model(zsd_stack):
+    before = counted(zsd_stack, "router_detections_total", "owlvit_tiny")
+    answer = result(zsd_stack, "owlvit_tiny", {"img": b64(photo(140, 90, 0)), "labels": LABELS})
+    assert counted(zsd_stack, "router_requests_total", "owlvit_tiny") >= 1
+    assert counted(zsd_stack, "router_detections_total", "owlvit_tiny") - before == len(answer) > 0

@@ -152,14 +152,16 @@ def test_the_checks_fail_when_a_row_goes():
 
 
 def headings(page: Path) -> set[str]:
-    """The anchors MkDocs makes of a page's headings (and GitHub of the README's)."""
+    """The anchors MkDocs makes of a page's headings (and GitHub of the README's): GitHub keeps a run
+    of hyphens (`--draw` -> `---draw`), Python-Markdown's slugify makes it one."""
     found = set()
     fenced = False
     for line in page.read_text().splitlines():
         fenced = fenced != line.startswith("```")
         if not fenced and line.startswith("#"):
             title = line.lstrip("#").strip().lower()
-            found.add(re.sub(r"\s+", "-", re.sub(r"[^\w\s-]", "", title)))
+            plain = re.sub(r"[^\w\s-]", "", title)
+            found |= {re.sub(r"\s+", "-", plain), re.sub(r"[-\s]+", "-", plain)}  # GitHub's, Python-Markdown's
     return found
 
 

@@ -14,7 +14,7 @@ from botocore.stub import Stubber
 from PIL import Image
 
 from scripts.caller import invoke
-from scripts.caller.drawing import PALETTE, NotDrawable, draw_answer, line_width
+from scripts.caller.drawing import PALETTE, NotDrawable, draw_answer, line_width, save
 
 GREY = (128, 128, 128)
 
@@ -179,3 +179,10 @@ def test_a_grounded_segmentation_draws_masks_and_boxes_one_colour_a_detection():
         assert np.abs(pixels[y, x] - expected).max() <= 1
     assert tuple(pixels[240, 20].astype(int)) == PALETTE[0]  # the first box's left edge
     assert tuple(pixels[150, 250].astype(int)) == PALETTE[1]
+
+
+def test_the_drawing_is_written_in_the_format_its_name_says(tmp_path):
+    drawn = draw_answer(photo(), {"detections": [{"label": "x", "class_id": 1, "score": 0.5, "box": [10, 20, 90, 80]}]})
+    for name, kind in (("out.jpg", "JPEG"), ("out.JPEG", "JPEG"), ("out.png", "PNG"), ("out.drawn", "PNG")):
+        with Image.open(save(drawn, tmp_path / name)) as written:
+            assert written.format == kind, name

@@ -49,6 +49,8 @@ def test_every_field_a_filter_reads_is_one_the_router_writes():
         access.GENERATED_TOKENS,
         access.TIME_TO_FIRST_TOKEN,
         access.TOKENS_PER_SECOND,
+        access.DETECTIONS,
+        access.MASKS,
         *(access.stage_field(s) for s in access.STAGES),
     }
     for form in (REAL_TIME, MULTI_MODEL):
@@ -146,20 +148,25 @@ def test_the_dry_run_of_a_deploy_without_metrics_prints_nothing_to_create(capsys
     assert "--no-model-metrics makes none" in capsys.readouterr().err
 
 
+def answered_line(model: str, duration_ms: float, **fields) -> dict:
+    """A 200's access line of ``POST /invocations`` on endpoint mm, with ``fields`` (access's names) added."""
+    return {
+        access.LOGGER_FIELD: access.LOGGER,
+        access.METHOD: "POST",
+        access.PATH: "/invocations",
+        access.MODEL: model,
+        access.ENDPOINT: "mm",
+        access.STATUS: 200,
+        access.DURATION_MS: duration_ms,
+        **fields,
+    }
+
+
 def test_the_generated_tokens_filter_publishes_a_text2text_lines_count_and_nothing_for_other_lines():
     from scripts.sagemaker.filter_pattern import publish
 
     [tokens] = [f for f in metric_filters("mm", REAL_TIME) if f["filterName"] == "mm/GeneratedTokens"]
-    line = {
-        access.LOGGER_FIELD: access.LOGGER,
-        access.METHOD: "POST",
-        access.PATH: "/invocations",
-        access.MODEL: "t5",
-        access.ENDPOINT: "mm",
-        access.STATUS: 200,
-        access.DURATION_MS: 41.5,
-        access.GENERATED_TOKENS: 17,
-    }
+    line = answered_line("t5", 41.5, **{access.GENERATED_TOKENS: 17})
     [published] = publish(tokens, json.dumps(line))
     assert published.value == 17 and published.dimensions == {"EndpointName": "mm", "Model": "t5"}
     del line[access.GENERATED_TOKENS]  # a request of another family
@@ -170,20 +177,27 @@ def test_a_streamed_generations_line_publishes_its_time_to_first_token_and_rate(
     from scripts.sagemaker.filter_pattern import publish
 
     filters = {f["filterName"]: f for f in metric_filters("mm", REAL_TIME)}
-    line = {
-        access.LOGGER_FIELD: access.LOGGER,
-        access.METHOD: "POST",
-        access.PATH: "/invocations",
-        access.MODEL: "chat",
-        access.ENDPOINT: "mm",
-        access.STATUS: 200,
-        access.DURATION_MS: 910.0,
-        access.GENERATED_TOKENS: 64,
-        access.TIME_TO_FIRST_TOKEN: 0.042,
-        access.TOKENS_PER_SECOND: 73.5,
-    }
+    line = answered_line(
+        "chat",
+        910.0,
+        **{access.GENERATED_TOKENS: 64, access.TIME_TO_FIRST_TOKEN: 0.042, access.TOKENS_PER_SECOND: 73.5},
+    )
     [first] = publish(filters["mm/TimeToFirstToken"], json.dumps(line))
     [rate] = publish(filters["mm/GenerationTokensPerSecond"], json.dumps(line))
     assert (first.value, rate.value) == (0.042, 73.5) and first.dimensions == {"EndpointName": "mm", "Model": "chat"}
     del line[access.TIME_TO_FIRST_TOKEN], line[access.TOKENS_PER_SECOND]  # a request of another family
     assert publish(filters["mm/TimeToFirstToken"], json.dumps(line)) == []
+
+
+def test_a_chains_line_publishes_its_detections_and_masks_on_a_multi_model_endpoint():
+    from scripts.sagemaker.filter_pattern import publish
+
+    filters = {f["filterName"]: f for f in metric_filters("mm", MULTI_MODEL)}
+    line = answered_line("grounded", 120.0, **{access.DETECTIONS: 3, access.MASKS: 3})
+    line |= {access.PATH: "/models/grounded/invoke", access.TARGET_MODEL: "grounded.tar.gz"}
+    for name in ("mm/Detections", "mm/Masks"):
+        [published] = publish(filters[name], json.dumps(line))
+        assert published.value == 3 and published.dimensions == {"EndpointName": "mm", "Model": "grounded.tar.gz"}
+    del line[access.DETECTIONS]  # SAM's line: masks, no detections
+    assert publish(filters["mm/Detections"], json.dumps(line)) == []
+    assert publish(filters["mm/Masks"], json.dumps(line))[0].value == 3

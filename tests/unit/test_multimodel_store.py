@@ -1,5 +1,7 @@
-"""Multi-model mode's shared state without a stack: what a ``url`` holds, the claim that lets one
-of two loads of a name win, the memory check, and the hold that makes an unload wait for requests."""
+"""Multi-model mode's shared state without a stack: what a ``url`` holds (a chain's archive: the chain
+to load, its two models to link beside it, its model.toml naming them by their Triton names), the claim
+that lets one of two loads of a name win, the memory check, and the hold that makes an unload wait for
+requests."""
 
 from __future__ import annotations
 
@@ -20,9 +22,12 @@ from app.core.model_store import (
     NoModelThere,
     Record,
     inspect_url,
+    triton_names,
 )
+from app.core.named_models import named_models, renamed
 from app.core.procfs import process_tree_memory
 from app.core.settings import MIB
+from clients.families import FAMILIES
 
 
 def model(
@@ -79,6 +84,58 @@ def test_what_is_not_one_model_is_refused_with_its_reason(tmp_path):
     model(tmp_path / "bad" / "model", "no spaces allowed")
     with pytest.raises(BadLayout, match="cannot name a Triton model"):
         inspect_url(str(tmp_path / "bad" / "model"), "h")
+
+
+CHAIN_TOML = 'family = "grounded_segmentation"  # a chain\ndetector = "gdino"\nsegmenter = \'sam\' # SAM\n'
+
+
+def chain_archive(url: Path) -> Path:
+    model(url / "gdino", "gdino", size=30)
+    (url / "gdino" / "model.toml").write_text('family = "zero_shot_object_detection"\n')
+    model(url / "sam", "sam", size=20)
+    (url / "sam" / "model.toml").write_text('family = "mask_generation"\n')
+    model(url / "chain", "chain", size=5)
+    (url / "chain" / "model.toml").write_text(CHAIN_TOML)
+    return url
+
+
+def named(folder: Path):
+    return named_models(folder, FAMILIES).values()
+
+
+def test_a_chain_is_loaded_alone_its_models_linked_beside_it_under_its_prefix(tmp_path):
+    url = chain_archive(tmp_path / "model")
+    layout = inspect_url(str(url), "grounded", named)
+    assert (layout.folders, layout.entry, layout.spec_folder) == ({"chain": str(url / "chain")}, "chain", "chain")
+    assert layout.parts == {"gdino": str(url / "gdino"), "sam": str(url / "sam")}
+    assert layout.size_bytes >= 55  # the chain opens its models' graphs: their files count
+    own = triton_names(layout, "grounded")
+    assert set(own.parts) == {own.entry.replace("chain", "gdino"), own.entry.replace("chain", "sam")}
+    with pytest.raises(BadLayout, match=r"3 models that no ensemble there uses \(chain, gdino, sam\)"):
+        inspect_url(str(url), "grounded")  # without reading what the chain names: three models
+
+
+def test_a_chains_model_toml_names_its_models_by_their_new_names_and_nothing_else_changes():
+    names = {"gdino": "grounded.1a2b3c4d--gdino", "sam": "grounded.1a2b3c4d--sam"}
+    text = renamed(CHAIN_TOML, names, FAMILIES)
+    assert text == CHAIN_TOML.replace('"gdino"', f'"{names["gdino"]}"').replace("'sam'", f'"{names["sam"]}"')
+    assert renamed('family = "mask_generation"\n', names, FAMILIES) == 'family = "mask_generation"\n'
+    inline = 'family = "grounded_segmentation"\ndetector = "gdino"\nsegmenter = """sam"""\n'
+    with pytest.raises(ValueError, match='segmenter must be written as segmenter = "name" on a line of its own'):
+        renamed(inline, names, FAMILIES)
+
+
+def test_a_linked_chain_reads_its_models_under_their_triton_names(tmp_path):
+    url = chain_archive(tmp_path / "model")
+    layout = triton_names(inspect_url(str(url), "grounded", named), "grounded")
+    store = ModelStore(tmp_path / "state").create()
+    parts = {Path(folder).name: triton_name for triton_name, folder in layout.parts.items()}
+    store.link(layout.entry, layout.folders[layout.entry], {}, None, lambda text: renamed(text, parts, FAMILIES))
+    chain = store.repository / layout.entry
+    assert named_models(chain, FAMILIES) == {"detector": parts["gdino"], "segmenter": parts["sam"]}
+    assert (url / "chain" / "model.toml").read_text() == CHAIN_TOML  # the archive's file is left as it is
+    record = Record("grounded", str(url), folders=layout.folders, parts=layout.parts)
+    assert record.linked == [layout.entry, *layout.parts]
 
 
 def test_the_memory_check():

@@ -1,5 +1,5 @@
 """package_models --per-model: one archive per served model (its network with its Triton pipeline's
-folders; a plain Triton model on its own), each checked, written with the repository's own writer,
+folders; a chain with the folders of the models it names; a plain Triton model on its own), each checked, written with the repository's own writer,
 progress on stderr, uploaded under one S3 prefix (moto)."""
 
 from __future__ import annotations
@@ -93,6 +93,23 @@ def test_an_invalid_repository_writes_no_archive(repo, tmp_path, capsys):
     assert package_models.main(["--repository", str(repo), "--per-model", "--output", str(out)]) == 1
     assert "yolov5/1: no model.onnx" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_a_chain_carries_the_models_it_names_and_one_it_names_that_is_missing_is_refused(repo, tmp_path, capsys):
+    chain = repo / "chain"
+    (chain / "1").mkdir(parents=True)
+    (chain / "1" / "model.py").write_text("# the chain\n")
+    (chain / "config.pbtxt").write_text('name: "chain"\nbackend: "python"\n')
+    (chain / "model.toml").write_text('family = "grounded_segmentation"\ndetector = "yolov5"\nsegmenter = "sam"\n')
+    out = tmp_path / "archives"
+    assert package_models.main(["--repository", str(repo), "--per-model", "--output", str(out)]) == 1
+    assert "chain: segmenter = 'sam' is not a model folder of the repository (no sam/model.toml)" in (
+        capsys.readouterr().err
+    )
+    (chain / "model.toml").write_text('family = "grounded_segmentation"\ndetector = "yolov5"\nsegmenter = "resnet"\n')
+    assert package_models.main(["--repository", str(repo), "--per-model", "--output", str(out)]) == 0
+    assert top_level(out / "chain.tar.gz") == {"chain", "yolov5", "resnet"}  # not resnet's pipeline steps
+    assert top_level(out / "yolov5.tar.gz") == {"yolov5"}  # each also alone
 
 
 def test_upload_puts_each_archive_under_the_prefix(aws, repo, tmp_path, capsys):

@@ -96,7 +96,9 @@ def test_a_graph_off_by_a_thousandth_of_its_weights_is_refused(detector, tmp_pat
 def test_a_selection_beyond_a_near_tie_is_refused(grounding, tmp_path: Path):
     spec, model, processor, graph = grounding
     other = rewritten(graph, tmp_path / contract.GRAPH_FILE, select_the_lowest)
-    with pytest.raises(ExportError, match="two-stage selection differs from torch's at 30 of 30 places, not only among"):
+    with pytest.raises(
+        ExportError, match="two-stage selection differs from torch's at 30 of 30 places, not only among"
+    ):
         check(spec, model, processor, other)
 
 

@@ -12,7 +12,8 @@ The checks, as for the other exports: ``onnx.checker``; the numpy pre-processing
 against the processor's ``pixel_values`` on images of three shapes (wide, tall, large: OWLv2's blur,
 Grounding DINO's other feature-map sizes); then ONNX Runtime on those pixels against the PyTorch model
 as a caller runs it, ``model(**processor(images=image, text=...))`` with two texts, the max difference
-printed; past the tolerance the export is refused in one line.
+printed; past the tolerance the export is refused in one line (``zsd_check``: the tolerances at real
+sizes, PyTorch's own spread, Grounding DINO's near-tied proposals).
 """
 
 from __future__ import annotations
@@ -28,12 +29,9 @@ from torch import nn
 from app.core import zsd_contract as contract
 from app.core.spec import ModelSpec
 from app.triton import ZSD_MODEL
-from clients import zsd_image
-from scripts.model_prep import gdino_tracing, graph_cache, weights
+from scripts.model_prep import gdino_tracing, graph_cache, weights, zsd_check
 from scripts.model_prep.onnx_export import OPSET, ExportError
-from scripts.model_prep.recipes import Tolerance
 
-TOLERANCE = Tolerance(atol=1e-5, rtol=1e-4)
 CHECKED = "the processor's pixel_values equal on three image shapes, two texts"
 CHECK_SIZES = ((90, 140), (150, 61), (1100, 700))  # height, width: wide, tall, larger than any input
 CHECK_LABELS = ("a photo of a cat", "a remote control", "a dog", "the person", "a car")
@@ -126,49 +124,10 @@ def export(spec: ModelSpec, model: nn.Module, processor, path: Path, image: np.n
         )
 
 
-def _logits(want: np.ndarray, found: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Grounding DINO's logits are -inf past the prompt's tokens: the same columns infinite in both, or
-    the export is refused; the finite ones compared."""
-    finite = np.isfinite(want)
-    if not np.array_equal(finite, np.isfinite(found)):
-        raise ExportError("ONNX Runtime's logits are infinite elsewhere than torch's")
-    return np.where(finite, want, 0.0), np.where(finite, found, 0.0)
-
-
 def check(spec: ModelSpec, model: nn.Module, processor, path: Path, seed: int) -> tuple[dict, dict]:
-    """onnx.checker; the numpy pixel_values against the processor's; ONNX Runtime against torch."""
-    import onnx
-    import onnxruntime as ort
-
-    onnx.checker.check_model(str(path))
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    processing = zsd_image.read(spec.text.folder, spec.text.model_type)
-    diffs: dict[str, float] = {}
-    limits: dict[str, float] = {}
-    for index, (height, width) in enumerate(CHECK_SIZES):
-        image = check_image(seed + index, height, width)
-        ours = processing.pixel_values(image)
-        for number, text in enumerate(texts(spec)):
-            given = processor(images=image, text=text, return_tensors="pt")
-            if number == 0:
-                graph_cache.difference(
-                    "pixel_values (numpy vs processor)",
-                    given["pixel_values"][0].numpy(),
-                    ours,
-                    TOLERANCE,
-                    diffs,
-                    limits,
-                )
-            feed = {name: given[name].numpy().astype(np.int64) for name in graph_inputs(spec)[1:]}
-            feed[contract.PIXEL_VALUES] = ours[np.newaxis]
-            logits, boxes = session.run([contract.LOGITS, contract.PRED_BOXES], feed)
-            with torch.no_grad():
-                want = model(**given)
-            reference, logits = _logits(want.logits.numpy(), logits)
-            graph_cache.difference(contract.LOGITS, reference, logits, TOLERANCE, diffs, limits)
-            graph_cache.difference(contract.PRED_BOXES, want.pred_boxes, boxes, TOLERANCE, diffs, limits)
-    graph_cache.refuse_beyond(spec.name, diffs, limits)
-    return diffs, limits
+    """``zsd_check.check`` on the three check images and the two texts."""
+    images = [check_image(seed + index, height, width) for index, (height, width) in enumerate(CHECK_SIZES)]
+    return zsd_check.check(spec, model, processor, path, images, texts(spec), graph_inputs(spec))
 
 
 def ensure_export(spec: ModelSpec, choice: weights.WeightsChoice, cache: Path, reexport: bool, step) -> dict:

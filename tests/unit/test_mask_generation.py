@@ -304,3 +304,25 @@ def test_the_triton_model_refuses_a_grid_it_cannot_run(triton):
         run_request(segmenter, {**given, contract.GRID: np.concatenate([[100.0], settings[1:]])})
     with pytest.raises(Refused, match="grid must hold 7 values"):
         run_request(segmenter, {**given, contract.GRID: settings[:3]})
+
+
+def test_many_prompts_run_the_decoder_a_bounded_number_at_a_time_each_answered_as_the_reference(
+    client, reference, triton
+):
+    """A chain's detector may hand SAM hundreds of boxes: the decoder takes at most DECODER_ROWS of them
+    a run (its memory grows with them), and each box's answer is still the reference's."""
+    from app.triton.sam_model import DECODER_ROWS
+
+    image = photo()
+    count = 2 * DECODER_ROWS + 3
+    boxes = [[3 * i, 2 * i, 3 * i + 60, 2 * i + 50] for i in range(count)]
+    client.inference({"img": b64(image), "boxes": boxes[:1]})  # the segmenter opened
+    segmenter = triton.segmenter("sam_tiny")
+    decoder = segmenter.decoder
+    segmenter.decoder = Counted(decoder)
+    try:
+        answers, _ = client.inference({"img": b64(image), "boxes": boxes})
+        assert segmenter.decoder.runs == 3
+    finally:
+        segmenter.decoder = decoder
+    assert_answers(answers, reference.prompts(decoded(image), boxes=boxes, multimask=False), False)

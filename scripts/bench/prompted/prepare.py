@@ -80,13 +80,14 @@ def gdino_folder(folder: Path) -> Path:
         GroundingDinoProcessor,
     )
 
-    from scripts.model_prep.small_models.gdino import TEXT_POSITIONS, bert_vocabulary
+    from scripts.model_prep.small_models.gdino import TEXT_POSITIONS, bert_vocabulary, spread_scores
 
     vocabulary = bert_vocabulary()
     vocabulary |= {f"[unused{i}]": i for i in range(len(vocabulary), BERT_VOCABULARY)}
     tokenizer = BertTokenizerFast(vocab=vocabulary, do_lower_case=True, model_max_length=TEXT_POSITIONS)
     torch.manual_seed(SEED)
     model = GroundingDinoForObjectDetection(GroundingDinoConfig(disable_custom_kernels=True)).eval()
+    spread_scores(model)
     processor = GroundingDinoProcessor(image_processor=GroundingDinoImageProcessor(), tokenizer=tokenizer)
     return saved(folder, model, processor)
 
@@ -102,7 +103,7 @@ def saved(folder: Path, model, processor) -> Path:
 BUILDERS: dict[str, tuple[Callable[[Path], Path], str]] = {
     SAM: (sam_folder, "sam-vit-base (SamConfig()), random weights"),
     OWLV2: (owlv2_folder, f"OWLv2 base/{OWL_PATCH} at {OWL_IMAGE} px, random weights"),
-    GDINO: (gdino_folder, "Grounding DINO tiny (Swin-T), random weights"),
+    GDINO: (gdino_folder, "Grounding DINO tiny (Swin-T), random weights, its scores spread"),
 }
 
 

@@ -52,16 +52,16 @@ def photos() -> list[Photo]:
     return found
 
 
-def payload(row: Row, photo: Photo, chain_threshold: float | None = None) -> dict[str, Any]:
+def payload(row: Row, photo: Photo, chain_thresholds: Mapping[str, float] | None = None) -> dict[str, Any]:
     """The row's payload for one photo: SAM's boxes, OWLv2's labels, Grounding DINO's prompt (the
-    chain's with its threshold)."""
+    chain's with the photo's threshold)."""
     img = {"img": base64.b64encode(photo.data).decode()}
     if row.family == SAM:
         return {**img, "boxes": photo.boxes[: row.boxes]}
     if row.family == OWLV2:
         return {**img, "labels": list(plan.LABELS)}
     if row.family == CHAIN:
-        return {**img, "text": plan.PROMPT, "threshold": chain_threshold}
+        return {**img, "text": plan.PROMPT, "threshold": chain_thresholds[photo.name]}
     return {**img, "text": plan.PROMPT}
 
 
@@ -72,15 +72,17 @@ class References:
     def __init__(self, folders: Mapping[str, Path], threads: int | None) -> None:
         self.sam = SamReference(folders[SAM], threads) if SAM in folders else None
         self.detectors = {f: ZsdReference(folders[f], threads) for f in (OWLV2, GDINO) if f in folders}
-        self.chain_threshold: float | None = None
+        self.chain_thresholds: dict[str, float] = {}
 
-    def choose_chain_threshold(self, photo: Photo) -> float:
-        """The chain's box threshold: half-way between the photo's ``MANY``-th and next best scores, so
-        that about as many detections as SAM's many-box row reach SAM (a random-weight detector passes
-        hundreds at its default, which no caller's real detector does)."""
-        scores = [one["score"] for one in self.detectors[GDINO].detect(photo.image, plan.PROMPT, threshold=0.0)]
-        self.chain_threshold = (scores[MANY - 1] + scores[MANY]) / 2
-        return self.chain_threshold
+    def choose_chain_thresholds(self, shown: Sequence[Photo]) -> dict[str, float]:
+        """The chain's box threshold of each photo: half-way between its ``MANY``-th and next best
+        scores, so that as many detections as SAM's many-box row sends reach SAM (a random-weight
+        detector passes every query at its default; one threshold for all photos passed 3 on one and
+        743 on another)."""
+        for photo in shown:
+            found = self.detectors[GDINO].detect(photo.image, plan.PROMPT, threshold=0.0)
+            self.chain_thresholds[photo.name] = (found[MANY - 1]["score"] + found[MANY]["score"]) / 2
+        return self.chain_thresholds
 
     def call(self, row: Row, photo: Photo) -> Any:
         if row.family == SAM:
@@ -88,16 +90,16 @@ class References:
         if row.family == OWLV2:
             return self.detectors[OWLV2].detect(photo.image, plan.LABELS)
         if row.family == CHAIN:  # then SAM with the detector's boxes
-            found = self.detectors[GDINO].detect(photo.image, plan.PROMPT, threshold=self.chain_threshold)
+            found = self.detectors[GDINO].detect(photo.image, plan.PROMPT, threshold=self.chain_thresholds[photo.name])
             return self.sam.boxes(photo.image, [one["box"] for one in found]) if found else found
         return self.detectors[GDINO].detect(photo.image, plan.PROMPT)
 
 
 def endpoint_caller(
-    port: int, model: str, row: Row, shown: Sequence[Photo], timeout_s: float, chain_threshold: float | None = None
+    port: int, model: str, row: Row, shown: Sequence[Photo], timeout_s: float, chain_thresholds: Mapping[str, float]
 ) -> HttpCaller:
     bodies = [
-        json.dumps({"modelname": model, "payload": payload(row, photo, chain_threshold)}).encode() for photo in shown
+        json.dumps({"modelname": model, "payload": payload(row, photo, chain_thresholds)}).encode() for photo in shown
     ]
     return HttpCaller(
         [HttpRequest("127.0.0.1", port, "/invocations", body, JSON_HEADERS) for body in bodies], timeout_s
@@ -113,13 +115,14 @@ def calls_of(
     found: dict[str, Callable[[int], None]] = {}
     detections: dict[str, list[int]] = {}
     if any(row.family == CHAIN for row in rows):
-        threshold = references.choose_chain_threshold(shown[0])
-        print(f"  the chain's threshold: {threshold:.5f} ({MANY} detections of {shown[0].name} pass it)", flush=True)
+        thresholds = references.choose_chain_thresholds(shown)
+        listed = ", ".join(f"{name} {value:.5f}" for name, value in thresholds.items())
+        print(f"  the chain's thresholds, {MANY} detections of each photo passing: {listed}", flush=True)
     for row in rows:
         if row.side == plan.REFERENCE:
             found[row.key] = lambda i, row=row: references.call(row, shown[i % len(shown)])
             continue
-        caller = endpoint_caller(stack.port, models[row.family], row, shown, args.timeout, references.chain_threshold)
+        caller = endpoint_caller(stack.port, models[row.family], row, shown, args.timeout, references.chain_thresholds)
         try:
             answer = json.loads(caller.send(caller.requests[0]))["result"]
         except (OSError, http.client.HTTPException, RuntimeError, KeyError, ValueError) as error:

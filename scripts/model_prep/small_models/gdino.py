@@ -82,11 +82,20 @@ def gdino_model_folder(models: Path, name: str, seed: int = 0) -> Path:
     )
     torch.manual_seed(seed)
     model = GroundingDinoForObjectDetection(config).eval()
-    with torch.no_grad():
-        model.model.decoder.layer_norm.weight.mul_(0.06)
+    spread_scores(model)
     folder = models / name / "hf"
     model.save_pretrained(folder)
     processor = GroundingDinoImageProcessor(size={"shortest_edge": 200, "longest_edge": 333})
     GroundingDinoProcessor(image_processor=processor, tokenizer=tokenizer).save_pretrained(folder)
     write_model_toml(models / name, FAMILY)
     return models / name
+
+
+def spread_scores(model) -> None:
+    """Random weights make a Grounding DINO's logits large (sigmoid 1.0 for a hundred queries at full
+    size): its decoder's final norm scaled by 0.06 spreads the scores over about 0.3 to 0.9, as a
+    trained model's spread, so that thresholds choose among them."""
+    import torch
+
+    with torch.no_grad():
+        model.model.decoder.layer_norm.weight.mul_(0.06)

@@ -33,6 +33,7 @@ from app.core.errors import ApiError, InferenceTimeout, InvalidInput, InvalidIte
 from app.core.pipeline import ROUTER, TRITON, triton_models
 from app.core.settings import SERVER_TIMEOUT, Settings
 from app.core.spec import ModelSpec, SpecError, TensorSpec
+from clients.batching import stack
 from clients.options import Option
 
 Context = TypeVar("Context")
@@ -69,20 +70,6 @@ class Route:
     outputs: tuple[TensorSpec, ...]
     prepare: Any  # (item, where, options) -> (arrays, context)
     finish: Any  # (outputs, context, options) -> result
-
-
-def stack(arrays: Sequence[np.ndarray], dtype: np.dtype) -> np.ndarray:
-    """One batch from per-item arrays; items of different lengths (an encoded image's bytes) are
-    zero-padded at the end to the longest."""
-    if len({a.shape for a in arrays}) > 1:
-        shape = tuple(max(sizes) for sizes in zip(*(a.shape for a in arrays)))
-        batch = np.zeros((len(arrays), *shape), dtype=dtype)
-        for row, array in zip(batch, arrays):
-            row[tuple(slice(0, n) for n in array.shape)] = array
-        return batch
-    if len(arrays) == 1:  # most requests: a view with a batch axis, no copy
-        return np.asarray(arrays[0])[np.newaxis].astype(dtype, copy=False)
-    return np.stack(arrays).astype(dtype, copy=False)
 
 
 @contextmanager

@@ -186,8 +186,7 @@ def triton_metrics(model: str):
 
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
-        from app.triton.onnx_model import intra_op_threads, volunteer_for_the_oom_killer
-        from app.triton.text2text_model import limit_torch_threads
+        from app.triton.onnx_model import intra_op_threads, limit_torch_threads, volunteer_for_the_oom_killer
         from clients.families import load_spec
 
         volunteer_for_the_oom_killer()
@@ -208,10 +207,11 @@ class TritonPythonModel:
         self._warm_up()
 
     def _warm_up(self) -> None:
-        """A short generation, greedy then beam search, before the model says READY: the first caller
-        does not pay for ONNX Runtime's first runs."""
+        """A short greedy generation before the model says READY, and a beam search where the folder's
+        default is one: the first caller does not pay for ONNX Runtime's first runs (nor, searching
+        by default, for loading ``generate``: ``causal_lm_beams``)."""
         token = min(self.scheduler.ends, default=0)
-        for beams in (1, 2):
+        for beams in sorted({1, int(self.defaults["num_beams"])}):
             waited = Waited()
             settings = {**self.defaults, "max_new_tokens": 2, "do_sample": False, "num_beams": beams}
             ids = np.array([token], np.int64)

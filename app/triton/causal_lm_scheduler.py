@@ -42,7 +42,7 @@ import numpy as np
 
 from app.core.causal_lm_contract import MAX_RUNNING_ROWS, context_length
 from app.core.generation_contract import end_ids, read_generation_config
-from app.triton.causal_lm_beams import BeamSearch, OnnxCausalLM
+from app.triton.causal_lm_beams import BeamSearch
 from app.triton.causal_lm_requests import Cancelled, Closed, Counts, Late, Request, check
 from app.triton.causal_lm_session import Graph, prompt_inputs
 from app.triton.causal_lm_tokens import Chooser, choose
@@ -132,7 +132,7 @@ class Scheduler:
         self.context = context_length(config)
         self.max_rows = max(1, max_rows)
         self.clock = clock
-        self.beams = BeamSearch(OnnxCausalLM(folder, graph), clock)
+        self.beams = BeamSearch(folder, graph, clock)
         self.batch = Batch(graph.empty(0))
         self.waiting: deque[Request] = deque()
         self.condition = threading.Condition()

@@ -182,7 +182,7 @@ class Generator:
 
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
-        from app.triton.onnx_model import intra_op_threads, volunteer_for_the_oom_killer
+        from app.triton.onnx_model import intra_op_threads, limit_torch_threads, volunteer_for_the_oom_killer
         from clients.families import load_spec
 
         volunteer_for_the_oom_killer()
@@ -227,12 +227,3 @@ class TritonPythonModel:
 
     def finalize(self) -> None:
         self.generator = None
-
-
-def limit_torch_threads(threads: int) -> None:
-    """``generate``'s own tensor work (logits processors, beam scores over the whole vocabulary) on the
-    threads the sizing gave this instance, as ONNX Runtime's. PyTorch would otherwise take every core
-    in each instance's stub: on 2 vCPUs two instances of t5-small (2 x 1) generated 125 tokens/s at
-    concurrency 8 (beam search 24) that way, 330 (162) on one thread each. 0: PyTorch's default."""
-    if threads > 0:
-        torch.set_num_threads(threads)

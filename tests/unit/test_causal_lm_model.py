@@ -6,8 +6,10 @@ tests, once the family's pieces are served together.)"""
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
+from pathlib import Path
 from types import SimpleNamespace
 from typing import ClassVar
 
@@ -112,11 +114,10 @@ def triton_request(prompt, sender=None, **settings) -> SimpleNamespace:
     return SimpleNamespace(tensors=tensors, sender=sender, get_response_sender=lambda: sender)
 
 
-@pytest.fixture(scope="module")
-def model(causal_lms, tmp_path_factory):
-    folder, _ = causal_lms("llama")
-    repository = tmp_path_factory.mktemp("text-generation")
-    (repository / "1").mkdir()
+def initialized(folder: Path, repository: Path):
+    """The Triton model initialised on ``folder`` as Triton would (``pb_utils`` faked), and the patch
+    to undo after ``finalize``."""
+    (repository / "1").mkdir(parents=True)
     (repository / "1" / GRAPH_FILE).symlink_to(folder / GRAPH_FILE)
     patch = pytest.MonkeyPatch()
     patch.setattr(backend, "pb_utils", FakeUtils)
@@ -135,6 +136,12 @@ def model(causal_lms, tmp_path_factory):
             "model_name": "chat",
         }
     )
+    return served, patch
+
+
+@pytest.fixture(scope="module")
+def model(causal_lms, tmp_path_factory):
+    served, patch = initialized(causal_lms("llama")[0], tmp_path_factory.mktemp("text-generation"))
     yield served
     served.finalize()
     patch.undo()
@@ -151,7 +158,23 @@ def generate(causal_lms, prompt, **settings) -> list[int]:
 
 def test_initialize_reads_its_parameters_and_warms_up(model):
     assert model.scheduler.max_rows == 4 and model.scheduler.thread.is_alive()
-    assert model.scheduler.counts["finished"] == 1 and model.scheduler.beams.counts["finished"] == 1
+    # greedy by default: the warm-up runs the step loop; beam search's generate is loaded at its first request
+    assert model.scheduler.counts["finished"] == 1 and model.scheduler.beams.counts["finished"] == 0
+
+
+def test_a_folder_that_searches_by_default_warms_up_its_beam_search_too(causal_lms, tmp_path):
+    folder = tmp_path / "hf"
+    shutil.copytree(causal_lms("llama")[0], folder, symlinks=True)  # links to the shared small models
+    path = folder / "generation_config.json"
+    searching = {**json.loads(path.read_text()), "num_beams": 3}
+    path.unlink()  # a file of its own, not written through the link
+    path.write_text(json.dumps(searching))
+    served, patch = initialized(folder, tmp_path / "repository")
+    try:
+        assert served.scheduler.counts["finished"] == 1 and served.scheduler.beams.counts["finished"] == 1
+    finally:
+        served.finalize()
+        patch.undo()
 
 
 def test_each_token_is_a_response_and_the_last_is_final(model, causal_lms):

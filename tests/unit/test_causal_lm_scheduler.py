@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import threading
 import time
 
@@ -16,6 +18,7 @@ import torch
 
 from app.core.causal_lm_contract import ARCHITECTURES, GRAPH_FILE, SETTINGS
 from app.core.generation_contract import DEADLINE_MARKER
+from app.core.settings import PROJECT_ROOT
 from app.triton.causal_lm_requests import Cancelled, Closed, Refused, Request
 from app.triton.causal_lm_scheduler import Batch, Row, Scheduler
 from app.triton.causal_lm_session import Graph, Turns, open_session
@@ -219,6 +222,69 @@ def test_beam_search_is_generates_and_streams_go_on_beside_it(causal_lms, graphs
     for (prompt, new), sink in zip(streams, stream_sinks):
         assert sink.tokens == generate(model, prompt, max_new_tokens=new, do_sample=False)
     assert DEADLINE_MARKER in str(late.error) and steps.beams.counts["late"] == 1
+
+
+# A process that serves one model (it imports what the Triton model imports and sets PyTorch's threads
+# as its initialize does): it streams greedily, then searches with beams.
+ONLY_BEAMS_IMPORT_GENERATE = """
+import json, sys, threading
+import numpy as np
+from pathlib import Path
+import app.triton.causal_lm_model
+from app.triton.onnx_model import limit_torch_threads
+limit_torch_threads(1)
+from app.core.settings import PROJECT_ROOT
+from app.core.causal_lm_contract import GRAPH_FILE, SETTINGS
+from app.triton.causal_lm_requests import Request
+from app.triton.causal_lm_scheduler import Scheduler
+from app.triton.causal_lm_session import Graph, open_session
+
+class Sink:
+    def __init__(self):
+        self.tokens, self.done = [], threading.Event()
+    def token(self, token_id, logprob, last):
+        self.tokens.append(token_id)
+        if last:
+            self.done.set()
+    def sequence(self, token_ids, logprobs):
+        self.tokens = list(token_ids)
+        self.done.set()
+    def failed(self, error):
+        raise error
+    def cancelled(self):
+        return False
+
+def answer(**settings):
+    sink = Sink()
+    given = {s.name: s.default for s in SETTINGS} | {"max_new_tokens": 8} | settings
+    steps.submit(Request(np.asarray([4, 5, 6], np.int64), given, float("inf"), sink))
+    assert sink.done.wait(60)
+    return sink.tokens
+
+folder = Path(sys.argv[1])
+steps = Scheduler(folder, Graph(open_session(folder / GRAPH_FILE, 1))).start()
+found = {"greedy": answer(), "after_greedy": sorted(m for m in MODULES if m in sys.modules)}
+found |= {"beams": answer(num_beams=3), "after_beams": sorted(m for m in MODULES if m in sys.modules)}
+steps.close()
+print(json.dumps(found))
+"""
+GENERATE_MODULES = ["transformers.generation.utils", "transformers.modeling_utils"]
+
+
+def test_generate_is_imported_at_the_first_beam_search_not_before(causal_lms):
+    """A model that only streams (greedy search, sampling) never imports transformers' modelling and
+    generation modules (about 3 s of CPU and 200 MB a model's process); its first beam search does, and
+    answers ``generate``'s tokens."""
+    folder, model = causal_lms("llama")
+    script = ONLY_BEAMS_IMPORT_GENERATE.replace("MODULES", repr(GENERATE_MODULES))
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(folder)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["after_greedy"] == [] and found["after_beams"] == GENERATE_MODULES
+    assert found["greedy"] == generate(model, [4, 5, 6], max_new_tokens=8, do_sample=False)
+    assert found["beams"] == generate(model, [4, 5, 6], max_new_tokens=8, do_sample=False, num_beams=3)
 
 
 def test_a_request_past_its_deadline_fails_and_the_others_finish(causal_lms, graphs):

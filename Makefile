@@ -45,7 +45,7 @@ help:
 	@echo "make bench-text  the text families on a stack of their own: throughput, router CPU, embeddings vs encode()"
 	@echo "make bench-generation  text2text on a stack of its own (a t5-small-sized T5): tokens/s vs model.generate"
 	@echo "make bench-chat  text_generation on a stack of its own (a 34M Llama): tokens/s vs model.generate, TTFT, ITL"
-	@echo "make bench-prompted  SAM, OWLv2, Grounding DINO at real sizes on a stack of their own: images/s vs transformers"
+	@echo "make bench-prompted  SAM, SAM-HQ, OWLv2, Grounding DINO at real sizes on a stack of their own: images/s vs transformers"
 	@echo "make soak-models  multi-model load / call / stream / unload cycles (T5 and Llama archives) under CPU load"
 	@echo "make gpu-check  on a GPU machine: the gpu tests and DALI's images/s (WHEELS=dir: offline, from wheels)"
 	@echo "make clean   remove the venv, build/ and the built model files"
@@ -176,7 +176,7 @@ BENCH_CHAT_ARGS ?=
 bench-chat: $(VENV)/.serving $(VENV)/.models nginx
 	$(PY) -m scripts.bench.chat $(BENCH_CHAT_ARGS)
 
-# The prompted image families (prepares build/bench-prompted/: sam-vit-base, OWLv2 base/16 at 960 px and
+# The prompted image families (prepares build/bench-prompted/: sam-vit-base, sam-hq-vit-base, OWLv2 base/16 at 960 px and
 # Grounding DINO tiny, random weights, exports of 30-60 s each; starts and stops its own stack on free
 # ports): BENCH_PROMPTED_ARGS="--families sam" for one, "--quick" for fewer images, "--small --quick"
 # for a smoke run on the tiny models. Results: build/bench-prompted/.

@@ -6,7 +6,7 @@ model.toml is three lines naming two models of the same repository (``app.core.g
 
     family = "grounded_segmentation"
     detector = "gdino"          # a zero_shot_object_detection model
-    segmenter = "sam"           # a mask_generation model
+    segmenter = "sam"           # a mask_generation model (SAM or SAM-HQ)
 
 Payload: the detector's (``img``, ``labels`` or Grounding DINO's ``text``, ``threshold``,
 ``text_threshold``) and the segmenter's ``mask_threshold`` (one mask a detection: no

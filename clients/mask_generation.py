@@ -1,12 +1,17 @@
-"""Mask generation family (SAM): the masks of the objects that boxes and points show on an image,
-answered as ``SamModel`` + ``SamProcessor`` answer them.
+"""Mask generation family (SAM, SAM-HQ): the masks of the objects that boxes and points show on an
+image, answered as ``SamModel`` + ``SamProcessor`` (``SamHQModel`` + ``SamHQProcessor``) answer them.
 
 model.toml is two lines, the rest read from a ``save_pretrained`` folder of ``SamModel`` and
-``SamProcessor`` (``complete``)::
+``SamProcessor``, or of ``SamHQModel`` and ``SamHQProcessor`` (``complete``: config.json's
+``model_type``, ``sam`` or ``sam_hq``, tells them apart; the spec's ``model_type`` says which)::
 
     family = "mask_generation"
     [export]
     transformers = "hf"
+
+SAM-HQ takes the same prompts, options and answers; its model differs inside the graphs only (its
+image encoder also gives the intermediate embeddings its HQ mask decoder reads:
+``app.core.mask_contract``), and its masks are its model's with ``hq_token_only`` false, the default.
 
 Payload: the image (``img``: base64 in the JSON envelope, or a raw ``image/jpeg`` / ``image/png`` body
 with the rest in the custom-attributes header), its prompts (``clients.prompts``: ``boxes``, ``points``,
@@ -27,8 +32,8 @@ is refused naming it.
 Where it runs: the router opens the image's header (the pixel limit, the size as displayed), checks
 the prompts against the image and scales their coordinates to the resized image; the image's bytes
 and the prompts go to one Triton model (``app/triton/sam_model.py``), which decodes and
-pre-processes the image (as the image families' Triton pipeline does) and runs SAM's image encoder
-once and its mask decoder over the prompts; the router scales the low-resolution logits to the
+pre-processes the image (as the image families' Triton pipeline does) and runs the image encoder
+once and the mask decoder over the prompts; the router scales the low-resolution logits to the
 image (``clients.sam_image``), binarises and encodes them. Without prompts the grid's settings go
 instead, and the Triton model runs the whole pipeline (the grid, the decoder batch by batch, the
 filters, the NMS): the masks answered come back, as their RLE.
@@ -211,18 +216,19 @@ def whole_image_answers(outputs: Mapping[str, np.ndarray], context: Segmented) -
 
 def complete(raw: Mapping[str, Any], folder: Path, where: str) -> tuple[dict[str, Any], TextModel]:
     """A mask_generation model.toml from its folder: SAM's tensors (``app.core.mask_contract``), no
-    batching (a request is one image and its prompts); the folder holds a SamModel's config.json
-    and a SamProcessor's config."""
+    batching (a request is one image and its prompts); the folder holds a SamModel's (or a
+    SamHQModel's) config.json and its processor's config; the model type is the spec's."""
     hf = model_folder(raw, folder, where)
     source = raw["export"][SOURCE_KEY]
     try:
         config = json.loads((hf / "config.json").read_text(encoding="utf-8"))
     except ValueError as error:
         raise TextSpecError(f"{hf / 'config.json'}: not valid JSON: {error}") from None
-    if config.get("model_type") != "sam":
+    model_type = config.get("model_type")
+    if model_type not in contract.MODEL_TYPES:
         raise TextSpecError(
-            f"{hf / 'config.json'}: the {MaskGenerationClient.family} family serves SAM (SamModel: model_type "
-            f"'sam'); this is a {config.get('model_type', 'model')!r} model"
+            f"{hf / 'config.json'}: the {MaskGenerationClient.family} family serves SAM and SAM-HQ (SamModel, "
+            f"SamHQModel: model_type 'sam' or 'sam_hq'); this is a {config.get('model_type', 'model')!r} model"
         )
     try:
         sam_image.Processing.read(hf)
@@ -232,7 +238,7 @@ def complete(raw: Mapping[str, Any], folder: Path, where: str) -> tuple[dict[str
         folder=hf,
         family=str(raw.get("family", "")),
         source=source,
-        model_type="sam",
+        model_type=model_type,
         labels=(),
         problem_type="",
         sequence_length=0,

@@ -1,14 +1,22 @@
-"""The ``mask_generation`` family's contract (SAM), shared by the router, model preparation and the
-Triton model that runs SAM's two graphs (framework-free: names and numbers only).
+"""The ``mask_generation`` family's contract (SAM, SAM-HQ), shared by the router, model preparation and
+the Triton model that runs the model's two graphs (framework-free: names and numbers only).
 
 A SAM model is served as ONE Triton model of the python backend (``app/triton/sam_model.py``) over two
-ONNX graphs: ``encoder.onnx`` (``pixel_values`` -> ``image_embeddings``) and ``decoder.onnx`` (SAM's
-prompt encoder and mask decoder: ``image_embeddings``, ``input_points``, ``input_labels`` ->
+ONNX graphs: ``encoder.onnx`` (``pixel_values`` -> ``ENCODER_OUTPUTS``) and ``decoder.onnx`` (the
+prompt encoder and mask decoder: the encoder's outputs, ``input_points``, ``input_labels`` ->
 ``iou_scores`` and ``pred_masks`` of all four mask tokens: token 0 is ``multimask_output=False``'s
-mask, tokens 1 to 3 ``multimask_output=True``'s). The Triton model decodes the image, pre-processes it
-as ``SamProcessor`` does (``clients.sam_image``), runs the encoder once and the decoder over every
-prompt of the request, or over a grid of points (whole-image mask generation, ``clients.sam_grid``). A
-request is one image and its prompts or grid (``max_batch_size`` 0):
+mask, tokens 1 to 3 ``multimask_output=True``'s). By model type (``MODEL_TYPES``, config.json's):
+
+- SAM (``sam``): the encoder gives ``image_embeddings``;
+- SAM-HQ (``sam_hq``): the encoder gives ``image_embeddings`` and ``intermediate_embeddings`` (the
+  output of its ViT's first global-attention layer, ``[1, h, w, vit_dim]``), which the HQ mask decoder
+  fuses with them; each token's mask is SAM's plus the HQ token's, and tokens 1 to 3 come sorted by
+  score, best first (``SamHQMaskDecoder`` with ``hq_token_only`` false).
+
+The Triton model decodes the image, pre-processes it as ``SamProcessor`` does (``clients.sam_image``),
+runs the encoder once and the decoder over every prompt of the request (each run fed all the encoder
+gave), or over a grid of points (whole-image mask generation, ``clients.sam_grid``). A request is one
+image and its prompts or grid (``max_batch_size`` 0):
 
 - ``image`` ``UINT8 [-1]``: the encoded image (JPEG or PNG);
 - ``input_points`` ``FP32 [prompts, points, 2]``: each prompt's points, in the resized image's pixels
@@ -33,6 +41,10 @@ from __future__ import annotations
 ENCODER_FILE, DECODER_FILE = "encoder.onnx", "decoder.onnx"
 ONNX_FILES = (ENCODER_FILE, DECODER_FILE)
 PIXEL_VALUES, IMAGE_EMBEDDINGS = "pixel_values", "image_embeddings"
+INTERMEDIATE_EMBEDDINGS = "intermediate_embeddings"  # SAM-HQ's early ViT features
+SAM, SAM_HQ = "sam", "sam_hq"
+MODEL_TYPES = (SAM, SAM_HQ)  # config.json's model_type of the models served
+ENCODER_OUTPUTS = {SAM: (IMAGE_EMBEDDINGS,), SAM_HQ: (IMAGE_EMBEDDINGS, INTERMEDIATE_EMBEDDINGS)}
 POINTS, LABELS = "input_points", "input_labels"
 IOU_SCORES, PRED_MASKS = "iou_scores", "pred_masks"
 IMAGE = "image"

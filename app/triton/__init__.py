@@ -6,7 +6,7 @@ copies these files into the model repository as ``<model>/1/model.py``, where Tr
   (``onnx_generate.py``), batched across callers.
 - ``causal_lm_model.py``: a text_generation model, a decoupled model whose step scheduler runs the
   requests' generations as one batch over ``decoder.onnx`` and streams each token as it is made.
-- ``sam_model.py``: a mask_generation model (SAM): the image pre-processed, its two ONNX graphs run,
+- ``sam_model.py``: a mask_generation model (SAM, SAM-HQ): the image pre-processed, its two ONNX graphs run,
   the image encoder once for every prompt of a request.
 - ``zsd_model.py``: a zero_shot_object_detection model (OWLv2, OWL-ViT): the image pre-processed as
   its processor does it, the detector's graph run over the request's labels.

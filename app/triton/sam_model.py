@@ -1,5 +1,6 @@
-"""Triton python-backend model of a ``mask_generation`` model (SAM): the image decoded and
-pre-processed as ``SamProcessor`` does it (``clients.sam_image``), the image encoder run once, then
+"""Triton python-backend model of a ``mask_generation`` model (SAM, SAM-HQ): the image decoded and
+pre-processed as ``SamProcessor`` does it (``clients.sam_image``), the image encoder run once (its
+outputs, whatever the graph gives: SAM-HQ's intermediate embeddings too, all fed to the decoder), then
 the prompt encoder and mask decoder over every prompt of the request (``app.core.mask_contract``), or,
 given the ``grid`` settings, over ``pipeline("mask-generation")``'s grid of points, a batch of
 ``points_per_batch`` points at a time, each batch's masks filtered as they come and the kept ones NMS'd
@@ -78,12 +79,14 @@ class Segmenter:
         self.encoder, self.decoder = (
             ort.InferenceSession(str(onnx_folder / name), options, providers=usable) for name in contract.ONNX_FILES
         )
+        self.encoded = [output.name for output in self.encoder.get_outputs()]  # all go to the decoder
 
-    def embed(self, pixels: np.ndarray) -> tuple[np.ndarray, tuple[int, int]]:
-        """A decoded image's (HWC uint8 RGB) embedding and its resized size."""
+    def embed(self, pixels: np.ndarray) -> tuple[dict[str, np.ndarray], tuple[int, int]]:
+        """A decoded image's (HWC uint8 RGB) encoder outputs, by name (SAM's embedding; SAM-HQ's and its
+        intermediate embeddings: ``contract.ENCODER_OUTPUTS``), and its resized size."""
         values, resized = sam_image.pixel_values(pixels, self.processing)
-        (embeddings,) = self.encoder.run(None, {contract.PIXEL_VALUES: values[np.newaxis]})
-        return embeddings, resized
+        found = self.encoder.run(self.encoded, {contract.PIXEL_VALUES: values[np.newaxis]})
+        return dict(zip(self.encoded, found)), resized
 
     def segment(self, encoded: bytes, points: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``iou_scores [prompts, 4]`` and ``pred_masks [prompts, 4, h, w]``, each prompt as if alone; an
@@ -92,17 +95,17 @@ class Segmenter:
         return self.decode(embeddings, points, labels, check_prompts(points, labels, resized))
 
     def decode(
-        self, embeddings: np.ndarray, points: np.ndarray, labels: np.ndarray, counts: np.ndarray
+        self, embeddings: dict[str, np.ndarray], points: np.ndarray, labels: np.ndarray, counts: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        """The mask decoder over an image's embedding, each prompt (``counts`` points) as if alone, at
-        most ``DECODER_ROWS`` prompts a run."""
+        """The mask decoder over an image's encoder outputs (``embed``), each prompt (``counts`` points)
+        as if alone, at most ``DECODER_ROWS`` prompts a run."""
         scores, masks = [None] * len(points), [None] * len(points)
         for count in np.unique(counts):
             same = np.flatnonzero(counts == count)
             for start in range(0, len(same), DECODER_ROWS):
                 rows = same[start : start + DECODER_ROWS]
                 feed = {
-                    contract.IMAGE_EMBEDDINGS: embeddings,
+                    **embeddings,
                     contract.POINTS: np.ascontiguousarray(points[rows, :count][np.newaxis], dtype=np.float32),
                     contract.LABELS: np.ascontiguousarray(labels[rows, :count][np.newaxis], dtype=np.int64),
                 }

@@ -1,18 +1,13 @@
-"""A ``mask_generation`` model's export: a ``SamModel`` + ``SamProcessor`` folder to SAM's two ONNX
-graphs (``app.core.mask_contract``), checked, and the python-backend model that serves them.
+"""A ``mask_generation`` model's export: a ``SamModel`` + ``SamProcessor`` folder (or ``SamHQModel`` +
+``SamHQProcessor``: config.json's model type picks, ``sam_graphs.KINDS``) to its two ONNX graphs
+(``app.core.mask_contract``), checked, and the python-backend model that serves them.
 
-``torch.onnx.export(dynamo=False, opset 17)`` of two wrappers, as SAM's own ``export_onnx_model.py``
-and optimum's ``SamOnnxConfig`` split it:
-
-- ``encoder.onnx``: ``pixel_values [batch, 3, S, S]`` -> ``image_embeddings [batch, C, h, w]``;
-- ``decoder.onnx``: ``image_embeddings [1, C, h, w]``, ``input_points [1, prompts, points, 2]``,
-  ``input_labels [1, prompts, points]`` -> ``iou_scores [1, prompts, 4]``, ``pred_masks [1, prompts,
-  4, 4h, 4w]``: the prompt encoder (a box is its two corners labelled 2 and 3, as SAM's export takes
-  it; the image-wide positional embedding, which depends on the weights only, is a constant of the
-  graph) and the mask decoder of all four mask tokens (Hugging Face computes the four and slices).
+``torch.onnx.export(dynamo=False, opset 17)`` of the two modules of ``scripts.model_prep.sam_graphs``:
+``encoder.onnx`` (``pixel_values`` -> the image embedding, and SAM-HQ's intermediate embeddings) and
+``decoder.onnx`` (the encoder's outputs and the prompts -> all four mask tokens' scores and masks).
 
 The checks, as for the other exports: ``onnx.checker`` on each graph; the numpy pre-processing
-(``clients.sam_image``) against ``SamProcessor``'s ``pixel_values``; then ONNX Runtime against the
+(``clients.sam_image``) against the processor's ``pixel_values``; then ONNX Runtime against the
 PyTorch model as a caller runs it, ``model(**processor(image, input_boxes=...))`` and with points,
 single and multimask, the max difference printed; past the tolerance the export is refused in one line.
 """
@@ -33,74 +28,14 @@ from clients import sam_image
 from scripts.model_prep import graph_cache, weights
 from scripts.model_prep.onnx_export import OPSET, ExportError
 from scripts.model_prep.recipes import Tolerance
+from scripts.model_prep.sam_graphs import KINDS, image_embeddings
 
 TOLERANCE = Tolerance(atol=1e-5, rtol=1e-4)
-CHECKED = "SamProcessor's pixel_values equal, boxes and points, single and multimask"
+CHECKED = "the processor's pixel_values equal, boxes and points, single and multimask"
 CHECK_SIZE = (150, 200)  # the check image's height, width (not square: the padding is exercised)
 CHECK_BOXES = [[10.0, 20.0, 120.0, 100.0], [60.0, 5.0, 190.0, 140.0], [0.0, 0.0, 200.0, 150.0]]
 CHECK_POINTS = [[[50.0, 40.0]], [[100.0, 70.0], [20.0, 130.0]]]  # two prompts of 1 and 2 points
 CHECK_LABELS = [[1], [1, 0]]
-
-
-class Encoder(nn.Module):
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.vision_encoder = model.vision_encoder
-
-    def forward(self, pixel_values):
-        return self.vision_encoder(pixel_values).last_hidden_state
-
-
-class Decoder(nn.Module):
-    """SAM's prompt encoder (points and labels; no mask input) and mask decoder, all four tokens out:
-    ``SamMaskDecoder.forward``'s operations, in its order, without its last slice."""
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-        self.image_size = float(model.prompt_encoder.input_image_size)
-        with torch.no_grad():
-            self.register_buffer("image_pe", model.get_image_wide_positional_embeddings().clone())
-
-    def embed_points(self, points, labels):
-        encoder = self.model.prompt_encoder
-        embedded = encoder.shared_embedding((points + 0.5) / self.image_size)
-        label = labels.unsqueeze(-1)
-        embedded = torch.where(label == contract.NOT_A_POINT, encoder.not_a_point_embed.weight, embedded)
-        for index in range(len(encoder.point_embed)):  # background, foreground, a box's two corners
-            embedded = embedded + encoder.point_embed[index].weight * (label == index).to(embedded.dtype)
-        return embedded
-
-    def forward(self, image_embeddings, input_points, input_labels):
-        sparse = self.embed_points(input_points, input_labels)
-        decoder, encoder = self.model.mask_decoder, self.model.prompt_encoder
-        batch, channels, height, width = image_embeddings.shape
-        dense = encoder.no_mask_embed.weight.reshape(1, -1, 1, 1).expand(batch, -1, height, width)
-        prompts = sparse.shape[1]
-        tokens = torch.cat([decoder.iou_token.weight, decoder.mask_tokens.weight], dim=0).repeat(batch, prompts, 1, 1)
-        tokens = torch.cat((tokens, sparse), dim=2)
-        image = (image_embeddings + dense).repeat_interleave(prompts, 0)
-        positions = self.image_pe.repeat_interleave(prompts, 0)
-        point_embedding, image = decoder.transformer(
-            point_embeddings=tokens,
-            image_embeddings=image,
-            image_positional_embeddings=positions,
-            attention_similarity=None,
-            target_embedding=None,
-        )
-        iou_token = point_embedding[:, :, 0, :]
-        mask_tokens = point_embedding[:, :, 1 : 1 + decoder.num_mask_tokens, :]
-        image = image.transpose(2, 3).reshape(batch * prompts, channels, height, width)
-        upscaled = decoder.activation(decoder.upscale_layer_norm(decoder.upscale_conv1(image)))
-        upscaled = decoder.activation(decoder.upscale_conv2(upscaled))
-        hyper = torch.stack(
-            [decoder.output_hypernetworks_mlps[i](mask_tokens[:, :, i, :]) for i in range(decoder.num_mask_tokens)],
-            dim=2,
-        )
-        _, up_channels, up_height, up_width = upscaled.shape
-        upscaled = upscaled.reshape(batch, prompts, up_channels, up_height * up_width)
-        masks = (hyper @ upscaled).reshape(batch, prompts, -1, up_height, up_width)
-        return decoder.iou_prediction_head(iou_token), masks
 
 
 def randomise(model: nn.Module, seed: int) -> nn.Module:
@@ -119,17 +54,26 @@ def randomise(model: nn.Module, seed: int) -> nn.Module:
 
 
 def load_model(spec: ModelSpec, choice: weights.WeightsChoice) -> nn.Module:
-    """The folder's SamModel with its own weights, or seeded random ones of its config."""
-    from transformers import AutoConfig, SamModel
+    """The folder's SamModel (SamHQModel) with its own weights, or seeded random ones of its config."""
+    import transformers
+    from transformers import AutoConfig
 
-    folder = str(spec.text.folder)
+    folder, kind = str(spec.text.folder), KINDS[spec.text.model_type]
+    model_class = getattr(transformers, kind.model)
     try:
         if choice.source == weights.FILE:
-            return SamModel.from_pretrained(folder).eval()
-        torch.manual_seed(choice.seed)
-        return randomise(SamModel(AutoConfig.from_pretrained(folder)), choice.seed).eval()
+            model = model_class.from_pretrained(folder).eval()
+        else:
+            torch.manual_seed(choice.seed)
+            model = randomise(model_class(AutoConfig.from_pretrained(folder)), choice.seed).eval()
     except (OSError, ValueError) as error:
-        raise ExportError(f"[{spec.name}] {folder}: transformers cannot load it as a SamModel: {error}") from None
+        raise ExportError(f"[{spec.name}] {folder}: transformers cannot load it as a {kind.model}: {error}") from None
+    if kind.intermediate and not model.config.vision_config.global_attn_indexes:
+        raise ExportError(
+            f"[{spec.name}] {folder}: vision_config.global_attn_indexes is empty: SAM-HQ's mask decoder reads "
+            "the output of the ViT's first global-attention layer"
+        )
+    return model
 
 
 def check_image(seed: int) -> np.ndarray:
@@ -164,25 +108,27 @@ def box_prompts(boxes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return points, np.tile(corners, (1, points.shape[1], 1))
 
 
-def export(model: nn.Module, processor, folder: Path, image: np.ndarray) -> None:
+def export(model: nn.Module, processor, folder: Path, image: np.ndarray, model_type: str) -> None:
     """The two graphs into ``folder``."""
     given = processor(images=image, input_boxes=[CHECK_BOXES[:2]], return_tensors="pt")
+    encoder, decoder = KINDS[model_type].modules(model)
+    encoded = contract.ENCODER_OUTPUTS[model_type]
     with torch.no_grad():
-        embeddings = model.get_image_embeddings(given["pixel_values"])
+        embedded = image_embeddings(model, given["pixel_values"])
     _export(
-        Encoder(model),
+        encoder,
         (given["pixel_values"],),
         folder / contract.ENCODER_FILE,
-        ((contract.PIXEL_VALUES,), (contract.IMAGE_EMBEDDINGS,)),
-        {contract.PIXEL_VALUES: {0: "batch"}, contract.IMAGE_EMBEDDINGS: {0: "batch"}},
+        ((contract.PIXEL_VALUES,), encoded),
+        {name: {0: "batch"} for name in (contract.PIXEL_VALUES, *encoded)},
     )
     points, labels = box_prompts(given["input_boxes"].numpy())
     prompt_axes = {1: "prompts", 2: "points"}
     _export(
-        Decoder(model),
-        (embeddings, torch.from_numpy(points), torch.from_numpy(labels)),
+        decoder,
+        (*embedded, torch.from_numpy(points), torch.from_numpy(labels)),
         folder / contract.DECODER_FILE,
-        ((contract.IMAGE_EMBEDDINGS, contract.POINTS, contract.LABELS), (contract.IOU_SCORES, contract.PRED_MASKS)),
+        ((*encoded, contract.POINTS, contract.LABELS), (contract.IOU_SCORES, contract.PRED_MASKS)),
         {
             contract.POINTS: prompt_axes,
             contract.LABELS: prompt_axes,
@@ -222,15 +168,17 @@ def check(spec: ModelSpec, model: nn.Module, processor, folder: Path, image: np.
     limits: dict[str, float] = {}
     reference = processor(images=image, return_tensors="pt")["pixel_values"]
     ours, _ = sam_image.pixel_values(image, sam_image.Processing.read(spec.text.folder))
-    graph_cache.difference("pixel_values (numpy vs SamProcessor)", reference[0].numpy(), ours, TOLERANCE, diffs, limits)
-    (embeddings,) = sessions[contract.ENCODER_FILE].run(None, {contract.PIXEL_VALUES: ours[np.newaxis]})
+    graph_cache.difference(
+        "pixel_values (numpy vs the processor)", reference[0].numpy(), ours, TOLERANCE, diffs, limits
+    )
+    encoded = contract.ENCODER_OUTPUTS[spec.text.model_type]
+    found = sessions[contract.ENCODER_FILE].run(list(encoded), {contract.PIXEL_VALUES: ours[np.newaxis]})
     with torch.no_grad():
-        graph_cache.difference(
-            "encoder image_embeddings", model.get_image_embeddings(reference), embeddings, TOLERANCE, diffs, limits
-        )
+        for name, want, one in zip(encoded, image_embeddings(model, reference), found):
+            graph_cache.difference(f"encoder {name}", want, one, TOLERANCE, diffs, limits)
         for name, given, points, labels in _cases(processor, image):
             iou, masks = sessions[contract.DECODER_FILE].run(
-                None, {contract.IMAGE_EMBEDDINGS: embeddings, contract.POINTS: points, contract.LABELS: labels}
+                None, {**dict(zip(encoded, found)), contract.POINTS: points, contract.LABELS: labels}
             )
             for multimask, tokens in ((False, list(contract.SINGLE)), (True, list(contract.MULTIMASK))):
                 want = model(**given, multimask_output=multimask)
@@ -250,13 +198,13 @@ def ensure_export(spec: ModelSpec, choice: weights.WeightsChoice, cache: Path, r
     image = check_image(choice.seed)
 
     def load():
-        from transformers import SamProcessor
+        import transformers
 
-        model = load_model(spec, choice)
+        model, name = load_model(spec, choice), KINDS[spec.text.model_type].processor
         try:
-            return model, SamProcessor.from_pretrained(str(spec.text.folder))
+            return model, getattr(transformers, name).from_pretrained(str(spec.text.folder))
         except (OSError, ValueError) as error:
-            raise ExportError(f"[{spec.name}] {spec.text.folder}: no SamProcessor there: {error}") from None
+            raise ExportError(f"[{spec.name}] {spec.text.folder}: no {name} there: {error}") from None
 
     return graph_cache.export_checked(
         spec,
@@ -267,7 +215,7 @@ def ensure_export(spec: ModelSpec, choice: weights.WeightsChoice, cache: Path, r
         contract.ONNX_FILES,
         load,
         "the image encoder and the prompt encoder + mask decoder",
-        lambda loaded, partial: export(*loaded, partial, image),
+        lambda loaded, partial: export(*loaded, partial, image, spec.text.model_type),
         lambda loaded, partial: check(spec, *loaded, partial, image),
     )
 

@@ -1,6 +1,7 @@
-"""The mask_generation family (SAM) through the whole stack (NGINX, gunicorn, the router, a real
-Triton running app/triton/sam_model.py) against SamModel + SamProcessor: the "sam" small-model set
-(two tiny SAMs of other seeds), served from a copy of its own. Both request forms (the JSON envelope
+"""The mask_generation family (SAM, SAM-HQ) through the whole stack (NGINX, gunicorn, the router, a
+real Triton running app/triton/sam_model.py) against SamModel + SamProcessor (SamHQModel +
+SamHQProcessor): the "sam" small-model set (two tiny SAMs of other seeds and a tiny SAM-HQ), served
+from a copy of its own, one stack for the three; the answers' tests run on a SAM and on the SAM-HQ. Both request forms (the JSON envelope
 and a raw image body with the prompts in the custom attributes), JSON Lines, callers at once with
 images of their own, /ping, the OpenAPI contract, the per-model metrics, and bad input (400s naming
 the field; the endpoint keeps serving); without prompts, the whole image against
@@ -24,7 +25,8 @@ from tests.support import assert_conforms, assert_error, b64, block_photo, post
 
 pytestmark = pytest.mark.integration
 
-MODELS = ("sam_tiny", "sam_other")
+MODELS = ("sam_tiny", "sam_other", "samhq_tiny")
+HQ = "samhq_tiny"
 BOXES = [[10, 20, 120, 100], [60, 5, 230, 170]]
 POINTS = [[[50, 40]], [[100, 70], [20, 130]]]
 LABELS = [[1], [1, 0]]
@@ -66,31 +68,33 @@ def test_ping_names_the_models_ready(sam_stack):
     assert all(f'"{name}"' in r.text for name in MODELS), r.text
 
 
+@pytest.mark.parametrize("model", ["sam_tiny", HQ])
 @pytest.mark.parametrize("multimask", [False, True])
-def test_boxes_and_points_equal_the_reference(sam_stack, references, multimask):
+def test_boxes_and_points_equal_the_reference(sam_stack, references, model, multimask):
     image = photo(240, 180, 0)
-    answers = result(sam_stack, "sam_tiny", {"img": b64(image), "boxes": BOXES, "multimask_output": multimask})
-    expected = references["sam_tiny"].prompts(decoded(image), boxes=BOXES, multimask=multimask)
-    print(f"boxes multimask={multimask}: {assert_answers(answers, expected, multimask)}")
+    answers = result(sam_stack, model, {"img": b64(image), "boxes": BOXES, "multimask_output": multimask})
+    expected = references[model].prompts(decoded(image), boxes=BOXES, multimask=multimask)
+    print(f"{model} boxes multimask={multimask}: {assert_answers(answers, expected, multimask)}")
     payload = {"img": b64(image), "points": POINTS, "point_labels": LABELS, "multimask_output": multimask}
-    answers = result(sam_stack, "sam_tiny", payload)
-    expected = references["sam_tiny"].prompts(decoded(image), points=POINTS, labels=LABELS, multimask=multimask)
-    print(f"points multimask={multimask}: {assert_answers(answers, expected, multimask)}")
+    answers = result(sam_stack, model, payload)
+    expected = references[model].prompts(decoded(image), points=POINTS, labels=LABELS, multimask=multimask)
+    print(f"{model} points multimask={multimask}: {assert_answers(answers, expected, multimask)}")
 
 
-def test_a_raw_image_body_takes_its_prompts_from_the_custom_attributes(sam_stack, references):
+@pytest.mark.parametrize("model", ["sam_other", HQ])
+def test_a_raw_image_body_takes_its_prompts_from_the_custom_attributes(sam_stack, references, model):
     image = photo(200, 260, 1)
-    attributes = "modelname=sam_other,boxes=10 20 120 100;60 5 190 170,points=50 40;100 70 20 130,point_labels=1;1 0"
+    attributes = f"modelname={model},boxes=10 20 120 100;60 5 190 170,points=50 40;100 70 20 130,point_labels=1;1 0"
     r = post(sam_stack, image, "image/png", attributes)
     assert r.status_code == 200, r.text[:500]
     boxes = [[10, 20, 120, 100], [60, 5, 190, 170]]
-    expected = references["sam_other"].prompts(decoded(image), boxes=boxes, points=POINTS, labels=LABELS)
+    expected = references[model].prompts(decoded(image), boxes=boxes, points=POINTS, labels=LABELS)
     assert_answers(r.json()["result"], expected, False)
 
 
 def test_json_lines_and_callers_at_once_are_each_answered_their_own(sam_stack, references):
     images = [photo(160 + 20 * i, 120 + 10 * i, 10 + i) for i in range(6)]
-    models = [MODELS[i % 2] for i in range(len(images))]
+    models = [MODELS[i % len(MODELS)] for i in range(len(images))]
 
     def call(index: int):
         return result(sam_stack, models[index], {"img": b64(images[index]), "boxes": BOXES[:1]})
@@ -120,14 +124,17 @@ WHOLE = {
     "stability_score_thresh": 0.5,
     "crops_nms_thresh": 0.95,
 }
+# The tiny SAM-HQ's masks each span the whole image (one box for all): past an NMS at 0.95 one is left.
+WHOLE_OF = {"sam_other": WHOLE, HQ: {**WHOLE, "crops_nms_thresh": 1.0}}
 
 
-def test_the_whole_image_without_prompts_equals_the_mask_generation_pipeline(sam_stack, references):
-    image = photo(120, 90, 0)
-    answers = result(sam_stack, "sam_other", {"img": b64(image), **WHOLE})
-    expected = references["sam_other"].whole_image(decoded(image), **WHOLE)
-    print(f"whole image: {len(answers)} masks, {assert_whole_image(answers, expected, at_least=3)}")
-    attributes = "modelname=sam_other," + ",".join(f"{name}={value}" for name, value in WHOLE.items())
+@pytest.mark.parametrize("model", ["sam_other", HQ])
+def test_the_whole_image_without_prompts_equals_the_mask_generation_pipeline(sam_stack, references, model):
+    image, options = photo(120, 90, 0), WHOLE_OF[model]
+    answers = result(sam_stack, model, {"img": b64(image), **options})
+    expected = references[model].whole_image(decoded(image), **options)
+    print(f"{model} whole image: {len(answers)} masks, {assert_whole_image(answers, expected, at_least=3)}")
+    attributes = f"modelname={model}," + ",".join(f"{name}={value}" for name, value in options.items())
     r = post(sam_stack, image, "image/png", attributes)
     assert r.status_code == 200, r.text[:300]
     assert r.json()["result"] == answers
@@ -145,18 +152,19 @@ BAD = [
 ]
 
 
-def test_bad_input_is_a_400_naming_the_field_and_the_endpoint_keeps_serving(sam_stack):
+@pytest.mark.parametrize("model", ["sam_tiny", HQ])
+def test_bad_input_is_a_400_naming_the_field_and_the_endpoint_keeps_serving(sam_stack, model):
     image = b64(photo(240, 180, 0))
     for fields, named in BAD:
-        r = post(sam_stack, {"modelname": "sam_tiny", "payload": {"img": image, **fields}})
+        r = post(sam_stack, {"modelname": model, "payload": {"img": image, **fields}})
         assert_error(r, 400, "invalid_input", named)
-    r = post(sam_stack, {"modelname": "sam_tiny", "payload": {"img": b64(b"not an image"), "boxes": BOXES}})
+    r = post(sam_stack, {"modelname": model, "payload": {"img": b64(b"not an image"), "boxes": BOXES}})
     assert_error(r, 400, "invalid_input", "payload.img")
     truncated = b64(photo(240, 180, 0)[:300])  # its header opens in the router; its pixels fail in Triton
-    r = post(sam_stack, {"modelname": "sam_tiny", "payload": {"img": truncated, "boxes": BOXES}})
+    r = post(sam_stack, {"modelname": model, "payload": {"img": truncated, "boxes": BOXES}})
     assert_error(r, 400, "invalid_input", "payload.img")
     assert requests.get(f"{sam_stack.url}/ping", timeout=10).status_code == 200
-    assert result(sam_stack, "sam_tiny", {"img": image, "boxes": BOXES[:1]})
+    assert result(sam_stack, model, {"img": image, "boxes": BOXES[:1]})
 
 
 def test_the_masks_are_counted_by_model(sam_stack):

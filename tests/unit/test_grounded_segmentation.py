@@ -3,7 +3,8 @@
 then SAM's (``tests/sam_reference.py``) with the detector's boxes as ``input_boxes``. In process: the
 router's client with the chain's Triton model (``app/triton/grounded_model.py``'s ``Chain``) standing in
 for Triton, on a repository built here from the "zsd" and "sam" small-model sets (the tiny Grounding
-DINO, the tiny OWLv2 and the tiny SAM, each as its own preparation wrote it) and chains naming them.
+DINO, the tiny OWLv2, the tiny SAM and the tiny SAM-HQ, each as its own preparation wrote it) and
+chains naming them (Grounding DINO then SAM-HQ: against SAM-HQ's reference).
 Also: the image decoded once and SAM's image encoder run once per image, however many boxes; the
 refusals at start (a missing model, one of another family), each one line naming the chain's
 model.toml; the bad inputs, each a 400 naming its field.
@@ -31,8 +32,13 @@ from tests.support import b64, block_photo
 from tests.zsd_reference import ZsdReference
 
 LABELS = ["a cat", "a remote control"]
-PARTS = {"gdino": ("zsd", "gdino_tiny"), "owl": ("zsd", "owlv2_tiny"), "sam": ("sam", "sam_tiny")}
-CHAINS = {"chain": "gdino", "owl_chain": "owl"}
+PARTS = {
+    "gdino": ("zsd", "gdino_tiny"),
+    "owl": ("zsd", "owlv2_tiny"),
+    "sam": ("sam", "sam_tiny"),
+    "samhq": ("sam", "samhq_tiny"),
+}
+CHAINS = {"chain": ("gdino", "sam"), "owl_chain": ("owl", "sam"), "hq_chain": ("gdino", "samhq")}
 
 
 def chain_toml(detector: str, segmenter: str = "sam") -> str:
@@ -68,9 +74,9 @@ def repository(small_models: Built, tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("grounded")
     for name, (set_name, model) in PARTS.items():
         shutil.copytree(small_models.repository(set_name) / model, folder / name)
-    for name, detector in CHAINS.items():
+    for name, (detector, segmenter) in CHAINS.items():
         (folder / name).mkdir()
-        (folder / name / "model.toml").write_text(chain_toml(detector))
+        (folder / name / "model.toml").write_text(chain_toml(detector, segmenter))
     return folder
 
 
@@ -85,6 +91,7 @@ def references(small_models: Built) -> dict:
         "gdino": ZsdReference(small_models.models("zsd") / "gdino_tiny" / "hf"),
         "owl": ZsdReference(small_models.models("zsd") / "owlv2_tiny" / "hf"),
         "sam": SamReference(small_models.models("sam") / "sam_tiny" / "hf"),
+        "samhq": SamReference(small_models.models("sam") / "samhq_tiny" / "hf"),
     }
 
 
@@ -112,6 +119,14 @@ def test_a_prompt_text_threshold_and_mask_threshold_equal_the_references(reposit
     check_against_references(
         answer, references, "gdino", data, "a cat. a dog.", threshold=0.6, text_threshold=0.5, mask_threshold=0.3
     )
+
+
+def test_a_sam_hq_segmenter_chains_too(repository, triton, references):
+    data = photo(130, 110, seed=3)
+    answer, _ = client_of(repository, triton, "hq_chain").inference(
+        {"img": b64(data), "labels": LABELS, "threshold": 0.6}
+    )
+    check_against_references(answer, references, "gdino", data, LABELS, segmenter="samhq", threshold=0.6)
 
 
 def test_an_owl_detector_chains_too(repository, triton, references):

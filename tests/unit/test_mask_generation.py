@@ -1,6 +1,7 @@
-"""The mask_generation family (SAM) against SamModel + SamProcessor, in process: the router's client
-with the Triton model's own ``Segmenter`` (``app/triton/sam_model.py``) standing in for Triton, on the
-"sam" small-model set (a tiny SAM of seeded random weights). Boxes, points (one, several, with
+"""The mask_generation family (SAM, SAM-HQ) against SamModel + SamProcessor (SamHQModel +
+SamHQProcessor), in process: the router's client with the Triton model's own ``Segmenter``
+(``app/triton/sam_model.py``) standing in for Triton, on the "sam" small-model set (a tiny SAM and a
+tiny SAM-HQ of seeded random weights: each test runs on both). Boxes, points (one, several, with
 background points, of different counts in one request), points with boxes, multimask (best first),
 the threshold, images of other shapes, each image of a list answered its own; the numpy
 pre-processing against the processor's pixels; and the bad inputs, each a 400 naming its field.
@@ -73,14 +74,28 @@ def triton(repository: Path) -> SegmenterTriton:
     return SegmenterTriton(repository)
 
 
+MODELS = ("sam_tiny", "samhq_tiny")  # SAM and SAM-HQ: the same prompts, options and answers
+
+
+@pytest.fixture(scope="module", params=MODELS)
+def model(request) -> str:
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def client(repository: Path, triton: SegmenterTriton):
+def client(repository: Path, triton: SegmenterTriton, model: str):
     settings = Settings(model_repository=repository, max_image_pixels=1_000_000, max_batch_items=8)
-    return make_client(load_spec(repository / "sam_tiny"), triton, settings)
+    return make_client(load_spec(repository / model), triton, settings)
 
 
 @pytest.fixture(scope="module")
-def reference(small_models: Built) -> SamReference:
+def reference(small_models: Built, model: str) -> SamReference:
+    return SamReference(small_models.models("sam") / model / "hf")
+
+
+@pytest.fixture(scope="module")
+def sam_reference(small_models: Built) -> SamReference:
+    """SAM's, for the processor alone (SAM-HQ's image processor is the same ``SamImageProcessor``)."""
     return SamReference(small_models.models("sam") / "sam_tiny" / "hf")
 
 
@@ -142,25 +157,25 @@ def test_each_image_of_a_list_is_answered_its_own_with_one_encoder_run(client, r
     assert answers[0][0]["mask"] != answers[1][0]["mask"]
 
 
-def test_pixel_values_equal_the_processors(small_models: Built, reference):
+def test_pixel_values_equal_the_processors(small_models: Built, sam_reference):
     processing = sam_image.Processing.read(small_models.models("sam") / "sam_tiny" / "hf")
     for width, height, seed in ((240, 180, 0), (333, 1000, 1), (37, 150, 2), (1000, 999, 3), (250, 40, 4)):
         rng = np.random.default_rng(seed)
         pixels = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
-        want = reference.processor(images=Image.fromarray(pixels), return_tensors="np")
+        want = sam_reference.processor(images=Image.fromarray(pixels), return_tensors="np")
         values, resized = sam_image.pixel_values(pixels, processing)
         assert list(resized) == [int(v) for v in want["reshaped_input_sizes"][0]]
         assert np.abs(values - want["pixel_values"][0]).max() <= 1e-6  # the same pixels: float rounding only
 
 
-def test_mask_logits_equal_post_process_masks(reference):
+def test_mask_logits_equal_post_process_masks(sam_reference):
     import torch
 
     rng = np.random.default_rng(0)
     for original, padded, low in (((576, 768), 256, 64), ((1000, 333), 1024, 256), ((37, 150), 256, 64)):
         resized = sam_image.resized_size(*original, padded)
         masks = rng.standard_normal((2, 3, low, low)).astype(np.float32)
-        want = reference.processor.image_processor.post_process_masks(
+        want = sam_reference.processor.image_processor.post_process_masks(
             torch.from_numpy(masks[None]),
             [original],
             [resized],
@@ -261,7 +276,7 @@ WHOLE = {  # options under which several of the tiny model's masks survive (its 
 }
 
 
-def test_the_whole_image_is_one_call_one_embedding_and_its_batches_change_nothing(client, triton):
+def test_the_whole_image_is_one_call_one_embedding_and_its_batches_change_nothing(client, triton, model):
     from tests.sam_reference import mask_of
 
     image = photo(120, 90, seed=7)
@@ -269,7 +284,7 @@ def test_the_whole_image_is_one_call_one_embedding_and_its_batches_change_nothin
     for per_batch in (1, 16):
         before = triton.calls
         answers[per_batch], _ = client.inference({"img": b64(image), **WHOLE, "points_per_batch": per_batch})
-        segmenter = triton.segmenter("sam_tiny")
+        segmenter = triton.segmenter(model)
         assert triton.calls - before == 1
         if per_batch == 1:  # from the second call on, the encoder's and the decoder's runs are counted
             segmenter.encoder, segmenter.decoder = Counted(segmenter.encoder), Counted(segmenter.decoder)
@@ -288,8 +303,8 @@ def test_the_whole_image_is_one_call_one_embedding_and_its_batches_change_nothin
     assert client.inference({"img": image, **header})[0] == all_at_once
 
 
-def test_the_triton_model_refuses_a_grid_it_cannot_run(triton):
-    segmenter = triton.segmenter("sam_tiny")
+def test_the_triton_model_refuses_a_grid_it_cannot_run(triton, model):
+    segmenter = triton.segmenter(model)
     settings = np.array([contract.GRID_DEFAULTS[n] for n in contract.GRID_SETTINGS], dtype=np.float64)
     given = {
         contract.IMAGE: np.frombuffer(photo(), dtype=np.uint8),
@@ -307,7 +322,7 @@ def test_the_triton_model_refuses_a_grid_it_cannot_run(triton):
 
 
 def test_many_prompts_run_the_decoder_a_bounded_number_at_a_time_each_answered_as_the_reference(
-    client, reference, triton
+    client, reference, triton, model
 ):
     """A chain's detector may hand SAM hundreds of boxes: the decoder takes at most DECODER_ROWS of them
     a run (its memory grows with them), and each box's answer is still the reference's."""
@@ -317,7 +332,7 @@ def test_many_prompts_run_the_decoder_a_bounded_number_at_a_time_each_answered_a
     count = 2 * DECODER_ROWS + 3
     boxes = [[3 * i, 2 * i, 3 * i + 60, 2 * i + 50] for i in range(count)]
     client.inference({"img": b64(image), "boxes": boxes[:1]})  # the segmenter opened
-    segmenter = triton.segmenter("sam_tiny")
+    segmenter = triton.segmenter(model)
     decoder = segmenter.decoder
     segmenter.decoder = Counted(decoder)
     try:

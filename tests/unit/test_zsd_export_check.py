@@ -16,6 +16,7 @@ from clients.families import load_spec
 from scripts.model_prep import zsd_check, zsd_export
 from scripts.model_prep.onnx_export import ExportError
 from scripts.model_prep.small_models.sets import Built
+from tests.graph_edits import perturb, rewritten
 
 
 @pytest.fixture(scope="module", params=("owlv2_tiny", "owlvit_tiny", "gdino_tiny"))
@@ -45,27 +46,6 @@ def loaded(small_models: Built, name: str):
 
 def check(spec, model, processor, graph: Path):
     return zsd_export.check(spec, model, processor, graph, seed=0)
-
-
-def rewritten(graph: Path, target: Path, change) -> Path:
-    import onnx
-
-    proto = onnx.load(str(graph))
-    change(proto)
-    onnx.save(proto, str(target))
-    return target
-
-
-def perturb(proto) -> None:
-    """Every weight of a thousand values or more off by a thousandth of its spread (seeded)."""
-    from onnx import numpy_helper
-
-    rng = np.random.default_rng(0)
-    for index, tensor in enumerate(proto.graph.initializer):
-        values = numpy_helper.to_array(tensor)
-        if values.dtype == np.float32 and values.size >= 1000:
-            noise = rng.normal(0, 1e-3 * float(values.std()), values.shape).astype(np.float32)
-            proto.graph.initializer[index].CopyFrom(numpy_helper.from_array(values + noise, tensor.name))
 
 
 def select_the_lowest(proto) -> None:

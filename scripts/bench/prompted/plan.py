@@ -1,7 +1,8 @@
 """What the prompted benchmark measures, decided before anything starts: its arguments, the families it
-serves (SAM, OWLv2, Grounding DINO, and the chain of a detector and SAM where the family is in the
-tree), its rows (each family's reference in this process at batch 1 and the endpoint at concurrency 4
-on the same images; SAM with 1 box and with 8), the comparisons they feed, and each image's prompts."""
+serves (SAM, SAM-HQ, OWLv2, Grounding DINO, and the chain of a detector and SAM where the family is in
+the tree), its rows (each family's reference in this process at batch 1 and the endpoint at
+concurrency 4 on the same images; SAM and SAM-HQ with 1 box and with 8), the comparisons they feed,
+and each image's prompts."""
 
 from __future__ import annotations
 
@@ -17,17 +18,19 @@ from scripts.bench.generation.plan import env_entry
 from scripts.terminal import positive
 
 DEFAULT_OUT = PROJECT_ROOT / "build" / "bench-prompted"
-SAM, OWLV2, GDINO, CHAIN = "sam", "owlv2", "gdino", "chain"
-FAMILIES = (SAM, OWLV2, GDINO, CHAIN)
+SAM, SAM_HQ, OWLV2, GDINO, CHAIN = "sam", "sam_hq", "owlv2", "gdino", "chain"
+FAMILIES = (SAM, SAM_HQ, OWLV2, GDINO, CHAIN)
+BOXED = (SAM, SAM_HQ)  # the mask_generation rows: boxes a request
 CHAIN_FAMILY = "grounded_segmentation"  # the chain's family: its rows run only where it is registered
 # The model serving each family in the benchmark's repository: realistic, and --small's.
-MODELS = {SAM: "bench_sam", OWLV2: "bench_owlv2", GDINO: "bench_gdino", CHAIN: "bench_chain"}
-SMALL_MODELS = {SAM: "sam_tiny", OWLV2: "owlv2_tiny", GDINO: "gdino_tiny", CHAIN: "chain_tiny"}
+MODELS = {SAM: "bench_sam", SAM_HQ: "bench_samhq", OWLV2: "bench_owlv2", GDINO: "bench_gdino", CHAIN: "bench_chain"}
+SMALL_MODELS = {SAM: "sam_tiny", SAM_HQ: "samhq_tiny", OWLV2: "owlv2_tiny", GDINO: "gdino_tiny", CHAIN: "chain_tiny"}
 REFERENCE, ENDPOINT = "reference", "endpoint"
 CONCURRENCY, IMAGES, ROUNDS = 4, 4, 2
-FEW, MANY = 1, 8  # SAM's boxes a request
+FEW, MANY = 1, 8  # SAM's (SAM-HQ's) boxes a request
 GOAL_SPEED = 1.0  # the endpoint at concurrency 4 against the reference at batch 1, images/s: at least
-GOAL_BOXES = 1.3  # a SAM request's time with 8 boxes against with 1, at concurrency 4: at most
+GOAL_BOXES = 1.3  # a SAM (SAM-HQ) request's time with 8 boxes against with 1, at concurrency 4: at most
+BOXES_GOAL = "boxes"  # the verdicts' key of that comparison, after the family's: "sam boxes"
 LABELS = ("a dog", "a person", "a car", "a bird")  # OWLv2's queries
 PROMPT = "a dog. a person. a car. a bird."  # Grounding DINO's prompt: the same four
 PHOTOS = ("dog", "person", "horses", "eagle", "giraffe", "kite")  # build/samples/<name>.jpg (make samples)
@@ -36,15 +39,16 @@ PROG = "python -m scripts.bench.prompted"
 DESCRIPTION = (
     "The prompted image families through the public port at concurrency 4 against their Hugging Face "
     "references in one process (processor, model, post-processing, batch 1), images/s on the same photos: "
-    "SAM (sam-vit-base), OWLv2 (base, 960 px) and Grounding DINO (tiny) at their real sizes, random weights."
+    "SAM (sam-vit-base), SAM-HQ (sam-hq-vit-base), OWLv2 (base, 960 px) and Grounding DINO (tiny) at their real "
+    "sizes, random weights."
 )
 
 
 @dataclass(frozen=True)
 class Row:
     """One measured row: a family's ``reference`` in this process, one image a call, or its ``endpoint``
-    through the public port at ``concurrency`` client threads; ``boxes``: SAM's boxes a request (the
-    chain's SAM takes the detector's boxes)."""
+    through the public port at ``concurrency`` client threads; ``boxes``: SAM's (SAM-HQ's) boxes a
+    request (the chain's SAM takes the detector's boxes)."""
 
     family: str
     side: str
@@ -57,7 +61,9 @@ class Row:
         return f"{self.family}/{self.side}{shown}" + (f"/c{self.concurrency}" if self.side == ENDPOINT else "")
 
     def label(self, models: dict[str, str]) -> str:
-        what = {SAM: "SAM", OWLV2: "OWLv2", GDINO: "Grounding DINO", CHAIN: "Grounding DINO -> SAM"}[self.family]
+        what = {SAM: "SAM", SAM_HQ: "SAM-HQ", OWLV2: "OWLv2", GDINO: "Grounding DINO", CHAIN: "Grounding DINO -> SAM"}[
+            self.family
+        ]
         shown = f", {self.boxes} box{'es' if self.boxes > 1 else ''}" if self.boxes else ""
         if self.side == REFERENCE:
             how = "one after the other" if self.family == CHAIN else "processor, model, post-processing"
@@ -66,26 +72,29 @@ class Row:
 
 
 def plan_rows(families: Sequence[str], concurrency: int) -> list[Row]:
-    """Per family: the reference and the endpoint; SAM's endpoint with 1 box and with 8 (its reference
-    with 1: the comparison's); the chain's reference is Grounding DINO's then SAM's on its boxes."""
+    """Per family: the reference and the endpoint; SAM's (SAM-HQ's) endpoint with 1 box and with 8 (its
+    reference with 1: the comparison's); the chain's reference is Grounding DINO's then SAM's on its boxes."""
     rows: list[Row] = []
     for family in families:
-        boxes = FEW if family == SAM else 0
+        boxes = FEW if family in BOXED else 0
         rows += [Row(family, REFERENCE, 1, boxes), Row(family, ENDPOINT, concurrency, boxes)]
-        if family == SAM:
-            rows.append(Row(SAM, ENDPOINT, concurrency, MANY))
+        if family in BOXED:
+            rows.append(Row(family, ENDPOINT, concurrency, MANY))
     return rows
 
 
 def goal_rows(families: Sequence[str], concurrency: int) -> dict[str, tuple[Row, Row]]:
-    """The comparisons the verdicts make, by family: (the measured row, its reference); ``boxes``: SAM
-    with 8 boxes against 1."""
+    """The comparisons the verdicts make, by family: (the measured row, its reference); "<family>
+    boxes": SAM (SAM-HQ) with 8 boxes against 1."""
     found = {}
     for family in families:
-        boxes = FEW if family == SAM else 0
+        boxes = FEW if family in BOXED else 0
         found[family] = (Row(family, ENDPOINT, concurrency, boxes), Row(family, REFERENCE, 1, boxes))
-    if SAM in families:
-        found["boxes"] = (Row(SAM, ENDPOINT, concurrency, MANY), Row(SAM, ENDPOINT, concurrency, FEW))
+    for family in (family for family in BOXED if family in families):
+        found[f"{family} {BOXES_GOAL}"] = (
+            Row(family, ENDPOINT, concurrency, MANY),
+            Row(family, ENDPOINT, concurrency, FEW),
+        )
     return found
 
 

@@ -6,6 +6,8 @@ weights, nothing downloaded:
 - ``bench_sam``: ``SamConfig()``, sam-vit-base (a ViT-B image encoder on 1024-pixel inputs), its
   weights drawn by ``sam_export.randomise`` (the config's own initialisation is near zero), and
   ``SamProcessor``'s defaults;
+- ``bench_samhq``: ``SamHQConfig()``, sam-hq-vit-base's shape (the same ViT-B, its HQ decoder reading
+  the first global layer's 768 channels), weights and processor as ``bench_sam``'s;
 - ``bench_owlv2``: owlv2-base-patch16-ensemble's shape (``Owlv2Config`` with a ViT-B/16 on 960-pixel
   inputs: 3,600 boxes; CLIP's text encoder with its 49,408-row embedding, 16 positions), the tiny CLIP
   BPE of the small models (OWL pools the text at the largest id, its end token);
@@ -17,7 +19,7 @@ weights, nothing downloaded:
 Each folder is built once (``models/<name>/hf``, kept while its ``BUILD`` stamp matches), and model
 preparation's ``--cache-dir`` keeps the ONNX exports of those bytes: a second run exports nothing.
 
-``--small``: the tiny ``sam_tiny``, ``owlv2_tiny`` and ``gdino_tiny`` of the small-model sets
+``--small``: the tiny ``sam_tiny``, ``samhq_tiny``, ``owlv2_tiny`` and ``gdino_tiny`` of the small-model sets
 (``scripts.model_prep.small_models.sets``, built once per content), copied from their repositories.
 """
 
@@ -29,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from scripts.bench import prepared
-from scripts.bench.prompted.plan import CHAIN, CHAIN_FAMILY, GDINO, MODELS, OWLV2, SAM, SMALL_MODELS
+from scripts.bench.prompted.plan import BOXED, CHAIN, CHAIN_FAMILY, GDINO, MODELS, OWLV2, SAM, SAM_HQ, SMALL_MODELS
 from scripts.bench.text.prepare import write_model_toml
 
 SEED = 0
@@ -37,15 +39,19 @@ OWL_IMAGE, OWL_PATCH = 960, 16  # owlv2-base-patch16-ensemble's
 BERT_VOCABULARY = 30_522
 
 
-def sam_folder(folder: Path) -> Path:
+def sam_folder(folder: Path, hq: bool = False) -> Path:
+    """sam-vit-base's shape (``hq``: sam-hq-vit-base's), random weights, the processor's defaults."""
     import torch
-    from transformers import SamConfig, SamImageProcessor, SamModel, SamProcessor
+    import transformers
 
     from scripts.model_prep.sam_export import randomise
+    from scripts.model_prep.sam_graphs import KINDS
 
+    kind, config = (KINDS[SAM_HQ], transformers.SamHQConfig()) if hq else (KINDS[SAM], transformers.SamConfig())
     torch.manual_seed(SEED)
-    model = randomise(SamModel(SamConfig()), SEED).eval()
-    return saved(folder, model, SamProcessor(image_processor=SamImageProcessor()))
+    model = randomise(getattr(transformers, kind.model)(config), SEED).eval()
+    processor = getattr(transformers, kind.processor)(image_processor=transformers.SamImageProcessor())
+    return saved(folder, model, processor)
 
 
 def owlv2_folder(folder: Path) -> Path:
@@ -102,6 +108,7 @@ def saved(folder: Path, model, processor) -> Path:
 
 BUILDERS: dict[str, tuple[Callable[[Path], Path], str]] = {
     SAM: (sam_folder, "sam-vit-base (SamConfig()), random weights"),
+    SAM_HQ: (lambda folder: sam_folder(folder, hq=True), "sam-hq-vit-base (SamHQConfig()), random weights"),
     OWLV2: (owlv2_folder, f"OWLv2 base/{OWL_PATCH} at {OWL_IMAGE} px, random weights"),
     GDINO: (gdino_folder, "Grounding DINO tiny (Swin-T), random weights, its scores spread"),
 }
@@ -109,7 +116,11 @@ BUILDERS: dict[str, tuple[Callable[[Path], Path], str]] = {
 
 def served(families: Sequence[str]) -> list[str]:
     """The families whose models the repository holds (the chain's parts too: Grounding DINO and SAM)."""
-    parts = [family for family in (SAM, OWLV2, GDINO) if family in families or (CHAIN in families and family != OWLV2)]
+    parts = [
+        family
+        for family in (SAM, SAM_HQ, OWLV2, GDINO)
+        if family in families or (CHAIN in families and family in (SAM, GDINO))
+    ]
     return parts + [CHAIN] * (CHAIN in families)
 
 
@@ -140,7 +151,7 @@ def small_folders(families: Sequence[str]) -> dict[str, tuple[Path, Path]]:
     from scripts.model_prep.small_models.sets import ensure
 
     built = ensure()
-    chosen = {family: ("sam" if family == SAM else "zsd", SMALL_MODELS[family]) for family in families}
+    chosen = {family: ("sam" if family in BOXED else "zsd", SMALL_MODELS[family]) for family in families}
     return {f: (built.repository(s) / name, built.models(s) / name / "hf") for f, (s, name) in chosen.items()}
 
 
@@ -152,7 +163,7 @@ def source(models: Path, family: str) -> Path:
     make, what = BUILDERS[family]
     model = models / MODELS[family]
     prepared.kept_or_built(model, json.dumps({"seed": SEED, "what": what}), what, make)
-    write_model_toml(model, MASKS if family == SAM else DETECTION)
+    write_model_toml(model, MASKS if family in BOXED else DETECTION)
     return model
 
 

@@ -19,16 +19,17 @@ def _set_threads(threads: int | None) -> None:
 
 
 class SamReference:
-    """``SamModel`` + ``SamProcessor``: ``prompt`` runs one prompt (a box, or points) and keeps the
-    masks as logits; ``boxes`` runs every box of an image in one call, as a caller with several boxes
-    does, binarised by ``post_process_masks``."""
+    """``SamModel`` + ``SamProcessor`` (``SamHQModel`` + ``SamHQProcessor`` for a SAM-HQ folder: the
+    Auto classes pick): ``prompt`` runs one prompt (a box, or points) and keeps the masks as logits;
+    ``boxes`` runs every box of an image in one call, as a caller with several boxes does, binarised
+    by ``post_process_masks``."""
 
     def __init__(self, folder: Path, threads: int | None = 1) -> None:
-        from transformers import SamModel, SamProcessor
+        from transformers import AutoModel, AutoProcessor
 
         _set_threads(threads)
-        self.model = SamModel.from_pretrained(str(folder)).eval()
-        self.processor = SamProcessor.from_pretrained(str(folder))
+        self.model = AutoModel.from_pretrained(str(folder)).eval()
+        self.processor = AutoProcessor.from_pretrained(str(folder))
 
     def run(self, image, multimask: bool = False, binarize: bool = True, **prompts):
         """``processor(images=image, **prompts)`` -> the model -> ``post_process_masks``: the image's

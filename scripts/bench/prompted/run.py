@@ -21,7 +21,7 @@ from scripts.bench.load import HttpCaller, Progress, run_calls
 from scripts.bench.payloads import HttpRequest
 from scripts.bench.placement import CpuMeter
 from scripts.bench.prompted import plan, prepare, report
-from scripts.bench.prompted.plan import CHAIN, GDINO, MANY, OWLV2, SAM, Row
+from scripts.bench.prompted.plan import BOXED, CHAIN, GDINO, MANY, OWLV2, SAM, Row
 from scripts.bench.prompted.references import SamReference, ZsdReference
 from scripts.bench.report import Cell
 from scripts.bench.text.plan import schedule
@@ -34,7 +34,7 @@ class Photo:
     name: str
     data: bytes  # the JPEG, as the endpoint gets it
     image: Any  # the decoded RGB image, as the reference gets it
-    boxes: list[list[float]]  # SAM's 8 boxes (the 1-box rows take the first)
+    boxes: list[list[float]]  # SAM's (SAM-HQ's) 8 boxes (the 1-box rows take the first)
 
 
 def photos() -> list[Photo]:
@@ -53,10 +53,10 @@ def photos() -> list[Photo]:
 
 
 def payload(row: Row, photo: Photo, chain_thresholds: Mapping[str, float] | None = None) -> dict[str, Any]:
-    """The row's payload for one photo: SAM's boxes, OWLv2's labels, Grounding DINO's prompt (the
-    chain's with the photo's threshold)."""
+    """The row's payload for one photo: SAM's (SAM-HQ's) boxes, OWLv2's labels, Grounding DINO's prompt
+    (the chain's with the photo's threshold)."""
     img = {"img": base64.b64encode(photo.data).decode()}
-    if row.family == SAM:
+    if row.family in BOXED:
         return {**img, "boxes": photo.boxes[: row.boxes]}
     if row.family == OWLV2:
         return {**img, "labels": list(plan.LABELS)}
@@ -70,7 +70,7 @@ class References:
     one photo as a caller of transformers would."""
 
     def __init__(self, folders: Mapping[str, Path], threads: int | None) -> None:
-        self.sam = SamReference(folders[SAM], threads) if SAM in folders else None
+        self.segmenters = {f: SamReference(folders[f], threads) for f in BOXED if f in folders}
         self.detectors = {f: ZsdReference(folders[f], threads) for f in (OWLV2, GDINO) if f in folders}
         self.chain_thresholds: dict[str, float] = {}
 
@@ -85,13 +85,13 @@ class References:
         return self.chain_thresholds
 
     def call(self, row: Row, photo: Photo) -> Any:
-        if row.family == SAM:
-            return self.sam.boxes(photo.image, photo.boxes[: row.boxes])
+        if row.family in BOXED:
+            return self.segmenters[row.family].boxes(photo.image, photo.boxes[: row.boxes])
         if row.family == OWLV2:
             return self.detectors[OWLV2].detect(photo.image, plan.LABELS)
         if row.family == CHAIN:  # then SAM with the detector's boxes
             found = self.detectors[GDINO].detect(photo.image, plan.PROMPT, threshold=self.chain_thresholds[photo.name])
-            return self.sam.boxes(photo.image, [one["box"] for one in found]) if found else found
+            return self.segmenters[SAM].boxes(photo.image, [one["box"] for one in found]) if found else found
         return self.detectors[GDINO].detect(photo.image, plan.PROMPT)
 
 
@@ -109,7 +109,7 @@ def endpoint_caller(
 def calls_of(
     stack: Stack, rows, shown, references: References, models, args
 ) -> tuple[dict[str, Callable[[int], None]], dict[str, list[int]]]:
-    """Each row's call of the i-th photo; each endpoint row checked once: an answer per box for SAM;
+    """Each row's call of the i-th photo; each endpoint row checked once: an answer per box for SAM (SAM-HQ);
     for the detectors and the chain, the detections of the first photo, the endpoint's and the
     reference's (random weights: how many boxes pass the threshold is the work both sides do)."""
     found: dict[str, Callable[[int], None]] = {}
@@ -127,9 +127,9 @@ def calls_of(
             answer = json.loads(caller.send(caller.requests[0]))["result"]
         except (OSError, http.client.HTTPException, RuntimeError, KeyError, ValueError) as error:
             raise SystemExit(f"{row.key}: {error}") from None
-        if row.family == SAM and len(answer) != row.boxes:
+        if row.family in BOXED and len(answer) != row.boxes:
             raise SystemExit(f"{row.key}: {len(answer)} answers to {row.boxes} boxes")
-        if row.family != SAM:
+        if row.family not in BOXED:
             served, local = detections[row.family] = [len(answer), len(references.call(row, shown[0]))]
             print(f"  {row.key}: {served} detections of {shown[0].name}, the reference's {local}", flush=True)
         found[row.key] = lambda i, caller=caller: caller.send(caller.requests[i % len(caller.requests)])

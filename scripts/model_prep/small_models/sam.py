@@ -1,25 +1,28 @@
-"""Small SAM folders: the mask_generation family's small models.
+"""Small SAM and SAM-HQ folders: the mask_generation family's small models.
 
-Each folder is what ``save_pretrained`` writes for a ``SamModel`` and its ``SamProcessor`` of a tiny
-config (a vision encoder of width 32 and two layers, one windowed and one global, on 256-pixel
-inputs: a 16x16 embedding grid, 64x64 low-resolution masks) with seeded random weights
-(``sam_export.randomise``: the vision encoder's own initialisation is near zero), and the two-line
-``model.toml`` beside it. Nothing here downloads anything.
+Each folder is what ``save_pretrained`` writes for a ``SamModel`` and its ``SamProcessor`` (``kind``
+"sam_hq": a ``SamHQModel`` and its ``SamHQProcessor``, its HQ decoder reading the global layer's
+output, ``vit_dim`` the encoder's width) of a tiny config (a vision encoder of width 32 and two
+layers, one windowed and one global, on 256-pixel inputs: a 16x16 embedding grid, 64x64
+low-resolution masks) with seeded random weights (``sam_export.randomise``: the vision encoder's own
+initialisation is near zero), and the two-line ``model.toml`` beside it. Nothing here downloads anything.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from app.core.mask_contract import SAM, SAM_HQ
 from clients.mask_generation import MaskGenerationClient
 from scripts.model_prep.sam_export import randomise
+from scripts.model_prep.sam_graphs import KINDS
 from scripts.model_prep.small_models.encoders import write_model_toml
 
 FAMILY = MaskGenerationClient.family
 
 
-def sam_config(image_size: int = 256, hidden: int = 32):
-    from transformers import SamConfig
+def sam_config(image_size: int = 256, hidden: int = 32, kind: str = SAM):
+    from transformers import SamConfig, SamHQConfig
 
     vision = {
         "hidden_size": hidden,
@@ -41,16 +44,21 @@ def sam_config(image_size: int = 256, hidden: int = 32):
         "num_attention_heads": 2,
         "iou_head_hidden_dim": hidden,
     }
-    return SamConfig(vision_config=vision, prompt_encoder_config=prompt, mask_decoder_config=decoder)
+    if kind == SAM_HQ:
+        decoder["vit_dim"] = hidden  # the width of the ViT layer its decoder reads
+    config = SamHQConfig if kind == SAM_HQ else SamConfig
+    return config(vision_config=vision, prompt_encoder_config=prompt, mask_decoder_config=decoder)
 
 
-def sam_model_folder(models: Path, name: str, image_size: int = 256, seed: int = 0) -> Path:
-    """``<models>/<name>/`` with ``model.toml`` and ``hf/`` (SamModel + SamProcessor)."""
+def sam_model_folder(models: Path, name: str, image_size: int = 256, seed: int = 0, kind: str = SAM) -> Path:
+    """``<models>/<name>/`` with ``model.toml`` and ``hf/`` (SamModel + SamProcessor, or SAM-HQ's)."""
     import torch
-    from transformers import SamImageProcessor, SamModel, SamProcessor
+    import transformers
+    from transformers import SamImageProcessor
 
+    classes = KINDS[kind]
     torch.manual_seed(seed)
-    model = randomise(SamModel(sam_config(image_size)), seed).eval()
+    model = randomise(getattr(transformers, classes.model)(sam_config(image_size, kind=kind)), seed).eval()
     folder = models / name / "hf"
     model.save_pretrained(folder)
     low_res = image_size // 4
@@ -60,6 +68,6 @@ def sam_model_folder(models: Path, name: str, image_size: int = 256, seed: int =
         mask_size={"longest_edge": low_res},
         mask_pad_size={"height": low_res, "width": low_res},
     )
-    SamProcessor(image_processor=processor).save_pretrained(folder)
+    getattr(transformers, classes.processor)(image_processor=processor).save_pretrained(folder)
     write_model_toml(models / name, FAMILY)
     return models / name

@@ -123,11 +123,12 @@ SETS = {
         },
     ),
     "sam": ModelSet(
-        "a tiny SAM (SamModel + SamProcessor, 256-pixel inputs, seeded random weights) and one of another "
-        "seed, so that two models answer differently",
+        "a tiny SAM (SamModel + SamProcessor, 256-pixel inputs, seeded random weights), one of another "
+        "seed, so that two models answer differently, and a tiny SAM-HQ (SamHQModel + SamHQProcessor)",
         {
             "sam_tiny": (MASK_GENERATION, {}),
             "sam_other": (MASK_GENERATION, {"seed": 1}),
+            "samhq_tiny": (MASK_GENERATION, {"kind": "sam_hq", "seed": 2}),
         },
     ),
     "zsd": ModelSet(

@@ -309,9 +309,11 @@ def test_image_run_stops_and_removes_its_container_on_a_signal(
     url = f"http://127.0.0.1:{port}"
     output = tmp_path / "run.log"
     argv = [sys.executable, "-m", "scripts.image", "run", "--tag", TAG, "--repository", str(repository)]
-    # SIGINT handled as in a terminal, also where this run inherited it ignored (a shell's background
-    # job): an ignored disposition passes to the script through exec, a handler does not.
+    # SIGINT and SIGHUP handled as in a terminal, also where this run inherited them ignored (a
+    # shell's background job, nohup): an ignored disposition passes to the script through exec, a
+    # handler or the default does not.
     inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    inherited_hup = signal.signal(signal.SIGHUP, signal.SIG_DFL)
     with output.open("w") as log:
         script = subprocess.Popen(
             [*argv, "--port", str(port)],
@@ -321,6 +323,7 @@ def test_image_run_stops_and_removes_its_container_on_a_signal(
             stderr=subprocess.STDOUT,
         )
     signal.signal(signal.SIGINT, inherited)
+    signal.signal(signal.SIGHUP, inherited_hup)
     try:
         serving = wait_until(lambda: _status(f"{url}/ping") == 200, timeout=PING_WITHIN_S + 30)
         assert serving is not None, f"/ping never answered 200:\n{output.read_text()[-3000:]}"

@@ -66,7 +66,19 @@ def interruptible():
 
 
 @pytest.fixture
-def start(monkeypatch: pytest.MonkeyPatch):
+def terminal_signals():
+    """The stop signals at their defaults, as in a terminal, also where this run inherited one ignored
+    (``nohup``): ``cli.run`` rightly leaves an ignored signal ignored. Put back afterwards."""
+    ignored = [number for number in cli.STOP_SIGNALS if signal.getsignal(number) is signal.SIG_IGN]
+    for number in ignored:
+        signal.signal(number, signal.SIG_DFL)
+    yield
+    for number in ignored:
+        signal.signal(number, signal.SIG_IGN)
+
+
+@pytest.fixture
+def start(monkeypatch: pytest.MonkeyPatch, terminal_signals):
     """``cli.run`` with the fakes; returns the engine, the client, the Popen keywords and the status."""
 
     def run(fake_engine: FakeEngine, client: FakeClient):

@@ -28,7 +28,7 @@ from clients import sam_image
 from scripts.model_prep import graph_cache, weights
 from scripts.model_prep.onnx_export import OPSET, ExportError
 from scripts.model_prep.recipes import Tolerance
-from scripts.model_prep.sam_graphs import KINDS, image_embeddings
+from scripts.model_prep.sam_graphs import KINDS, Kind, image_embeddings
 
 TOLERANCE = Tolerance(atol=1e-5, rtol=1e-4)
 CHECKED = "the processor's pixel_values equal, boxes and points, single and multimask"
@@ -53,19 +53,23 @@ def randomise(model: nn.Module, seed: int) -> nn.Module:
     return model
 
 
+def random_model(kind: Kind, config, seed: int) -> nn.Module:
+    """A model of ``kind`` (``sam_graphs.KINDS``) made from ``config`` with seeded random weights, as
+    every random SAM here is made (the small models, the benchmark's, ``--weights random``)."""
+    torch.manual_seed(seed)
+    return randomise(kind.classes()[0](config), seed).eval()
+
+
 def load_model(spec: ModelSpec, choice: weights.WeightsChoice) -> nn.Module:
     """The folder's SamModel (SamHQModel) with its own weights, or seeded random ones of its config."""
-    import transformers
     from transformers import AutoConfig
 
     folder, kind = str(spec.text.folder), KINDS[spec.text.model_type]
-    model_class = getattr(transformers, kind.model)
     try:
         if choice.source == weights.FILE:
-            model = model_class.from_pretrained(folder).eval()
+            model = kind.classes()[0].from_pretrained(folder).eval()
         else:
-            torch.manual_seed(choice.seed)
-            model = randomise(model_class(AutoConfig.from_pretrained(folder)), choice.seed).eval()
+            model = random_model(kind, AutoConfig.from_pretrained(folder), choice.seed)
     except (OSError, ValueError) as error:
         raise ExportError(f"[{spec.name}] {folder}: transformers cannot load it as a {kind.model}: {error}") from None
     if kind.intermediate and not model.config.vision_config.global_attn_indexes:
@@ -198,13 +202,11 @@ def ensure_export(spec: ModelSpec, choice: weights.WeightsChoice, cache: Path, r
     image = check_image(choice.seed)
 
     def load():
-        import transformers
-
-        model, name = load_model(spec, choice), KINDS[spec.text.model_type].processor
+        model, kind = load_model(spec, choice), KINDS[spec.text.model_type]
         try:
-            return model, getattr(transformers, name).from_pretrained(str(spec.text.folder))
+            return model, kind.classes()[1].from_pretrained(str(spec.text.folder))
         except (OSError, ValueError) as error:
-            raise ExportError(f"[{spec.name}] {spec.text.folder}: no {name} there: {error}") from None
+            raise ExportError(f"[{spec.name}] {spec.text.folder}: no {kind.processor} there: {error}") from None
 
     return graph_cache.export_checked(
         spec,

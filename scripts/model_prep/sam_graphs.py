@@ -149,18 +149,32 @@ class HQDecoder(Decoder):
 class Kind:
     """A model type's classes: transformers' model and processor (by name), the graphs' modules."""
 
+    model_type: str
     model: str
     processor: str
     decoder: type
-    intermediate: bool = False  # the encoder gives the intermediate embeddings too
+
+    @property
+    def intermediate(self) -> bool:
+        """Whether the encoder gives the intermediate embeddings too (the contract's encoder outputs)."""
+        return contract.INTERMEDIATE_EMBEDDINGS in contract.ENCODER_OUTPUTS[self.model_type]
 
     def modules(self, model: nn.Module) -> tuple[nn.Module, nn.Module]:
         return Encoder(model, self.intermediate), self.decoder(model)
 
+    def classes(self) -> tuple[type, type]:
+        """transformers' model and processor classes (transformers imported here, when needed)."""
+        import transformers
+
+        return getattr(transformers, self.model), getattr(transformers, self.processor)
+
 
 KINDS = {
-    contract.SAM: Kind("SamModel", "SamProcessor", Decoder),
-    contract.SAM_HQ: Kind("SamHQModel", "SamHQProcessor", HQDecoder, intermediate=True),
+    kind.model_type: kind
+    for kind in (
+        Kind(contract.SAM, "SamModel", "SamProcessor", Decoder),
+        Kind(contract.SAM_HQ, "SamHQModel", "SamHQProcessor", HQDecoder),
+    )
 }
 
 

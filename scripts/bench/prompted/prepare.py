@@ -41,16 +41,14 @@ BERT_VOCABULARY = 30_522
 
 def sam_folder(folder: Path, hq: bool = False) -> Path:
     """sam-vit-base's shape (``hq``: sam-hq-vit-base's), random weights, the processor's defaults."""
-    import torch
     import transformers
 
-    from scripts.model_prep.sam_export import randomise
+    from scripts.model_prep.sam_export import random_model
     from scripts.model_prep.sam_graphs import KINDS
 
     kind, config = (KINDS[SAM_HQ], transformers.SamHQConfig()) if hq else (KINDS[SAM], transformers.SamConfig())
-    torch.manual_seed(SEED)
-    model = randomise(getattr(transformers, kind.model)(config), SEED).eval()
-    processor = getattr(transformers, kind.processor)(image_processor=transformers.SamImageProcessor())
+    model = random_model(kind, config, SEED)
+    processor = kind.classes()[1](image_processor=transformers.SamImageProcessor())
     return saved(folder, model, processor)
 
 

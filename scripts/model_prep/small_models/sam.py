@@ -14,7 +14,7 @@ from pathlib import Path
 
 from app.core.mask_contract import SAM, SAM_HQ
 from clients.mask_generation import MaskGenerationClient
-from scripts.model_prep.sam_export import randomise
+from scripts.model_prep.sam_export import random_model
 from scripts.model_prep.sam_graphs import KINDS
 from scripts.model_prep.small_models.encoders import write_model_toml
 
@@ -52,13 +52,9 @@ def sam_config(image_size: int = 256, hidden: int = 32, kind: str = SAM):
 
 def sam_model_folder(models: Path, name: str, image_size: int = 256, seed: int = 0, kind: str = SAM) -> Path:
     """``<models>/<name>/`` with ``model.toml`` and ``hf/`` (SamModel + SamProcessor, or SAM-HQ's)."""
-    import torch
-    import transformers
     from transformers import SamImageProcessor
 
-    classes = KINDS[kind]
-    torch.manual_seed(seed)
-    model = randomise(getattr(transformers, classes.model)(sam_config(image_size, kind=kind)), seed).eval()
+    model = random_model(KINDS[kind], sam_config(image_size, kind=kind), seed)
     folder = models / name / "hf"
     model.save_pretrained(folder)
     low_res = image_size // 4
@@ -68,6 +64,6 @@ def sam_model_folder(models: Path, name: str, image_size: int = 256, seed: int =
         mask_size={"longest_edge": low_res},
         mask_pad_size={"height": low_res, "width": low_res},
     )
-    getattr(transformers, classes.processor)(image_processor=processor).save_pretrained(folder)
+    KINDS[kind].classes()[1](image_processor=processor).save_pretrained(folder)
     write_model_toml(models / name, FAMILY)
     return models / name

@@ -33,6 +33,10 @@ MODELS = {name: options["kind"] for name, (_, options) in SETS["text2text_stack"
 # Triton's deadline for a call, and so the longest a text may generate (less the router's margin):
 # short enough that the deadline test is quick, long enough for every other request here.
 TRITON_TIMEOUT_S = 2.0
+# One instance of each model, not the sizing's two on two vCPUs: every test here holds with one
+# (eight callers still meet in one batch), and each instance's stub imports torch and transformers'
+# generate at its start (about 6 s of CPU).
+ONE_INSTANCE = {"TRITON_INSTANCES": "1"}
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +87,7 @@ def gen_stack(models: Path, small_models: Built, tmp_path_factory, stopping: lis
     shutil.copytree(models / "t5_gen" / "hf", seed / "1" / "hf")
     (seed / "config.pbtxt").write_text(SEED_CONFIG)
     (seed / "1" / "model.py").write_text(SEED_MODEL)
-    started = Stack(repository, env_extra={"TRITON_TIMEOUT_S": str(TRITON_TIMEOUT_S)})
+    started = Stack(repository, env_extra={"TRITON_TIMEOUT_S": str(TRITON_TIMEOUT_S), **ONE_INSTANCE})
     started.start(tmp_path_factory.mktemp("text2text-stack-logs"))
     stopping.append(started)
     started.wait_healthy()
@@ -297,7 +301,9 @@ def test_generation_archives_load_answer_and_unload_on_a_multi_model_endpoint(
     assert "t5_gen/1/model.py" in names and "t5_gen/hf/tokenizer.json" in names
     assert not any(name.endswith(".safetensors") for name in names), sorted(names)
     (tmp_path / "empty").mkdir()
-    stack = new_stack(tmp_path / "empty", SAGEMAKER_MULTI_MODEL="true", MULTI_MODEL_DIR=str(tmp_path / "state"))
+    stack = new_stack(
+        tmp_path / "empty", SAGEMAKER_MULTI_MODEL="true", MULTI_MODEL_DIR=str(tmp_path / "state"), **ONE_INSTANCE
+    )
     stack.wait_healthy(timeout=180)
     loaded = requests.post(
         f"{stack.url}/models",

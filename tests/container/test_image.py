@@ -299,16 +299,17 @@ def _port_free(port: int) -> bool:
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name)
 def test_image_run_stops_and_removes_its_container_on_a_signal(
-    engine: Engine, repository: Path, tmp_path: Path, signum: signal.Signals
+    engine: Engine, small_repository: Path, tmp_path: Path, signum: signal.Signals
 ):
     """`make image-run` (`python -m scripts.image run`) sent SIGTERM (a supervisor, `timeout`), SIGHUP (a
     closed terminal) or SIGINT (Ctrl-C) stops its container as SageMaker does, within the 30 s, and
-    leaves neither the container nor its port behind."""
+    leaves neither the container nor its port behind. One model is served: each start is quick."""
+    readable_by_all(small_repository)  # a temporary folder: its owner alone may read it
     port = free_ports(1)[0]
     name = f"multi-model-{port}"  # the script's name for it
     url = f"http://127.0.0.1:{port}"
     output = tmp_path / "run.log"
-    argv = [sys.executable, "-m", "scripts.image", "run", "--tag", TAG, "--repository", str(repository)]
+    argv = [sys.executable, "-m", "scripts.image", "run", "--tag", TAG, "--repository", str(small_repository)]
     # SIGINT and SIGHUP handled as in a terminal, also where this run inherited them ignored (a
     # shell's background job, nohup): an ignored disposition passes to the script through exec, a
     # handler or the default does not.

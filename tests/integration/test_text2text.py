@@ -35,8 +35,10 @@ MODELS = {name: options["kind"] for name, (_, options) in SETS["text2text_stack"
 TRITON_TIMEOUT_S = 2.0
 # One instance of each model, not the sizing's two on two vCPUs: every test here holds with one
 # (eight callers still meet in one batch), and each instance's stub imports torch and transformers'
-# generate at its start (about 6 s of CPU).
-ONE_INSTANCE = {"TRITON_INSTANCES": "1"}
+# generate at its start (about 6 s of CPU). One thread, as each of the two has: given one instance,
+# the sizing would give it both CPUs, and two threads that wait for each other on a loaded machine
+# make a step slow enough to miss the deadline test's margin.
+ONE_INSTANCE = {"TRITON_INSTANCES": "1", "TRITON_THREADS": "1"}
 
 
 @pytest.fixture(scope="module")

@@ -95,10 +95,13 @@ image-run: image
 models: $(VENV)/.serving $(VENV)/.models
 	$(PY) -m scripts.model_prep --target $(TARGET) --weights $(WEIGHTS)
 
+# The three are independent, and each is mostly one core's work: the two repositories are prepared
+# beside the small text models (their lines interleave; each names its model), and a failure of any fails.
 test-models: $(VENV)/.serving $(VENV)/.models
-	$(PY) -m scripts.model_prep --target python --weights small --repository $(TEST_REPOSITORY)
-	$(PY) -m scripts.model_prep --target python --weights random --repository $(TEST_FULL_REPOSITORY)
-	$(PY) -m scripts.model_prep.small_models --root $(TEST_SMALL_MODELS)
+	$(PY) -m scripts.model_prep --target python --weights small --repository $(TEST_REPOSITORY) \
+		&& $(PY) -m scripts.model_prep --target python --weights random --repository $(TEST_FULL_REPOSITORY) & repositories=$$!; \
+	$(PY) -m scripts.model_prep.small_models --root $(TEST_SMALL_MODELS); text=$$?; \
+	wait $$repositories && exit $$text
 
 run: models nginx
 	SAGEMAKER_BIND_TO_PORT=$(PORT) ./serve

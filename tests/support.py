@@ -31,6 +31,17 @@ from scripts.model_prep import triton_config
 # ---- images ---------------------------------------------------------------------------------------
 
 
+# A stack's models as one instance each, on one thread (TRITON_INSTANCES, TRITON_THREADS), for tests
+# that check answers, not figures: on two vCPUs the sizing gives each CPU network two instances, and
+# each instance's process costs CPU at its start (a text2text stub imports torch and transformers'
+# generate: about 6 s), which the suite's two cores are short of. One thread, as each of two has:
+# given one instance, the sizing would give it both CPUs, and two threads that wait for each other on
+# a loaded machine make a generation step slow enough to miss a deadline test's margin.
+ONE_INSTANCE = {"TRITON_INSTANCES": "1", "TRITON_THREADS": "1"}
+# The same as a benchmark's arguments (`--env NAME=VALUE` for its stack).
+ONE_INSTANCE_ARGS = [arg for name, value in ONE_INSTANCE.items() for arg in ("--env", f"{name}={value}")]
+
+
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 

@@ -14,6 +14,7 @@ import pytest
 
 from app.core.settings import PROJECT_ROOT
 from scripts.bench.generation import plan
+from tests.support import ONE_INSTANCE_ARGS
 
 pytestmark = pytest.mark.integration
 
@@ -22,7 +23,8 @@ MAX_NEW_TOKENS = 8
 
 def test_a_quick_run_on_a_tiny_t5_writes_every_row(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "scripts.bench.generation", "--small", "--quick", "--out", str(tmp_path)]
+        [sys.executable, "-m", "scripts.bench.generation", "--small", "--quick", *ONE_INSTANCE_ARGS]
+        + ["--out", str(tmp_path)]
         + ["--max-new-tokens", str(MAX_NEW_TOKENS)],
         cwd=PROJECT_ROOT,
         capture_output=True,

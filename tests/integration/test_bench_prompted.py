@@ -15,13 +15,15 @@ import pytest
 from app.core.settings import PROJECT_ROOT
 from clients.families import FAMILIES
 from scripts.bench.prompted import plan
+from tests.support import ONE_INSTANCE_ARGS
 
 pytestmark = pytest.mark.integration
 
 
 def test_a_quick_run_on_the_tiny_models_writes_every_row(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "scripts.bench.prompted", "--small", "--quick", "--out", str(tmp_path)],
+        [sys.executable, "-m", "scripts.bench.prompted", "--small", "--quick", *ONE_INSTANCE_ARGS]
+        + ["--out", str(tmp_path)],
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,

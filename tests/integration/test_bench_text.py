@@ -14,6 +14,7 @@ import pytest
 from app.core.settings import PROJECT_ROOT
 from scripts.bench.text import plan
 from scripts.devtools import built_test_repository
+from tests.support import ONE_INSTANCE_ARGS
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +22,8 @@ pytestmark = pytest.mark.integration
 def test_a_quick_run_on_tiny_models_writes_every_row(tmp_path):
     built_test_repository()  # the small bert_base: `make test-models`
     done = subprocess.run(
-        [sys.executable, "-m", "scripts.bench.text", "--small", "--quick", "--out", str(tmp_path)],
+        [sys.executable, "-m", "scripts.bench.text", "--small", "--quick", *ONE_INSTANCE_ARGS]
+        + ["--out", str(tmp_path)],
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,

@@ -25,7 +25,7 @@ from scripts.model_prep.small_models.encoders import CORPUS
 from scripts.model_prep.small_models.sets import SETS, Built
 from scripts.sagemaker.model_archives import multi_model_archive
 from tests.references import served_copy
-from tests.support import assert_conforms, assert_error, post
+from tests.support import ONE_INSTANCE, assert_conforms, assert_error, post
 
 pytestmark = pytest.mark.integration
 
@@ -33,12 +33,6 @@ MODELS = {name: options["kind"] for name, (_, options) in SETS["text2text_stack"
 # Triton's deadline for a call, and so the longest a text may generate (less the router's margin):
 # short enough that the deadline test is quick, long enough for every other request here.
 TRITON_TIMEOUT_S = 2.0
-# One instance of each model, not the sizing's two on two vCPUs: every test here holds with one
-# (eight callers still meet in one batch), and each instance's stub imports torch and transformers'
-# generate at its start (about 6 s of CPU). One thread, as each of the two has: given one instance,
-# the sizing would give it both CPUs, and two threads that wait for each other on a loaded machine
-# make a step slow enough to miss the deadline test's margin.
-ONE_INSTANCE = {"TRITON_INSTANCES": "1", "TRITON_THREADS": "1"}
 
 
 @pytest.fixture(scope="module")

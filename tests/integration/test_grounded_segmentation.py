@@ -32,7 +32,7 @@ from scripts.sagemaker.filter_pattern import publish
 from scripts.sagemaker.model_metrics import MULTI_MODEL, metric_filters
 from tests.grounded_reference import check_against_references
 from tests.sam_reference import SamReference, assert_answers
-from tests.support import access_lines, assert_conforms, assert_error, b64, block_photo, post
+from tests.support import ONE_INSTANCE, access_lines, assert_conforms, assert_error, b64, block_photo, post
 from tests.zsd_reference import ZsdReference, assert_answer
 
 pytestmark = pytest.mark.integration
@@ -69,7 +69,7 @@ def repository(small_models: Built, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def chain_stack(repository: Path, tmp_path_factory, stopping: list[Stack]):
-    started = Stack(repository).start(tmp_path_factory.mktemp("grounded-stack-logs"))
+    started = Stack(repository, env_extra=ONE_INSTANCE).start(tmp_path_factory.mktemp("grounded-stack-logs"))
     stopping.append(started)
     started.wait_healthy()
     yield started
@@ -180,7 +180,7 @@ def test_the_detector_sam_and_the_chain_load_answer_and_unload_on_a_multi_model_
     }
     logs = tmp_path_factory.mktemp("grounded-mme-logs")
     state = logs / "state"
-    env = {"SAGEMAKER_MULTI_MODEL": "true", "MULTI_MODEL_DIR": str(state), "ENDPOINT_NAME": ENDPOINT}
+    env = {"SAGEMAKER_MULTI_MODEL": "true", "MULTI_MODEL_DIR": str(state), "ENDPOINT_NAME": ENDPOINT, **ONE_INSTANCE}
     mme = Stack(logs, env_extra=env).start(logs)
     stopping.append(mme)
     mme.wait_healthy()

@@ -21,7 +21,7 @@ from scripts.devtools import Stack
 from scripts.model_prep.small_models.sets import Built
 from tests.references import served_copy
 from tests.sam_reference import SamReference, assert_answers, assert_whole_image
-from tests.support import assert_conforms, assert_error, b64, block_photo, post
+from tests.support import ONE_INSTANCE, assert_conforms, assert_error, b64, block_photo, post
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +48,7 @@ def references(small_models: Built) -> dict[str, SamReference]:
 @pytest.fixture(scope="module")
 def sam_stack(small_models: Built, tmp_path_factory, stopping: list[Stack]):
     repository = served_copy(small_models.repository("sam"), MODELS, tmp_path_factory.mktemp("sam-repository"))
-    started = Stack(repository).start(tmp_path_factory.mktemp("sam-stack-logs"))
+    started = Stack(repository, env_extra=ONE_INSTANCE).start(tmp_path_factory.mktemp("sam-stack-logs"))
     stopping.append(started)
     started.wait_healthy()
     yield started

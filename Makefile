@@ -119,16 +119,13 @@ run: models nginx
 
 # The serving image that tests/container runs is built in the background (its output in
 # IMAGE_BUILD_LOG) while the test models are prepared and the code is checked: on a fresh machine
-# its build is minutes of downloads, which that work hides; with its layers cached, seconds. The
-# venv's bytecode is compiled beside them too (the test models' preparation takes one core of two).
+# its build is minutes of downloads, which that work hides; with its layers cached, seconds.
 IMAGE_BUILD_LOG := build/image-build.log
 
 test: deps nginx podman samples
 	@mkdir -p $(dir $(IMAGE_BUILD_LOG)); echo "building $(IMAGE) in the background (its output: $(IMAGE_BUILD_LOG))"; \
 	$(PY) -m scripts.image build --tag $(IMAGE) > $(IMAGE_BUILD_LOG) 2>&1 & image=$$!; \
-	$(MAKE) --no-print-directory $(VENV)/.bytecode & bytecode=$$!; \
-	$(MAKE) --no-print-directory test-models lint lint-imports docs || { kill $$image 2>/dev/null; wait $$image $$bytecode; exit 1; }; \
-	wait $$bytecode || exit 1; \
+	$(MAKE) --no-print-directory $(VENV)/.bytecode test-models lint lint-imports docs || { kill $$image 2>/dev/null; wait $$image; exit 1; }; \
 	echo "waiting for the image build"; \
 	wait $$image || { tail -n 40 $(IMAGE_BUILD_LOG); echo "the image build failed: $(IMAGE_BUILD_LOG)"; exit 1; }; \
 	grep -A 6 '^built ' $(IMAGE_BUILD_LOG)

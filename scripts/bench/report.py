@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -328,3 +329,15 @@ def plot(results: Mapping, out: Path) -> list[Path]:
         plt.close(fig)
         written.append(path)
     return written
+
+
+def write_results(path: Path, results: Mapping[str, Any], table: str, verdicts: str, noise: str = "") -> None:
+    """A benchmark's product: results.json, then its table, the stack's sizing (where the run
+    records one), the noise lines (if any) and the verdicts."""
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"\nwrote {path}\n\n{table}\n", flush=True)
+    if results.get("sizing"):
+        print(f"serve: {results['sizing']}\n", flush=True)
+    if noise:
+        print(noise + "\n", flush=True)
+    print(verdicts, flush=True)

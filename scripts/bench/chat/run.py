@@ -9,7 +9,7 @@ import itertools
 import json
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +24,9 @@ from scripts.bench.generation.run import in_main_thread, own_and_machine
 from scripts.bench.generation.stack_side import serving, sizing_line
 from scripts.bench.load import Load, Progress, run_load
 from scripts.bench.placement import CpuMeter
-from scripts.bench.report import Cell
+from scripts.bench.report import Cell, write_results
 from scripts.bench.text.plan import make_texts, schedule
+from scripts.bench.text.report import noise_lines
 from scripts.devtools import Stack
 
 CANCEL_WAIT_S = 5.0  # how long the cut long generations may take to be cancelled before the next step
@@ -212,22 +213,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         prompt_tokens=sum(prompt_tokens) / len(prompt_tokens),
         checks=checks,
     )
-    write_results(args.out / "results.json", found)
+    write_results(
+        args.out / "results.json",
+        found,
+        report.format_table(found["rows"]),
+        report.format_verdicts(found["verdicts"], found["checks"]),
+        noise_lines([row for row in found["rows"] if row["side"] not in plan.PROBES]),
+    )
     return 0
-
-
-def write_results(path: Path, results: Mapping[str, Any]) -> None:
-    """results.json, then the table, the sizing, the noise lines (if any) and the verdicts."""
-    from scripts.bench.text.report import noise_lines
-
-    path.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"\nwrote {path}\n\n{report.format_table(results['rows'])}\n", flush=True)
-    if results["sizing"]:
-        print(f"serve: {results['sizing']}\n", flush=True)
-    noise = noise_lines([row for row in results["rows"] if row["side"] not in plan.PROBES])
-    if noise:
-        print(noise + "\n", flush=True)
-    print(report.format_verdicts(results["verdicts"], results["checks"]), flush=True)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from scripts.bench import prepared
 from scripts.bench.generation import plan, prepare, report, stack_side
 from scripts.bench.load import Load, Progress, run_load
 from scripts.bench.placement import CpuMeter
-from scripts.bench.report import Cell
+from scripts.bench.report import Cell, write_results
 from scripts.bench.text.plan import make_texts, schedule
 from scripts.bench.text.report import noise_lines
 from scripts.bench.text.run import machine_cpu_s, own_cpu_s
@@ -172,20 +172,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         input_tokens_per_text=sum(map(generate.count, texts)) / len(texts),
         same_as_generate=same,
     )
-    write_results(args.out / "results.json", found)
+    write_results(
+        args.out / "results.json",
+        found,
+        report.format_table(found["rows"]),
+        report.format_verdicts(found["verdicts"]),
+        noise_lines(found["rows"]),
+    )
     return 0
-
-
-def write_results(path: Path, results: Mapping[str, Any]) -> None:
-    """results.json, then the table, the noise lines (if any) and the verdicts: the run's product."""
-    path.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"\nwrote {path}\n\n{report.format_table(results['rows'])}\n", flush=True)
-    if results["sizing"]:
-        print(f"serve: {results['sizing']}\n", flush=True)
-    noise = noise_lines(results["rows"])
-    if noise:
-        print(noise + "\n", flush=True)
-    print(report.format_verdicts(results["verdicts"]), flush=True)
 
 
 if __name__ == "__main__":

@@ -23,8 +23,9 @@ from scripts.bench.placement import CpuMeter
 from scripts.bench.prompted import plan, prepare, report
 from scripts.bench.prompted.plan import BOXED, CHAIN, GDINO, MANY, OWLV2, SAM, Row
 from scripts.bench.prompted.references import SamReference, ZsdReference
-from scripts.bench.report import Cell
+from scripts.bench.report import Cell, write_results
 from scripts.bench.text.plan import schedule
+from scripts.bench.text.report import noise_lines
 from scripts.bench.text.run import JSON_HEADERS
 from scripts.devtools import Stack
 
@@ -199,22 +200,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     found = report.results(rows, cells, models, args, stack.start_to_ping_s or 0.0)
     found.update(sizing=sizing, folders={f: str(folder) for f, folder in folders.items()}, chain=skipped)
     found["detections_of_the_first_photo"] = detections  # (the endpoint's, the reference's) by family
-    write_results(args.out / "results.json", found)
+    write_results(
+        args.out / "results.json",
+        found,
+        report.format_table(found["rows"]),
+        report.format_verdicts(found["verdicts"], found["chain"]),
+        noise_lines(found["rows"], unit="images"),
+    )
     return 0
-
-
-def write_results(path: Path, results: Mapping[str, Any]) -> None:
-    """results.json, then the table, the sizing, the noise lines (if any), the verdicts and info lines."""
-    from scripts.bench.text.report import noise_lines
-
-    path.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"\nwrote {path}\n\n{report.format_table(results['rows'])}\n", flush=True)
-    if results["sizing"]:
-        print(f"serve: {results['sizing']}\n", flush=True)
-    noise = noise_lines(results["rows"], unit="images")
-    if noise:
-        print(noise + "\n", flush=True)
-    print(report.format_verdicts(results["verdicts"], results["chain"]), flush=True)
 
 
 if __name__ == "__main__":

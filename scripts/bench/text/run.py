@@ -17,7 +17,7 @@ from scripts.bench.constants import START_TIMEOUT_S
 from scripts.bench.load import HttpCaller, run_load
 from scripts.bench.payloads import HttpRequest
 from scripts.bench.placement import CpuMeter
-from scripts.bench.report import Cell
+from scripts.bench.report import Cell, write_results
 from scripts.bench.text import plan, prepare, report
 from scripts.devtools import Stack
 
@@ -188,18 +188,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"loading SentenceTransformer({folder}) for the in-process side ...", flush=True)
     encoder = Encoder(folder)
     cells, start_s = run_stack(args.repository, args.out, rows, texts, encoder, args)
-    write_results(args.out / "results.json", report.results(rows, cells, tokens, args, start_s))
+    found = report.results(rows, cells, tokens, args, start_s)
+    write_results(
+        args.out / "results.json",
+        found,
+        report.format_table(found["rows"]),
+        report.format_verdicts(found["verdicts"]),
+        report.noise_lines(found["rows"]),
+    )
     return 0
-
-
-def write_results(path: Path, results: Mapping[str, Any]) -> None:
-    """results.json, then the table, the noise lines (if any) and the verdicts: the run's product."""
-    path.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"\nwrote {path}\n\n{report.format_table(results['rows'])}\n", flush=True)
-    noise = report.noise_lines(results["rows"])
-    if noise:
-        print(noise + "\n", flush=True)
-    print(report.format_verdicts(results["verdicts"]), flush=True)
 
 
 if __name__ == "__main__":

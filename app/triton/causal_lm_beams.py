@@ -80,6 +80,9 @@ class BeamSearch:
         """The graph wrapped for ``generate``, made (and transformers imported) at the first search."""
         if self._model is None:
             began = time.monotonic()
+            from app.triton.onnx_model import imported_torch
+
+            imported_torch()  # on this instance's threads, before transformers imports it
             from app.triton.causal_lm_hf import OnnxCausalLM
 
             self._model = OnnxCausalLM(self.folder, self.graph)

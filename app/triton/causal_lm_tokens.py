@@ -6,6 +6,12 @@ Each request has its own ``Chooser``: its processors, the ids it has seen (the p
 generated, which the repetition penalty reads) and, when sampling, its own ``torch.Generator``
 seeded by its ``seed``, so that its draws do not depend on the requests it is batched with: a
 seeded request draws what ``torch.manual_seed(seed)`` then ``generate(do_sample=True)`` draws.
+
+A greedy row without a penalty (what a caller gets by default) needs no processor: a step whose rows
+are all such is chosen in numpy, the largest logit (the first, where several are largest, as
+torch's ``argmax``) and its log-softmax. torch and transformers are imported at the first row that
+draws or is penalised, so a model asked only for greedy tokens never loads them (about 2.5 s of CPU
+in its process).
 """
 
 from __future__ import annotations
@@ -14,21 +20,22 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import torch
-from transformers import (
-    LogitsProcessorList,
-    RepetitionPenaltyLogitsProcessor,
-    TemperatureLogitsWarper,
-    TopKLogitsWarper,
-    TopPLogitsWarper,
-)
 
 from app.core.causal_lm_contract import NO_SEED
+from app.triton.onnx_model import imported_torch
 
 
-def processors(settings: Mapping[str, Any]) -> LogitsProcessorList:
+def processors(settings: Mapping[str, Any]):
     """The processors ``generate`` builds for these settings (``_get_logits_processor``): the same
     classes, in the same order, left out where ``generate`` leaves them out."""
+    from transformers import (
+        LogitsProcessorList,
+        RepetitionPenaltyLogitsProcessor,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
     found = LogitsProcessorList()
     if settings["repetition_penalty"] != 1.0:
         found.append(RepetitionPenaltyLogitsProcessor(settings["repetition_penalty"]))
@@ -42,13 +49,23 @@ def processors(settings: Mapping[str, Any]) -> LogitsProcessorList:
     return found
 
 
+def plain(settings: Mapping[str, Any]) -> bool:
+    """Greedy without a penalty: the row's token is its largest logit, no processor between."""
+    return not settings["do_sample"] and settings["repetition_penalty"] == 1.0
+
+
 class Chooser:
     """One request's choice of tokens, step after step."""
 
     def __init__(self, prompt: np.ndarray, settings: Mapping[str, Any]) -> None:
-        self.processors = processors(settings)
+        self.plain = plain(settings)
         self.sampling = bool(settings["do_sample"])
-        self.generator = None
+        self.length = len(prompt)
+        self.processors = self.generator = self.seen = None
+        if self.plain:
+            return
+        torch = imported_torch()
+        self.processors = processors(settings)
         if self.sampling:
             self.generator = torch.Generator()
             if settings["seed"] == NO_SEED:
@@ -58,32 +75,46 @@ class Chooser:
         # The ids seen so far, kept in one buffer as long as the request can get (for the penalty).
         self.seen = torch.zeros(1, len(prompt) + int(settings["max_new_tokens"]), dtype=torch.int64)
         self.seen[0, : len(prompt)] = torch.from_numpy(np.asarray(prompt, np.int64))
-        self.length = len(prompt)
 
-    def scores(self, logits: torch.Tensor) -> torch.Tensor:
-        """The row's ``[1, vocabulary]`` logits after its processors."""
+    def scores(self, logits):
+        """The row's ``[1, vocabulary]`` logits (a torch tensor) after its processors."""
         return self.processors(self.seen[:, : self.length], logits) if self.processors else logits
 
-    def pick(self, scores: torch.Tensor) -> int:
+    def pick(self, scores) -> int:
         """The token of the processed scores: their largest, or a draw from their softmax."""
         if self.sampling:
+            torch = imported_torch()
             probs = torch.nn.functional.softmax(scores, dim=-1)
             return int(torch.multinomial(probs, num_samples=1, generator=self.generator)[0, 0])
         return int(scores[0].argmax())
 
     def chose(self, token: int) -> None:
-        self.seen[0, self.length] = token
+        if self.seen is not None:
+            self.seen[0, self.length] = token
         self.length += 1
 
 
 def choose(choosers: Sequence[Chooser], logits: np.ndarray) -> tuple[list[int], list[float]]:
     """Each row's token from the step's ``[rows, vocabulary]`` logits, and its log-probability under
     the distribution it was chosen from (log-softmax of the processed scores)."""
-    scores = torch.from_numpy(logits)
-    processed = torch.cat([c.scores(scores[i : i + 1]) for i, c in enumerate(choosers)]) if choosers else scores
-    tokens = [c.pick(processed[i : i + 1]) for i, c in enumerate(choosers)]
-    chosen = torch.tensor(tokens, dtype=torch.int64)
-    logprobs = torch.log_softmax(processed, dim=-1).gather(1, chosen[:, None])[:, 0]
+    if all(chooser.plain for chooser in choosers):
+        tokens, logprobs = greedy(logits[: len(choosers)])
+    else:
+        torch = imported_torch()
+        scores = torch.from_numpy(logits)
+        processed = torch.cat([c.scores(scores[i : i + 1]) for i, c in enumerate(choosers)])
+        tokens = [c.pick(processed[i : i + 1]) for i, c in enumerate(choosers)]
+        chosen = torch.tensor(tokens, dtype=torch.int64)
+        logprobs = torch.log_softmax(processed, dim=-1).gather(1, chosen[:, None])[:, 0].tolist()
     for chooser, token in zip(choosers, tokens):
         chooser.chose(token)
-    return tokens, logprobs.tolist()
+    return tokens, logprobs
+
+
+def greedy(logits: np.ndarray) -> tuple[list[int], list[float]]:
+    """Each row's largest logit and its log-softmax, in the logits' own precision."""
+    tokens = logits.argmax(axis=-1)
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    chosen = np.take_along_axis(shifted, tokens[:, None], axis=-1)[:, 0]
+    logprobs = chosen - np.log(np.exp(shifted).sum(axis=-1))
+    return [int(token) for token in tokens], [float(value) for value in logprobs]

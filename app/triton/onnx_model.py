@@ -9,6 +9,7 @@ the batch axis (each padded to the longest, for a text model's ragged batches) a
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -145,8 +146,22 @@ def limit_torch_threads(threads: int) -> None:
     """``generate``'s own tensor work (logits processors, beam scores over the whole vocabulary) on the
     threads the sizing gave this instance, as ONNX Runtime's. PyTorch would otherwise take every core
     in each instance's stub: on 2 vCPUs two instances of t5-small (2 x 1) generated 125 tokens/s at
-    concurrency 8 (beam search 24) that way, 330 (162) on one thread each. 0: PyTorch's default."""
+    concurrency 8 (beam search 24) that way, 330 (162) on one thread each. 0: PyTorch's default.
+    Where this process has not imported torch (a text_generation model that has only chosen greedy
+    tokens), the limit waits for ``imported_torch``."""
     if threads > 0:
-        import torch  # here: most models' processes never import it
+        _TORCH_THREADS[:] = [threads]
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(threads)
 
-        torch.set_num_threads(threads)
+
+_TORCH_THREADS: list[int] = []  # the limit given, for a torch this process imports later
+
+
+def imported_torch():
+    """torch, imported at the first call, on the threads ``limit_torch_threads`` gave this process."""
+    import torch  # here: most models' processes never import it
+
+    if _TORCH_THREADS and torch.get_num_threads() != _TORCH_THREADS[0]:
+        torch.set_num_threads(_TORCH_THREADS[0])
+    return torch

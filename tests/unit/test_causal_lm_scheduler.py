@@ -153,6 +153,22 @@ def test_greedy_with_a_repetition_penalty_and_its_logprobs_are_generates(causal_
         np.testing.assert_allclose(sink.logprobs, wanted.numpy(), atol=1e-4)
 
 
+def test_greedy_rows_alone_choose_generate_s_tokens_and_log_probabilities(causal_lms, graphs):
+    # no penalty, no draw: the step is chosen in numpy (causal_lm_tokens.greedy), not by torch
+    model = causal_lms("mistral")[1]
+    steps = scheduler(causal_lms, graphs, "mistral")
+    given = [[7, 7, 8, 9, 7], [100, 101], [3] * 9]
+    sinks = [Collect() for _ in given]
+    for prompt, sink in zip(given, sinks):
+        steps.submit(request(prompt, sink, max_new_tokens=15))
+    turns_until_done(steps, sinks)
+    for prompt, sink in zip(given, sinks):
+        tokens, scores = generate(model, prompt, True, max_new_tokens=15, do_sample=False)
+        assert sink.tokens == tokens
+        wanted = torch.log_softmax(scores, -1)[torch.arange(len(tokens)), tokens]
+        np.testing.assert_allclose(sink.logprobs, wanted.numpy(), atol=1e-4)
+
+
 SAMPLING = {"do_sample": True, "temperature": 0.7, "top_k": 40, "top_p": 0.9, "max_new_tokens": 16}
 
 
@@ -264,6 +280,10 @@ def answer(**settings):
 folder = Path(sys.argv[1])
 steps = Scheduler(folder, Graph(open_session(folder / GRAPH_FILE, 1))).start()
 found = {"greedy": answer(), "after_greedy": sorted(m for m in MODULES if m in sys.modules)}
+found["torch_after_greedy"] = "torch" in sys.modules
+found["sampled"] = answer(do_sample=True, seed=3, top_k=20)
+found |= {"torch_after_sampling": "torch" in sys.modules, "threads": sys.modules["torch"].get_num_threads()}
+found |= {"after_sampling": sorted(m for m in MODULES if m in sys.modules)}
 found |= {"beams": answer(num_beams=3), "after_beams": sorted(m for m in MODULES if m in sys.modules)}
 steps.close()
 print(json.dumps(found))
@@ -274,7 +294,8 @@ GENERATE_MODULES = ["transformers.generation.utils", "transformers.modeling_util
 def test_generate_is_imported_at_the_first_beam_search_not_before(causal_lms):
     """A model that only streams (greedy search, sampling) never imports transformers' modelling and
     generation modules (about 3 s of CPU and 200 MB a model's process); its first beam search does, and
-    answers ``generate``'s tokens."""
+    answers ``generate``'s tokens. Greedy tokens alone do not import torch either: the first draw does,
+    on the threads the model was given, and draws ``generate``'s tokens."""
     folder, model = causal_lms("llama")
     script = ONLY_BEAMS_IMPORT_GENERATE.replace("MODULES", repr(GENERATE_MODULES))
     done = subprocess.run(
@@ -284,6 +305,10 @@ def test_generate_is_imported_at_the_first_beam_search_not_before(causal_lms):
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert found["after_greedy"] == [] and found["after_beams"] == GENERATE_MODULES
     assert found["greedy"] == generate(model, [4, 5, 6], max_new_tokens=8, do_sample=False)
+    assert not found["torch_after_greedy"] and found["torch_after_sampling"] and found["threads"] == 1
+    assert found["after_sampling"] == []
+    torch.manual_seed(3)
+    assert found["sampled"] == generate(model, [4, 5, 6], max_new_tokens=8, do_sample=True, top_k=20)
     assert found["beams"] == generate(model, [4, 5, 6], max_new_tokens=8, do_sample=False, num_beams=3)
 
 

@@ -149,19 +149,20 @@ def limit_torch_threads(threads: int) -> None:
     concurrency 8 (beam search 24) that way, 330 (162) on one thread each. 0: PyTorch's default.
     Where this process has not imported torch (a text_generation model that has only chosen greedy
     tokens), the limit waits for ``imported_torch``."""
-    if threads > 0:
+    if threads > 0 and "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
+    elif threads > 0:
         _TORCH_THREADS[:] = [threads]
-        if "torch" in sys.modules:
-            sys.modules["torch"].set_num_threads(threads)
 
 
-_TORCH_THREADS: list[int] = []  # the limit given, for a torch this process imports later
+_TORCH_THREADS: list[int] = []  # the limit given before torch was imported, until it is
 
 
 def imported_torch():
-    """torch, imported at the first call, on the threads ``limit_torch_threads`` gave this process."""
+    """torch, imported at the first call, on the threads ``limit_torch_threads`` gave this process
+    (set once: the token loop calls this at every step)."""
     import torch  # here: most models' processes never import it
 
-    if _TORCH_THREADS and torch.get_num_threads() != _TORCH_THREADS[0]:
-        torch.set_num_threads(_TORCH_THREADS[0])
+    if _TORCH_THREADS:
+        torch.set_num_threads(_TORCH_THREADS.pop())
     return torch

@@ -7,7 +7,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
-# Installs leave bytecode to $(VENV)/.bytecode below, which compiles on every core at once.
+# pip installs without compiling (pip compiles every file, one at a time on one core: about half of
+# an install's time, mostly for modules nothing imports); each module is compiled where it is first
+# imported, and kept (below).
 PIP_INSTALL := $(PIP) install --no-compile
 PORT ?= 8080
 TARGET ?= python
@@ -24,6 +26,11 @@ TEST_SMALL_MODELS ?= build/small-models
 PYTEST_ARGS ?= -n 3 --dist loadfile
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
+# The commands make runs keep the bytecode they compile (Python's default), even where the caller's
+# environment sets PYTHONDONTWRITEBYTECODE: the processes of a run (pytest's three, every stack's
+# stubs and router workers, serve, the model preparation) then read what the first one to import a
+# module compiled, and pytest the test modules it rewrote, instead of each compiling them again.
+unexport PYTHONDONTWRITEBYTECODE
 
 SAMPLES := build/samples
 
@@ -75,14 +82,6 @@ $(VENV)/.dev: requirements-dev.txt | $(VENV)/.models
 
 deps: $(VENV)/.serving $(VENV)/.models $(VENV)/.dev
 
-# The bytecode of what pip installed (PIP_INSTALL: --no-compile), compiled on every core at once: pip
-# compiles file by file on one core, about half of an install's time. Its prerequisites are the
-# installs made when make reads this file, so the targets that install call it through a recursive
-# make. A file that does not compile (torch ships one in Python 3.12's syntax) is left as pip leaves it.
-$(VENV)/.bytecode: $(wildcard $(VENV)/.serving $(VENV)/.models $(VENV)/.dev)
-	$(PY) -m compileall -qq -j 0 $(VENV)/lib || true
-	touch $@
-
 nginx:
 	@command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || { \
 		echo "installing nginx (apt-get)"; \
@@ -103,7 +102,6 @@ image-run: image
 	$(PY) -m scripts.image run --tag $(IMAGE) --repository $(IMAGE_REPOSITORY) --port $(PORT)
 
 models: $(VENV)/.serving $(VENV)/.models
-	@$(MAKE) --no-print-directory $(VENV)/.bytecode
 	$(PY) -m scripts.model_prep --target $(TARGET) --weights $(WEIGHTS)
 
 # The three are independent, and each is mostly one core's work: the two repositories are prepared
@@ -125,7 +123,7 @@ IMAGE_BUILD_LOG := build/image-build.log
 test: deps nginx podman samples
 	@mkdir -p $(dir $(IMAGE_BUILD_LOG)); echo "building $(IMAGE) in the background (its output: $(IMAGE_BUILD_LOG))"; \
 	$(PY) -m scripts.image build --tag $(IMAGE) > $(IMAGE_BUILD_LOG) 2>&1 & image=$$!; \
-	$(MAKE) --no-print-directory $(VENV)/.bytecode test-models lint lint-imports docs || { kill $$image 2>/dev/null; wait $$image; exit 1; }; \
+	$(MAKE) --no-print-directory test-models lint lint-imports docs || { kill $$image 2>/dev/null; wait $$image; exit 1; }; \
 	echo "waiting for the image build"; \
 	wait $$image || { tail -n 40 $(IMAGE_BUILD_LOG); echo "the image build failed: $(IMAGE_BUILD_LOG)"; exit 1; }; \
 	grep -A 6 '^built ' $(IMAGE_BUILD_LOG)

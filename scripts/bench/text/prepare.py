@@ -48,7 +48,7 @@ def minilm_folder() -> Path:
 
 
 def write_model_toml(model: Path, family: str, extra: str = "") -> None:
-    """The text families' two-line model.toml (docs/models.md, "Adding a text model")."""
+    """The text families' two-line model.toml (docs/models-text.md, "Adding a text model")."""
     model.mkdir(parents=True, exist_ok=True)
     (model / "model.toml").write_text(f'family = "{family}"\n[export]\ntransformers = "hf"\n{extra}')
 

@@ -116,14 +116,16 @@ run: models nginx
 	SAGEMAKER_BIND_TO_PORT=$(PORT) ./serve
 
 # The serving image that tests/container runs is built in the background (its output in
-# IMAGE_BUILD_LOG) while the test models are prepared and the code is checked: on a fresh machine
-# its build is minutes of downloads, which that work hides; with its layers cached, seconds.
+# IMAGE_BUILD_LOG) from the moment its build can start (the serving requirements, which
+# scripts.image needs, and the container engine) while the rest is installed, the test models are
+# prepared and the code is checked: on a fresh machine its build is minutes of downloads and a
+# debootstrap, and pip's installs leave one of two cores idle; with its layers cached, seconds.
 IMAGE_BUILD_LOG := build/image-build.log
 
-test: deps nginx podman samples
+test: $(VENV)/.serving nginx podman samples
 	@mkdir -p $(dir $(IMAGE_BUILD_LOG)); echo "building $(IMAGE) in the background (its output: $(IMAGE_BUILD_LOG))"; \
 	$(PY) -m scripts.image build --tag $(IMAGE) > $(IMAGE_BUILD_LOG) 2>&1 & image=$$!; \
-	$(MAKE) --no-print-directory test-models lint lint-imports docs || { kill $$image 2>/dev/null; wait $$image; exit 1; }; \
+	$(MAKE) --no-print-directory deps test-models lint lint-imports docs || { kill $$image 2>/dev/null; wait $$image; exit 1; }; \
 	echo "waiting for the image build"; \
 	wait $$image || { tail -n 40 $(IMAGE_BUILD_LOG); echo "the image build failed: $(IMAGE_BUILD_LOG)"; exit 1; }; \
 	grep -A 6 '^built ' $(IMAGE_BUILD_LOG)

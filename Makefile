@@ -23,7 +23,7 @@ TEST_FULL_REPOSITORY ?= build/test-models-full
 TEST_SMALL_MODELS ?= build/small-models
 # Three pytest processes, each running whole modules (their stacks are shared within a module);
 # every run prints its slowest tests (pyproject.toml's addopts: --durations).
-PYTEST_ARGS ?= -n 3 --dist loadfile
+PYTEST_ARGS ?= -n 3 --dist loadfile --no-loadscope-reorder
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 # The commands make runs keep the bytecode they compile (Python's default), even where the caller's

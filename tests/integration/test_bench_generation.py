@@ -16,7 +16,7 @@ from app.core.settings import PROJECT_ROOT
 from scripts.bench.generation import plan
 from tests.support import ONE_INSTANCE_ARGS
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.scheduled_first]
 
 MAX_NEW_TOKENS = 8
 

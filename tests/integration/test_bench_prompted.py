@@ -17,7 +17,7 @@ from clients.families import FAMILIES
 from scripts.bench.prompted import plan
 from tests.support import ONE_INSTANCE_ARGS
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.scheduled_first]
 
 
 def test_a_quick_run_on_the_tiny_models_writes_every_row(tmp_path):

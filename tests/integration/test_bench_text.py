@@ -16,7 +16,7 @@ from scripts.bench.text import plan
 from scripts.devtools import built_test_repository
 from tests.support import ONE_INSTANCE_ARGS
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.scheduled_first]
 
 
 def test_a_quick_run_on_tiny_models_writes_every_row(tmp_path):

@@ -21,7 +21,8 @@ TEST_FULL_REPOSITORY ?= build/test-models-full
 # The small text models (scripts.model_prep.small_models), each set's folders and prepared repository,
 # in a folder named by the content of what builds them: built once, read by every test module.
 TEST_SMALL_MODELS ?= build/small-models
-# Three pytest processes, each running whole modules (their stacks are shared within a module);
+# Three pytest processes, each running whole modules (their stacks are shared within a module), in
+# the order tests/conftest.py gives them (--no-loadscope-reorder: the benchmarks' smoke runs first);
 # every run prints its slowest tests (pyproject.toml's addopts: --durations).
 PYTEST_ARGS ?= -n 3 --dist loadfile --no-loadscope-reorder
 

@@ -37,12 +37,11 @@ def boto_session():
 def sent(aws, boto_session):
     """Real boto3 clients (moto behind them) that record every request's parameters."""
     calls: list[tuple[str, dict]] = []
-    session = boto_session
     clients = deploy.Clients(
-        session.client("sagemaker"),
-        session.client("application-autoscaling"),
-        session.client("cloudwatch"),
-        session.client("logs"),
+        boto_session.client("sagemaker"),
+        boto_session.client("application-autoscaling"),
+        boto_session.client("cloudwatch"),
+        boto_session.client("logs"),
     )
     for client in (clients.sagemaker, clients.autoscaling, clients.cloudwatch, clients.logs):
         client.meta.events.register(

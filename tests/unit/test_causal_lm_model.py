@@ -226,8 +226,10 @@ def test_refused_values_are_one_final_invalid_arg_naming_the_field(model, prompt
 
 
 def test_a_request_past_its_deadline_ends_unavailable(model):
-    slow = Sender(delay_s=0.01)  # each token takes 10 ms to send: the 5 ms deadline passes at the first
-    request = triton_request([1, 2, 3], slow, max_new_tokens=50, timeout_ms=5)
+    # The first token comes well within the second (a busy machine's thread switch took over 5 ms);
+    # sending each token takes a second, so the deadline passes while the first is sent.
+    slow = Sender(delay_s=1.0)
+    request = triton_request([1, 2, 3], slow, max_new_tokens=50, timeout_ms=1000)
     model.execute([request])
     assert slow.done.wait(WAIT_S)
     response, flags = slow.sent[-1]

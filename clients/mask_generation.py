@@ -261,4 +261,5 @@ FAMILY = Family(
     export="scripts.model_prep.sam_export:SAM",
     loop=True,
     counters=(MASKS_COUNTER,),
+    optional_inputs=(contract.POINTS, contract.LABELS, contract.GRID),  # a v2 body sends prompts or a grid
 )

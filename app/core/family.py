@@ -78,6 +78,9 @@ class Family:
     parts: tuple[str, ...] = ()
     loop: bool = False
     streams: bool = False
+    # A loop family's inputs that a KServe v2 caller may leave out: its config.pbtxt marks them
+    # ``optional`` and its Triton model reads one left out as empty (the router always sends them all)
+    optional_inputs: tuple[str, ...] = ()
     counters: tuple[Counter, ...] = ()
     measures: tuple[Measure, ...] = ()
 

@@ -16,7 +16,9 @@ mask, tokens 1 to 3 ``multimask_output=True``'s). By model type (``MODEL_TYPES``
 The Triton model decodes the image, pre-processes it as ``SamProcessor`` does (``clients.sam_image``),
 runs the encoder once and the decoder over every prompt of the request (each run fed all the encoder
 gave), or over a grid of points (whole-image mask generation, ``clients.sam_grid``). A request is one
-image and its prompts or grid (``max_batch_size`` 0):
+image and its prompts or grid (``max_batch_size`` 0); ``input_points``, ``input_labels`` and ``grid``
+are optional in its config (``clients.mask_generation``'s ``optional_inputs``): a KServe v2 body
+leaves out those it does not use, read as empty (the router always sends all four):
 
 - ``image`` ``UINT8 [-1]``: the encoded image (JPEG or PNG);
 - ``input_points`` ``FP32 [prompts, points, 2]``: each prompt's points, in the resized image's pixels

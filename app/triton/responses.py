@@ -19,6 +19,11 @@ except ImportError:  # outside Triton (unit tests call the models' classes)
     pb_utils = None
 
 
+def present(tensor) -> np.ndarray | None:
+    """A request's input as an array; None where the request left an optional input out."""
+    return None if tensor is None else tensor.as_numpy()
+
+
 class Refused(ValueError):
     """Values of a request the model cannot run on (the caller's fault: a 400)."""
 
@@ -35,11 +40,12 @@ def answer_each(
     run: Callable[[dict[str, np.ndarray]], Mapping[str, np.ndarray]],
     what: str,
 ) -> list:
-    """Each request's inputs ``names`` given to ``run``, its outputs (by name) answered; ``what`` names
-    the model's work in the message of a failure that is not the caller's."""
+    """Each request's inputs ``names`` given to ``run`` (None for an optional one it left out), its
+    outputs (by name) answered; ``what`` names the model's work in the message of a failure that is
+    not the caller's."""
     answers = []
     for request in requests:
-        given = {name: pb_utils.get_input_tensor_by_name(request, name).as_numpy() for name in names}
+        given = {name: present(pb_utils.get_input_tensor_by_name(request, name)) for name in names}
         try:
             outputs = run(given)
         except InvalidItem as error:

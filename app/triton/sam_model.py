@@ -141,9 +141,20 @@ def no_prompts() -> dict[str, np.ndarray]:
     }
 
 
-def run_request(segmenter: Segmenter, given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """One request's outputs: its prompts' masks, or, given grid settings, the whole image's."""
-    encoded, points, labels, grid = (given[name] for name in NAMES)
+# What an optional input left out of a request (a KServe v2 body: prompts or a grid) is read as.
+LEFT_OUT = {
+    contract.POINTS: np.zeros((0, 0, 2), dtype=np.float32),
+    contract.LABELS: np.zeros((0, 0), dtype=np.int64),
+    contract.GRID: np.zeros(0, dtype=np.float64),
+}
+
+
+def run_request(segmenter: Segmenter, given: dict[str, np.ndarray | None]) -> dict[str, np.ndarray]:
+    """One request's outputs: its prompts' masks, or, given grid settings, the whole image's. An
+    optional input the request left out (None) is empty; one that leaves out all three is refused."""
+    if all(given[name] is None for name in LEFT_OUT):
+        raise Refused("give input_points and input_labels (the prompts) or grid (the whole image's settings)")
+    encoded, points, labels, grid = (LEFT_OUT[name] if given[name] is None else given[name] for name in NAMES)
     if not grid.size:
         scores, masks = segmenter.segment(encoded.tobytes(), points, labels)
         return {contract.IOU_SCORES: scores, contract.PRED_MASKS: masks, **sam_grid.outputs([], [], [])}

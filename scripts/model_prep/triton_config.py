@@ -100,18 +100,21 @@ def model_config(spec: ModelSpec, target: str, tuning: Tuning, weights_source: s
 
 def generation_config(spec: ModelSpec, target: str, tuning: Tuning, weights_source: str) -> mc.ModelConfig:
     """A generation model (a family's ``loop``): the python backend on every target, its tensors from
-    the spec, no warm-up request (its model.py warms up with a short generation of its own). A family
+    the spec (those of its ``optional_inputs`` marked optional), no warm-up request (its model.py warms
+    up with a short generation of its own). A family
     that ``streams`` gets a decoupled model (a response per token) that batches the requests itself:
     ``max_batch_size`` 0 and no dynamic batching, and one instance unless model.toml asks for more:
     its requests join one running batch, where two instances would each step half of them (the
     sizing then gives that instance the threads two would have had); the others, Triton's dynamic
     batching."""
-    streams = family_of(spec).streams
+    family = family_of(spec)
+    streams = family.streams
     instances = tuning.instance_count or (1 if streams else 0)
     batch = 0 if streams else tuning.max_batch_size
     config = mc.ModelConfig(name=spec.name, max_batch_size=batch, backend="python")
     for tensor in spec.inputs:
-        config.input.add(name=tensor.name, data_type=data_type(tensor.dtype), dims=tensor.dims)
+        optional = tensor.name in family.optional_inputs
+        config.input.add(name=tensor.name, data_type=data_type(tensor.dtype), dims=tensor.dims, optional=optional)
     for tensor in spec.outputs:
         config.output.add(name=tensor.name, data_type=data_type(tensor.dtype), dims=tensor.dims)
     if streams:

@@ -13,15 +13,18 @@ import io
 import json
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pytest
 import requests
 from PIL import Image
 
+from app.core import mask_contract as contract
 from scripts.devtools import Stack
 from scripts.model_prep.small_models.sets import Built
 from tests.references import served_copy
 from tests.sam_reference import SamReference, assert_answers, assert_whole_image
 from tests.support import ONE_INSTANCE, assert_conforms, assert_error, b64, block_photo, post
+from tests.v2 import direct, post_v2, read_answer, v2_request
 
 pytestmark = pytest.mark.integration
 
@@ -172,3 +175,36 @@ def test_the_masks_are_counted_by_model(sam_stack):
     metrics = requests.get(f"{sam_stack.url}/metrics", timeout=10).text
     counted = [line for line in metrics.splitlines() if line.startswith('router_masks_total{model="sam_other"}')]
     assert counted and float(counted[0].split()[-1]) >= 6, counted
+
+
+def test_kserve_v2_bodies_leave_out_the_grid_or_the_prompts(sam_stack):
+    """A v2 body (tritonclient's helpers, binary+json) sends the prompts without ``grid``, or a grid
+    without ``input_points`` and ``input_labels``: the model's own tensors answer, equal to a direct
+    gRPC call that sends the unused inputs empty (as the router does); a body of the image alone is a
+    400 naming both, and the endpoint keeps serving."""
+    image = np.frombuffer(photo(240, 180, 0), np.uint8)
+    prompts = {
+        contract.POINTS: np.array([[[20, 15], [0, 0]]], np.float32),
+        contract.LABELS: np.array([[contract.FOREGROUND, contract.NOT_A_POINT]], np.int64),
+    }
+    settings = {**contract.GRID_DEFAULTS, **WHOLE}
+    grid = np.array([settings[name] for name in contract.GRID_SETTINGS], np.float64)
+    no_prompts = {contract.POINTS: np.zeros((0, 0, 2), np.float32), contract.LABELS: np.zeros((0, 0), np.int64)}
+    named = {"X-Amzn-SageMaker-Custom-Attributes": "modelname=sam_tiny"}
+    cases = [
+        (prompts, {**prompts, contract.GRID: np.zeros(0, np.float64)}, [contract.IOU_SCORES, contract.PRED_MASKS]),
+        ({contract.GRID: grid}, {**no_prompts, contract.GRID: grid}, [contract.GRID_SCORES, contract.GRID_BOXES]),
+    ]
+    for sent, full, outputs in cases:
+        body, json_size = v2_request({contract.IMAGE: image, **sent}, outputs, binary=True)
+        r = post_v2(sam_stack, body, json_size, **named)
+        assert r.status_code == 200, r.text[:300]
+        answer, expected = read_answer(r), direct(sam_stack, "sam_tiny", {contract.IMAGE: image, **full}, outputs)
+        for name in outputs:
+            assert answer.as_numpy(name).shape == expected[name].shape and expected[name].size > 0, name
+            assert np.array_equal(answer.as_numpy(name), expected[name]), name
+    body, json_size = v2_request({contract.IMAGE: image}, [contract.IOU_SCORES], binary=True)
+    r = post_v2(sam_stack, body, json_size, **named)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_input", r.text[:300]
+    assert "input_points" in r.json()["error"]["message"] and "grid" in r.json()["error"]["message"]
+    assert sam_stack.ping().status_code == 200

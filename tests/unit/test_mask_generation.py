@@ -321,6 +321,39 @@ def test_the_triton_model_refuses_a_grid_it_cannot_run(triton, model):
         run_request(segmenter, {**given, contract.GRID: settings[:3]})
 
 
+def test_an_optional_input_left_out_is_read_as_empty_and_leaving_out_all_three_is_refused(repository, triton):
+    """What a KServe v2 body may do: prompts without ``grid``, or a grid without ``input_points`` and
+    ``input_labels`` (the config marks the three optional); each answer is that of the empty input."""
+    from clients.v2_checks import ModelContract
+
+    model = MODELS[0]
+    config = ModelContract.from_pbtxt(model, (repository / model / "config.pbtxt").read_text())
+    assert {name: spec.optional for name, spec in config.inputs.items()} == {
+        contract.IMAGE: False,
+        contract.POINTS: True,
+        contract.LABELS: True,
+        contract.GRID: True,
+    }
+    segmenter = triton.segmenter(model)
+    image = np.frombuffer(photo(), dtype=np.uint8)
+    prompts = {contract.POINTS: np.array([[[50, 40], [0, 0]]], np.float32), contract.LABELS: np.array([[1, -1]])}
+    empty = np.zeros(0, np.float64)
+    sent = run_request(segmenter, {contract.IMAGE: image, **prompts, contract.GRID: empty})
+    left_out = run_request(segmenter, {contract.IMAGE: image, **prompts, contract.GRID: None})
+    assert sent.keys() == left_out.keys() and all(np.array_equal(sent[k], left_out[k]) for k in sent)
+    settings = np.array([{**contract.GRID_DEFAULTS, **WHOLE}[n] for n in contract.GRID_SETTINGS], np.float64)
+    no_prompts = {contract.POINTS: np.zeros((0, 0, 2), np.float32), contract.LABELS: np.zeros((0, 0), np.int64)}
+    sent = run_request(segmenter, {contract.IMAGE: image, **no_prompts, contract.GRID: settings})
+    left_out = run_request(
+        segmenter, {contract.IMAGE: image, contract.POINTS: None, contract.LABELS: None, contract.GRID: settings}
+    )
+    assert len(sent[contract.GRID_SCORES]) > 0
+    assert sent.keys() == left_out.keys() and all(np.array_equal(sent[k], left_out[k]) for k in sent)
+    nothing = {contract.IMAGE: image, contract.POINTS: None, contract.LABELS: None, contract.GRID: None}
+    with pytest.raises(Refused, match="give input_points and input_labels .* or grid"):
+        run_request(segmenter, nothing)
+
+
 def test_many_prompts_run_the_decoder_a_bounded_number_at_a_time_each_answered_as_the_reference(
     client, reference, triton, model
 ):

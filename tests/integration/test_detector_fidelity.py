@@ -33,8 +33,8 @@ from clients.detection import DETECTION_TENSORS, GEOMETRY_TENSORS, OPTION_TENSOR
 from clients.families import load_spec
 from scripts.model_prep import detector_graph, triton_config
 from tests import yolov5_reference
+from tests.detections import assert_same_detections, reference_detections, untie
 from tests.references import real_photos
-from tests.support import assert_same_detections, reference_detections, untie
 from tests.triton_calls import encoded_image, grpc_infer, grpc_inputs, option_tensors, served
 
 pytestmark = pytest.mark.integration

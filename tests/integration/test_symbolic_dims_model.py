@@ -25,8 +25,9 @@ from clients.detection import network_inputs
 from clients.families import load_spec, offline_client
 from scripts.model_prep import cli as prepare_models
 from scripts.model_prep import onnx_export, triton_config
+from tests.detections import assert_same_detections, reference_detections
 from tests.references import darknet_photos
-from tests.support import assert_same_detections, b64, reference_detections
+from tests.support import b64
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from app.core.spec import TensorSpec
 from clients.detection import geometry, network_inputs
 from clients.families import load_spec
 from scripts.model_prep import detector_graph, tensorrt_operators, triton_config
-from tests.support import assert_same_detections, planted_output, reference_detections
+from tests.detections import assert_same_detections, planted_output, reference_detections
 from tests.triton_calls import option_tensors
 
 SHAPES = [(576, 768), (768, 576), (480, 640), (1080, 1920), (640, 640), (120, 1000)]

@@ -20,7 +20,7 @@ from torchvision import transforms
 from app.core.errors import InvalidInput
 from clients import images
 from tests import yolov5_reference
-from tests.support import planted_output
+from tests.detections import planted_output
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 LIMIT = 40_000_000

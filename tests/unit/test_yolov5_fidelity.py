@@ -27,8 +27,8 @@ from clients.vision import Displayed
 from scripts.devtools import built_test_repository
 from scripts.model_prep import detector_graph
 from tests import yolov5_reference
+from tests.detections import assert_same_detections, planted_output, reference_detections, untie
 from tests.references import OnnxTriton, real_photos
-from tests.support import assert_same_detections, planted_output, reference_detections, untie
 
 PHOTOS = real_photos()
 

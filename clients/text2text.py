@@ -197,6 +197,7 @@ FAMILY = Family(
     complete=complete,
     export="scripts.model_prep.generation_export:ENCODER_DECODER",
     loop=True,
+    optional_inputs=(*generation_contract.SETTING_NAMES, generation_contract.TIMEOUT_MS),  # a v2 body: the tokens
     counters=(
         Counter(
             GENERATED_TOKENS,

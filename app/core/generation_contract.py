@@ -15,6 +15,9 @@ Its tensors, per text (one batch row each; Triton's dynamic batcher joins rows o
   ``FP64`` (the caller's number exactly, as ``generate`` takes it); ``early_stopping`` ``BOOL``;
 - ``timeout_ms`` ``INT64 [1]``: how long the text's generation may run; past it the generation of
   that text stops and its request is answered an error naming the deadline (``DEADLINE_MARKER``);
+- the settings and ``timeout_ms`` are optional in the config (``clients.text2text``'s
+  ``optional_inputs``): a KServe v2 body may send the tokens alone, and the Triton model takes the
+  folder's defaults and ``TRITON_TIMEOUT_S`` for what it leaves out (the router sends them all);
 - out, ``output_ids`` ``INT64 [tokens]``: what ``generate`` returns for that text alone (the
   decoder's start token, the generated tokens, the end-of-sequence token where it ended), padded
   with ``PAD`` (-1) to the longest row of the request.

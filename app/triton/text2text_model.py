@@ -11,6 +11,8 @@ ask for the same settings are generated together in one ``generate`` call, their
 padded to the longest of them. A text's answer does not depend on the texts it was batched with:
 padding is masked, each text's search runs on its own rows, and each text stops at its own deadline
 (``timeout_ms``); a request one of whose texts passed its deadline is answered an error naming it.
+The settings and ``timeout_ms`` are optional inputs: a KServe v2 body may send the tokens alone, and
+each setting it leaves out is the folder's default (as the router's), its deadline ``TRITON_TIMEOUT_S``.
 """
 
 from __future__ import annotations
@@ -33,12 +35,15 @@ from app.core.generation_contract import (
     SETTING_NAMES,
     SETTINGS,
     TIMEOUT_MS,
+    defaults,
     end_ids,
     new_tokens_limit,
     read_generation_config,
 )
+from app.core.settings import Settings
+from app.core.spec import TRITON_TO_NUMPY
 from app.triton.onnx_generate import Deadlines, OnnxSeq2SeqLM, padded, trimmed
-from app.triton.responses import error_response
+from app.triton.responses import error_response, present
 
 try:
     import triton_python_backend_utils as pb_utils
@@ -87,6 +92,18 @@ def check_rows(arrays: Mapping[str, np.ndarray], vocabulary: int, max_new_tokens
             raise Refused(f"{where}: {name} must be one value a text, from {low:g} to {high:g}")
 
 
+def completed(arrays: Mapping[str, np.ndarray | None], given_defaults: Mapping[str, object]) -> dict[str, np.ndarray]:
+    """A request's arrays with each setting it left out (None, or absent) one value a text: the
+    default given (the folder's settings, and ``timeout_ms``)."""
+    texts = len(arrays["input_ids"]) if arrays.get("input_ids") is not None else 0
+    found = {name: array for name, array in arrays.items() if array is not None}
+    dtypes = {s.name: s.dtype for s in SETTINGS} | {TIMEOUT_MS: "INT64"}
+    for name, dtype in dtypes.items():
+        if name not in found:
+            found[name] = np.full((texts, 1), given_defaults[name], dtype=TRITON_TO_NUMPY[dtype])
+    return found
+
+
 def rows_of(index: int, arrays: Mapping[str, np.ndarray], now: float) -> list[Row]:
     """A request's texts: each one's tokens (its padding dropped) with its settings and deadline."""
     rows = []
@@ -114,7 +131,8 @@ def answer(generator: Generator, requests: Sequence[Mapping[str, np.ndarray]], n
     ``Late`` (a text passed its deadline) or the exception that failed the whole batch."""
     rows: list[Row] = []
     answers: list = [None] * len(requests)
-    for index, arrays in enumerate(requests):
+    for index, given in enumerate(requests):
+        arrays = completed(given, generator.defaults)
         try:
             check_rows(arrays, generator.vocabulary, generator.max_new_tokens, "request")
         except Refused as refused:
@@ -148,6 +166,10 @@ class Generator:
         self.pad_id = int(self.model.config.pad_token_id if self.model.config.pad_token_id is not None else 0)
         self.max_new_tokens = new_tokens_limit(config)
         self.max_rows = max_rows
+        # what a request that leaves a setting out gets: the folder's (as the router sends), and for
+        # how long it may generate, Triton's timeout (the router's call to Triton gives up then)
+        timeout_ms = round(Settings.from_env().triton_timeout_s * 1000)
+        self.defaults = {**defaults(read_generation_config(folder)), TIMEOUT_MS: timeout_ms}
 
     def generate(self, rows: Sequence[Row], clock=time.monotonic) -> tuple[list[np.ndarray], set[int]]:
         """Each row's ``generate`` answer, and the rows that passed their deadline."""
@@ -210,7 +232,7 @@ class TritonPythonModel:
 
     def execute(self, requests: list) -> list:
         given = [
-            {name: pb_utils.get_input_tensor_by_name(request, name).as_numpy() for name in self.input_names}
+            {name: present(pb_utils.get_input_tensor_by_name(request, name)) for name in self.input_names}
             for request in requests
         ]
         answers = []

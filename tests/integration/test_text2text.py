@@ -279,6 +279,26 @@ def test_a_python_backend_t5_folder_as_aws_example_writes_it_is_served_unchanged
     assert answer == generated(references, "t5_gen", CORPUS[6]) == " ".join(CORPUS[6].split()[:3])
 
 
+def test_a_kserve_v2_body_of_the_tokens_alone_is_generated_with_the_folders_settings(gen_stack, references):
+    """Our text2text model through KServe v2: the settings and timeout_ms are optional inputs, so a
+    body may send the tokens alone; the answer is what ``generate`` gives the text with no settings."""
+    tokenizer = references["t5_gen"][1]
+    for text in (CORPUS[6], CORPUS[1]):
+        one = tokenizer(text).input_ids
+        body = {
+            "inputs": [
+                {"name": "input_ids", "shape": [1, len(one)], "datatype": "INT64", "data": one},
+                {"name": "attention_mask", "shape": [1, len(one)], "datatype": "INT64", "data": [1] * len(one)},
+            ]
+        }
+        headers = {"X-Amzn-SageMaker-Custom-Attributes": "modelname=t5_gen"}
+        r = requests.post(f"{gen_stack.url}/invocations", json=body, headers=headers, timeout=60)
+        assert r.status_code == 200, r.text
+        (output,) = r.json()["outputs"]
+        answer = tokenizer.decode([t for t in output["data"] if t >= 0], skip_special_tokens=True)
+        assert answer == generated(references, "t5_gen", text) != ""
+
+
 def test_generation_archives_load_answer_and_unload_on_a_multi_model_endpoint(
     models, small_models, references, tmp_path, new_stack
 ):

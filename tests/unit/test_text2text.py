@@ -270,6 +270,27 @@ def test_a_text_past_its_deadline_is_answered_late_and_the_others_of_its_batch_a
     assert on_time[0].tolist() == generate(references, "t5_random", CORPUS[1], **slow)
 
 
+def test_a_request_of_the_tokens_alone_takes_the_folders_settings(built, triton, references):
+    """What a KServe v2 body may send (the config marks the settings and timeout_ms optional): the
+    settings it leaves out are the folder's, so its ids are what ``generate`` gives the text with none."""
+    from app.triton.text2text_model import answer
+    from clients.v2_checks import ModelContract
+
+    config = ModelContract.from_pbtxt("bart_trained", (built[1] / "bart_trained" / "config.pbtxt").read_text())
+    assert {name for name, spec in config.inputs.items() if spec.optional} == {*SETTING_NAMES, TIMEOUT_MS}
+    tokenizer = references["bart_trained"][1]
+    for left_out in ("as None", "absent"):  # as execute() reads a missing optional input, or not there at all
+        requests = []
+        for text in TEXTS[:2]:
+            ids = np.array([tokenizer(text).input_ids], dtype=np.int64)
+            arrays = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+            requests.append(arrays | (dict.fromkeys((*SETTING_NAMES, TIMEOUT_MS)) if left_out == "as None" else {}))
+        found = answer(triton.generator("bart_trained"), requests, time.monotonic())
+        assert [[int(t) for t in row if t != PAD] for (row,) in found] == [
+            generate(references, "bart_trained", text) for text in TEXTS[:2]
+        ]
+
+
 def test_the_deadline_error_is_the_routers_504_naming_it():
     from tritonclient.utils import InferenceServerException
 

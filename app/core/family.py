@@ -79,7 +79,8 @@ class Family:
     loop: bool = False
     streams: bool = False
     # A loop family's inputs that a KServe v2 caller may leave out: its config.pbtxt marks them
-    # ``optional`` and its Triton model reads one left out as empty (the router always sends them all)
+    # ``optional`` and its Triton model stands in for one left out (SAM: empty; text2text: the folder's
+    # default); the router always sends them all
     optional_inputs: tuple[str, ...] = ()
     counters: tuple[Counter, ...] = ()
     measures: tuple[Measure, ...] = ()

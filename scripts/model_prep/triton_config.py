@@ -101,12 +101,11 @@ def model_config(spec: ModelSpec, target: str, tuning: Tuning, weights_source: s
 def generation_config(spec: ModelSpec, target: str, tuning: Tuning, weights_source: str) -> mc.ModelConfig:
     """A generation model (a family's ``loop``): the python backend on every target, its tensors from
     the spec (those of its ``optional_inputs`` marked optional), no warm-up request (its model.py warms
-    up with a short generation of its own). A family
-    that ``streams`` gets a decoupled model (a response per token) that batches the requests itself:
-    ``max_batch_size`` 0 and no dynamic batching, and one instance unless model.toml asks for more:
-    its requests join one running batch, where two instances would each step half of them (the
-    sizing then gives that instance the threads two would have had); the others, Triton's dynamic
-    batching."""
+    up with a short generation of its own). A family that ``streams`` gets a decoupled model (a
+    response per token) that batches the requests itself: ``max_batch_size`` 0 and no dynamic
+    batching, and one instance unless model.toml asks for more: its requests join one running batch,
+    where two instances would each step half of them (the sizing then gives that instance the threads
+    two would have had); the others, Triton's dynamic batching."""
     family = family_of(spec)
     streams = family.streams
     instances = tuning.instance_count or (1 if streams else 0)

@@ -6,7 +6,7 @@ tokenizes, checks and decodes; the generation runs inside Triton (``app/triton/c
 a decoupled model whose step scheduler lets a request join the running batch at the next step and
 streams each token back as it is made (``app.core.causal_lm_contract``).
 
-Payload (the envelope's; TGI's and OpenAI's forms are ``app.router.generation``'s): ``{"text": str |
+Payload (the envelope's; TGI's and OpenAI's forms are ``app.router.generation_forms``'s): ``{"text": str |
 [str], "max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "repetition_penalty",
 "num_beams", "seed", "stop", "return_full_text", "truncation", "stream"}``; each setting's default is
 the folder's ``generation_config.json``, then Hugging Face's. One text answers ``{"generated_text",
@@ -289,7 +289,7 @@ class TextGenerationClient(TextClient[None]):
 
     def run(self, works, timings: dict[str, float] | None = None, deadline: float | None = None):
         """Every text of every work generated together (each its own stream, all started before any is
-        read), answered whole. A streamed payload is the router's (``app.router.generation``)."""
+        read), answered whole. A streamed payload is the router's (``app.router.generation_forms``)."""
         asks: list[list[Ask]] = []
         with timed(timings, "preprocess"):
             for index, work in enumerate(works):

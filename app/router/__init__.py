@@ -23,7 +23,7 @@ from app.core.settings import Settings
 from app.router.accept import answer_type
 from app.router.batches import run_invocations
 from app.router.event_stream import as_payload_parts
-from app.router.generation import is_generation_body, parse_body, parse_streamed_envelope, streams
+from app.router.generation_forms import is_generation_body, parse_body, parse_streamed_envelope, streams
 from app.router.handlers import json_bytes, json_response, register_error_handlers
 from app.router.models_api import register as register_multi_model
 from app.router.observability import MIXED_MODELS, current

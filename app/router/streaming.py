@@ -1,4 +1,4 @@
-"""Answering a text_generation call (``app.router.generation``): whole, or streamed as it is made.
+"""Answering a text_generation call (``app.router.generation_forms``): whole, or streamed as it is made.
 
 Whole, the call's prompts are generated together and answered as JSON. Streamed (``"stream":
 true``), the answer is ``text/event-stream``: one ``data: <JSON>\\n\\n`` event at a time, written as
@@ -28,7 +28,7 @@ from flask import Response
 
 from app.core import access
 from app.core.errors import ApiError, InternalError
-from app.router.generation import DONE, GenerationCall, answer, events
+from app.router.generation_forms import DONE, GenerationCall, answer, events
 from app.router.handlers import json_bytes, json_response
 from app.router.observability import Trace
 from clients.base import timed

@@ -69,3 +69,18 @@ def test_below_the_router_nothing_loads_flask(module: str):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd="/")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+SERVING_LAYERS = ("app/router", "app/serve", "app/triton", "app/core", "clients")
+
+
+def test_a_module_name_says_its_layer_s_role_once():
+    """No two modules of the serving layers share a name (the router's text_generation forms are not
+    the clients' generation), and none takes a standard library module's name."""
+    where: dict[str, list[str]] = {}
+    for layer in SERVING_LAYERS:
+        for path in sorted((PROJECT_ROOT / layer).rglob("*.py")):
+            if path.name != "__init__.py":
+                where.setdefault(path.stem, []).append(path.relative_to(PROJECT_ROOT).as_posix())
+    assert {name: paths for name, paths in where.items() if len(paths) > 1} == {}
+    assert sorted(set(where) & sys.stdlib_module_names) == []

@@ -52,7 +52,6 @@ from clients.families import FAMILIES, build_registry
 from clients.kserve import TritonHttp
 from clients.multimodel import MultiModelStore
 from clients.serving import Model, Registry
-from clients.text_generation import FAMILY_NAME as TEXT_GENERATION
 from clients.triton import TritonClient
 from clients.v2_checks import check_request
 
@@ -88,8 +87,9 @@ def create_app(
     served = Served(lookup, served_models.content_types)
 
     def generation_models() -> list[str]:
-        """The text_generation models served: one answers a TGI or chat body that names none."""
-        return [name for name, client in registry.items() if client.family == TEXT_GENERATION]
+        """The models of a family that streams its tokens (text_generation) served: one answers a TGI
+        or chat body that names none."""
+        return [name for name, client in registry.items() if FAMILIES[client.family].streams]
 
     @app.get("/ping")
     def ping() -> Response:

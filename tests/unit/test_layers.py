@@ -3,6 +3,7 @@ where it should: a module of the shared layer that imports Flask, or a model cli
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -84,3 +85,43 @@ def test_a_module_name_says_its_layer_s_role_once():
                 where.setdefault(path.stem, []).append(path.relative_to(PROJECT_ROOT).as_posix())
     assert {name: paths for name, paths in where.items() if len(paths) > 1} == {}
     assert sorted(set(where) & sys.stdlib_module_names) == []
+
+
+def compares_a_family(node: ast.AST, names: set[str]) -> bool:
+    """A comparison (``==``, ``!=``, ``in``, ``not in``) whose one side is a family's name: a string
+    of one, a ``*FAMILY_NAME`` constant, or something's ``.family``."""
+    if not isinstance(node, ast.Compare) or not all(
+        isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops
+    ):
+        return False
+    for side in (node.left, *node.comparators):
+        if isinstance(side, ast.Constant) and side.value in names:
+            return True
+        if isinstance(side, ast.Name) and side.id.endswith("FAMILY_NAME"):
+            return True
+        if (
+            isinstance(side, ast.Attribute)
+            and side.attr == "family"
+            and not any(isinstance(other, ast.Name) and other.id == "FAMILIES" for other in node.comparators)
+        ):
+            return True
+    return False
+
+
+def test_outside_a_family_s_module_no_serving_code_compares_family_names():
+    """What varies by family is asked of its ``Family`` (``clients.families.FAMILIES``), never by
+    comparing its name: a family's own module (the one that builds its ``FAMILY``) alone may."""
+    from clients.families import FAMILIES
+
+    found = []
+    for top in ("app", "clients"):
+        for path in sorted((PROJECT_ROOT / top).rglob("*.py")):
+            source = path.read_text(encoding="utf-8")
+            if "FAMILY = Family(" in source:
+                continue
+            found += [
+                f"{path.relative_to(PROJECT_ROOT)}:{node.lineno}: {ast.unparse(node)}"
+                for node in ast.walk(ast.parse(source))
+                if compares_a_family(node, set(FAMILIES))
+            ]
+    assert found == []

@@ -271,4 +271,5 @@ FAMILY = Family(
     client=FillMaskClient,
     complete=complete,
     export="scripts.model_prep.transformers_export:MASKED_TOPK",
+    small="scripts.model_prep.small_models.encoders:fill_mask_folder",
 )

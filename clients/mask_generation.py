@@ -259,6 +259,7 @@ FAMILY = Family(
     client=MaskGenerationClient,
     complete=complete,
     export="scripts.model_prep.sam_export:SAM",
+    small="scripts.model_prep.small_models.sam:sam_model_folder",
     loop=True,
     counters=(MASKS_COUNTER,),
     optional_inputs=(contract.POINTS, contract.LABELS, contract.GRID),  # a v2 body sends prompts or a grid

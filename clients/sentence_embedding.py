@@ -83,4 +83,5 @@ FAMILY = Family(
     client=SentenceEmbeddingClient,
     complete=complete,
     export="scripts.model_prep.transformers_export:POOLED",
+    small="scripts.model_prep.small_models.encoders:sentence_embedding_folder",
 )

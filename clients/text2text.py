@@ -196,6 +196,7 @@ FAMILY = Family(
     client=Text2TextClient,
     complete=complete,
     export="scripts.model_prep.generation_export:ENCODER_DECODER",
+    small="scripts.model_prep.small_models.seq2seq:generation_model_folder",
     loop=True,
     optional_inputs=(*generation_contract.SETTING_NAMES, generation_contract.TIMEOUT_MS),  # a v2 body: the tokens
     counters=(

@@ -129,4 +129,5 @@ FAMILY = Family(
     client=TextClassificationClient,
     complete=complete,
     export="scripts.model_prep.transformers_export:SEQUENCE_LOGITS",
+    small="scripts.model_prep.small_models.encoders:text_classification_folder",
 )

@@ -350,6 +350,7 @@ FAMILY = Family(
     client=TextGenerationClient,
     complete=complete,
     export="scripts.model_prep.causal_lm_export:CAUSAL_LM",
+    small="scripts.model_prep.small_models.causal:causal_model_folder",
     loop=True,
     streams=True,
     counters=(

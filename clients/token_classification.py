@@ -137,4 +137,5 @@ FAMILY = Family(
     client=TokenClassificationClient,
     complete=complete,
     export="scripts.model_prep.transformers_export:TOKEN_PROBABILITIES",
+    small="scripts.model_prep.small_models.encoders:token_classification_folder",
 )

@@ -307,6 +307,7 @@ FAMILY = Family(
     client=ZeroShotDetectionClient,
     complete=complete,
     export="scripts.model_prep.zsd_export:ZSD",
+    small="scripts.model_prep.small_models.zsd:zero_shot_folder",
     loop=True,
     counters=(DETECTIONS_COUNTER,),
 )

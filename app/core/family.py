@@ -22,6 +22,10 @@ task's pipeline class, its model class and its modality, a ``Family`` holds:
   model.toml whatever its ``[export]``; a multi-model archive of it carries those models' folders;
 - ``loop``: the network is a python-backend model on every target (``generate``'s loop; SAM's two
   graphs behind one model), which the sizing plan counts as a network on the CPU;
+- ``small``: how a small model of the family is built (seeded random or briefly trained weights, for
+  the tests, the benchmarks' smoke runs and the docs' examples), named as ``export`` is:
+  ``"module:attribute"``, a callable ``(models folder, name, **options) -> the model's folder``
+  (``scripts.model_prep.small_models``); none for a family without small models;
 - ``streams``: its Triton model is decoupled (``model_transaction_policy { decoupled: true }``): it
   answers a request with a response per generated token, over gRPC's stream, and batches the requests
   itself (they join its running batch at the next step): ``max_batch_size`` 0, no dynamic batching;
@@ -65,6 +69,12 @@ class Measure:
     buckets: tuple[float, ...]
 
 
+def imported(name: str) -> Any:
+    """``"module:attribute"``'s object, its module imported now."""
+    module, _, attribute = name.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
 @dataclass(frozen=True)
 class Family:
     name: str
@@ -76,6 +86,7 @@ class Family:
     dali: bool = False
     graph_postprocess: bool = False
     parts: tuple[str, ...] = ()
+    small: str = ""  # "module:attribute": (models, name, **options) -> a small model's folder
     loop: bool = False
     streams: bool = False
     # A loop family's inputs that a KServe v2 caller may leave out: its config.pbtxt marks them
@@ -102,5 +113,10 @@ class Family:
 
     def exporter(self) -> Any:
         """The object that prepares the family's network, imported now (model preparation only)."""
-        module, _, attribute = self.export.partition(":")
-        return getattr(importlib.import_module(module), attribute)
+        return imported(self.export)
+
+    def small_builder(self) -> Any:
+        """The builder of the family's small models, imported now; ValueError where it has none."""
+        if not self.small:
+            raise ValueError(f"family {self.name!r} builds no small models")
+        return imported(self.small)

@@ -89,32 +89,35 @@ def test_a_module_name_says_its_layer_s_role_once():
 
 def compares_a_family(node: ast.AST, names: set[str]) -> bool:
     """A comparison (``==``, ``!=``, ``in``, ``not in``) whose one side is a family's name: a string
-    of one, a ``*FAMILY_NAME`` constant, or something's ``.family``."""
+    of one, a ``*FAMILY_NAME`` constant, or a ``family`` (a variable, or something's ``.family``)
+    compared with anything but the table of families."""
     if not isinstance(node, ast.Compare) or not all(
         isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops
     ):
         return False
-    for side in (node.left, *node.comparators):
+    sides = (node.left, *node.comparators)
+    with_the_table = any(isinstance(side, ast.Name) and side.id == "FAMILIES" for side in sides)
+    for side in sides:
         if isinstance(side, ast.Constant) and side.value in names:
             return True
         if isinstance(side, ast.Name) and side.id.endswith("FAMILY_NAME"):
             return True
-        if (
-            isinstance(side, ast.Attribute)
-            and side.attr == "family"
-            and not any(isinstance(other, ast.Name) and other.id == "FAMILIES" for other in node.comparators)
-        ):
+        named = (isinstance(side, ast.Attribute) and side.attr == "family") or (
+            isinstance(side, ast.Name) and side.id == "family"
+        )
+        if named and not with_the_table:
             return True
     return False
 
 
-def test_outside_a_family_s_module_no_serving_code_compares_family_names():
+def test_outside_a_family_s_module_nothing_compares_family_names():
     """What varies by family is asked of its ``Family`` (``clients.families.FAMILIES``), never by
-    comparing its name: a family's own module (the one that builds its ``FAMILY``) alone may."""
+    comparing its name: a family's own module (the one that builds its ``FAMILY``) alone may. The
+    serving code, model preparation (the small models' builders too) and deployment."""
     from clients.families import FAMILIES
 
     found = []
-    for top in ("app", "clients"):
+    for top in ("app", "clients", "scripts/model_prep", "scripts/sagemaker"):
         for path in sorted((PROJECT_ROOT / top).rglob("*.py")):
             source = path.read_text(encoding="utf-8")
             if "FAMILY = Family(" in source:
@@ -125,3 +128,14 @@ def test_outside_a_family_s_module_no_serving_code_compares_family_names():
                 if compares_a_family(node, set(FAMILIES))
             ]
     assert found == []
+
+
+def test_every_family_a_small_model_set_holds_builds_its_small_models_by_its_own_builder():
+    from clients.families import FAMILIES
+    from scripts.model_prep.small_models.sets import SETS
+
+    families = {family for model_set in SETS.values() for family, _ in model_set.models.values()}
+    assert families <= {name for name, family in FAMILIES.items() if family.small}
+    assert all(callable(FAMILIES[name].small_builder()) for name in families)
+    with pytest.raises(ValueError, match="builds no small models"):
+        FAMILIES["detection"].small_builder()

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scripts.model_prep.small_models.encoders import model_folder, write_model_toml
+from scripts.model_prep.small_models.encoders import text_classification_folder, write_model_toml
 from scripts.model_prep.small_models.sets import SETS, Built
 from tests.references import in_process_clients, prepare_text_repository
 
@@ -84,8 +84,8 @@ def test_weights_are_the_folders_unless_seeded_random_ones_are_asked_for(tmp_pat
     """The folder's own weights by default; --weights random: seeded random weights of its config.json
     (the same seed, the same graph); a folder without weights: random ones, said loudly."""
     models = tmp_path / "models"
-    model_folder(models, "own", "text_classification", kind="bert", seed=7)  # not the --seed 0 of random ones
-    model_folder(models, "bare", "text_classification", kind="bert", weights=False)
+    text_classification_folder(models, "own", kind="bert", seed=7)  # not the --seed 0 of random ones
+    text_classification_folder(models, "bare", kind="bert", weights=False)
     sources = {}
     for run, extra in (("default", ()), ("random", ("--weights", "random")), ("again", ("--weights", "random"))):
         repository = prepare_text_repository(models, tmp_path / run / "repository", *extra)

@@ -100,8 +100,8 @@ def realistic_sources(models: Path) -> list[tuple[list[str], str]]:
 
 def small_sources(models: Path) -> list[tuple[list[str], str]]:
     """Tiny folders of the three families (scripts.model_prep.small_models), their own weights."""
+    from clients.families import FAMILIES
     from scripts.model_prep.small_models.encoders import NER_LABELS as TINY_NER_LABELS
-    from scripts.model_prep.small_models.encoders import model_folder
 
     options = {
         TEXT_CLASSIFICATION: {"kind": "bert"},
@@ -110,7 +110,8 @@ def small_sources(models: Path) -> list[tuple[list[str], str]]:
     }
     for family, chosen in options.items():
         if not (models / MODELS[family] / "model.toml").is_file():
-            model_folder(models, MODELS[family], family, NER_TOML if family == TOKEN_CLASSIFICATION else "", **chosen)
+            extra = NER_TOML if family == TOKEN_CLASSIFICATION else ""
+            FAMILIES[family].small_builder()(models, MODELS[family], extra=extra, **chosen)
     return [([MODELS[f] for f in options], "pretrained")]
 
 

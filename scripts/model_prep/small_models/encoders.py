@@ -13,6 +13,7 @@ sentence-transformers reads (``modules.json``, ``1_Pooling/config.json``, ``Norm
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -210,18 +211,30 @@ def update_json_files(folder: Path, files: dict[str, dict[str, Any]] | None) -> 
 
 
 def model_folder(
-    models: Path, name: str, family: str, extra: str = "", files: dict[str, dict[str, Any]] | None = None, **options
+    models: Path,
+    name: str,
+    family: str,
+    head: str = "",
+    extra: str = "",
+    files: dict[str, dict[str, Any]] | None = None,
+    **options,
 ) -> Path:
-    """``models/<name>/`` with its model.toml and the Hugging Face folder ``hf/`` inside: a
-    sentence-transformers folder for ``sentence_embedding`` (``options``: pooling, normalize, ...),
-    else ``hf_folder`` (``options``: kind, head, labels, problem_type, seed, weights); ``files``:
-    keys set in the folder's JSON files afterwards (``update_json_files``)."""
+    """``models/<name>/`` with its model.toml (``family``, and ``extra`` lines) and the Hugging Face
+    folder ``hf/`` inside: ``hf_folder`` with ``head`` (``options``: kind, labels, problem_type, seed,
+    weights), or without a head a sentence-transformers folder (``options``: pooling, normalize, ...);
+    ``files``: keys set in the folder's JSON files afterwards (``update_json_files``)."""
     model = models / name
-    if family == "sentence_embedding":
-        sentence_transformers_folder(model / "hf", **options)
+    if head:
+        hf_folder(model / "hf", head=head, **options)
     else:
-        head = {"text_classification": "sequence", "token_classification": "token", "fill_mask": "masked"}[family]
-        hf_folder(model / "hf", head=options.pop("head", head), **options)
+        sentence_transformers_folder(model / "hf", **options)
     update_json_files(model / "hf", files)
     write_model_toml(model, family, extra=extra)
     return model
+
+
+# The encoder families' small models (each family's ``small``): (models, name, **options) -> the folder.
+text_classification_folder = partial(model_folder, family="text_classification", head="sequence")
+token_classification_folder = partial(model_folder, family="token_classification", head="token")
+fill_mask_folder = partial(model_folder, family="fill_mask", head="masked")
+sentence_embedding_folder = partial(model_folder, family="sentence_embedding")

@@ -26,15 +26,11 @@ from pathlib import Path
 from app.core.settings import PROJECT_ROOT
 from scripts.model_prep.small_models.causal import FAMILY as TEXT_GENERATION
 from scripts.model_prep.small_models.causal import TEMPLATES as CAUSAL_TEMPLATES
-from scripts.model_prep.small_models.causal import causal_model_folder
-from scripts.model_prep.small_models.encoders import KINDS, NER_LABELS, model_folder, update_json_files
-from scripts.model_prep.small_models.gdino import gdino_model_folder
+from scripts.model_prep.small_models.encoders import KINDS, NER_LABELS, update_json_files
 from scripts.model_prep.small_models.owl import FAMILY as ZERO_SHOT_DETECTION
-from scripts.model_prep.small_models.owl import owl_model_folder
 from scripts.model_prep.small_models.sam import FAMILY as MASK_GENERATION
-from scripts.model_prep.small_models.sam import sam_model_folder
 from scripts.model_prep.small_models.seq2seq import FAMILY as TEXT2TEXT
-from scripts.model_prep.small_models.seq2seq import generation_model_folder
+from scripts.model_prep.small_models.zsd import GROUNDING_DINO_KIND
 
 ROOT_VARIABLE = "TEST_SMALL_MODELS"  # where the built sets are (make test sets it)
 DEFAULT_ROOT = PROJECT_ROOT / "build" / "small-models"
@@ -138,7 +134,7 @@ SETS = {
         {
             "owlv2_tiny": (ZERO_SHOT_DETECTION, {"kind": "owlv2"}),
             "owlvit_tiny": (ZERO_SHOT_DETECTION, {"kind": "owlvit", "seed": 1}),
-            "gdino_tiny": (ZERO_SHOT_DETECTION, {"kind": "grounding-dino"}),
+            "gdino_tiny": (ZERO_SHOT_DETECTION, {"kind": GROUNDING_DINO_KIND}),
         },
     ),
     "causal": ModelSet(
@@ -212,17 +208,10 @@ def default_root() -> Path:
 
 
 def _build_model(models: Path, name: str, family: str, options: dict) -> Path:
-    if family == TEXT2TEXT:
-        return generation_model_folder(models, name, **options)
-    if family == TEXT_GENERATION:
-        return causal_model_folder(models, name, **options)
-    if family == MASK_GENERATION:
-        return sam_model_folder(models, name, **options)
-    if family == ZERO_SHOT_DETECTION and options.get("kind") == "grounding-dino":
-        return gdino_model_folder(models, name, **{k: v for k, v in options.items() if k != "kind"})
-    if family == ZERO_SHOT_DETECTION:
-        return owl_model_folder(models, name, **options)
-    return model_folder(models, name, family, **options)
+    """One small model, by its family's builder (``Family.small``)."""
+    from clients.families import FAMILIES
+
+    return FAMILIES[family].small_builder()(models, name, **options)
 
 
 def build(target: Path, log: Callable[[str], None] = print) -> None:

@@ -41,6 +41,7 @@ from app.core.generation_contract import TIMEOUT_MS, read_generation_config
 from app.triton.causal_lm_requests import Cancelled, Closed, Late, Refused, Request
 from app.triton.causal_lm_scheduler import Scheduler
 from app.triton.causal_lm_session import Graph, open_session
+from app.triton.responses import present
 
 try:
     import triton_python_backend_utils as pb_utils
@@ -222,7 +223,7 @@ class TritonPythonModel:
         for request in requests:
             stream = Stream(request.get_response_sender())
             try:
-                arrays = {name: self._input(request, name) for name in self.input_names}
+                arrays = {name: present(pb_utils.get_input_tensor_by_name(request, name)) for name in self.input_names}
                 ids, settings, timeout_s = read_request(
                     {name: array for name, array in arrays.items() if array is not None}, self.defaults
                 )
@@ -230,11 +231,6 @@ class TritonPythonModel:
             except Exception as error:  # noqa: BLE001 - answered to that request; the others go on
                 stream.failed(error)
         # decoupled: nothing is returned; each request's responses go through its own sender
-
-    @staticmethod
-    def _input(request, name: str) -> np.ndarray | None:
-        tensor = pb_utils.get_input_tensor_by_name(request, name)
-        return None if tensor is None else tensor.as_numpy()
 
     def finalize(self) -> None:
         LOG.info("unloading: the scheduler stops (its running requests fail)")

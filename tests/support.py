@@ -29,6 +29,9 @@ from clients.families import FAMILIES
 from scripts.model_prep import cli as prepare_models
 from scripts.model_prep import triton_config
 
+# SageMaker's header of a raw body's model and options (docs/reference/api.md), as a caller writes it.
+ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
+
 # ---- stacks ---------------------------------------------------------------------------------------
 
 # A stack's models as one instance each, on one thread (TRITON_INSTANCES, TRITON_THREADS), for tests

@@ -1,4 +1,5 @@
-"""The Flask router against a fake Triton: every error row of the API reference (docs/reference/api.md), both body formats."""
+"""The Flask router against a fake Triton: every error row of the API reference (docs/reference/api.md)
+for JSON envelopes; raw bodies with their custom attributes: ``test_raw_bodies.py``."""
 
 from __future__ import annotations
 
@@ -17,8 +18,6 @@ from app.router import create_app
 from clients.triton import TritonClient
 from scripts.devtools import free_ports
 from tests.support import assert_error, b64, solid_image
-
-ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
 
 
 def invoke(client, modelname="resnet", payload=None, **envelope):
@@ -191,77 +190,6 @@ def test_bert_errors(client):
     assert response.status_code == 200  # only text after the last mask is cut
     assert_error(invoke(client, "bert_base", {"text": 5}), 400, "invalid_input", "payload.text")
     assert_error(invoke(client, "bert_base", {"text": "[MASK]", "topk": 51}), 400, "invalid_input", "payload.topk")
-
-
-# ---- raw bodies ---------------------------------------------------------------------------------
-
-
-def test_raw_image_with_custom_attributes(client, triton):
-    response = client.post(
-        "/invocations",
-        data=solid_image(fmt="JPEG"),
-        headers={"Content-Type": "image/jpeg", ATTRIBUTES: "trace=abc, modelname=resnet,topk=2,flag"},
-    )
-    assert response.status_code == 200, response.get_data(as_text=True)
-    assert len(response.get_json()["result"]) == 2
-    response = client.post(
-        "/invocations",
-        data=solid_image(),
-        headers={"Content-Type": "application/octet-stream", ATTRIBUTES: "modelname=yolov5,conf_threshold=0.7"},
-    )
-    assert len(response.get_json()["result"]["detections"]) == 1
-
-
-def test_raw_text(client):
-    response = client.post(
-        "/invocations",
-        data=b"paris is the [MASK] of france.",
-        headers={"Content-Type": "text/plain; charset=utf-8", ATTRIBUTES: "modelname=bert_base,topk=3"},
-    )
-    assert response.status_code == 200, response.get_data(as_text=True)
-    assert len(response.get_json()["result"]) == 3
-
-
-def test_raw_option_errors(client):
-    headers = {"Content-Type": "image/png", ATTRIBUTES: "modelname=yolov5,conf_threshold=abc"}
-    assert_error(
-        client.post("/invocations", data=solid_image(), headers=headers), 400, "invalid_input", "conf_threshold"
-    )
-    headers[ATTRIBUTES] = "modelname=yolov5,conf_threshold=1.5"
-    assert_error(
-        client.post("/invocations", data=solid_image(), headers=headers),
-        400,
-        "invalid_input",
-        "conf_threshold",
-        "between 0 and 1",
-    )
-
-
-def test_raw_wrong_content_type_is_415(client):
-    response = client.post(
-        "/invocations", data=solid_image(), headers={"Content-Type": "image/png", ATTRIBUTES: "modelname=bert_base"}
-    )
-    assert_error(response, 415, "unsupported_media_type", "bert_base", "image/png")
-    response = client.post(
-        "/invocations", data=b"[MASK]", headers={"Content-Type": "text/plain", ATTRIBUTES: "modelname=resnet"}
-    )
-    assert_error(response, 415, "unsupported_media_type", "resnet")
-    response = client.post(
-        "/invocations", data=b"<x/>", headers={"Content-Type": "application/xml", ATTRIBUTES: "modelname=resnet"}
-    )
-    assert_error(response, 415, "unsupported_media_type")
-
-
-def test_raw_without_modelname_is_404(client):
-    response = client.post("/invocations", data=solid_image(), headers={"Content-Type": "image/png"})
-    assert_error(response, 404, "unknown_model", "bert_base, resnet, yolov5")
-
-
-def test_raw_undecodable_image(client):
-    response = client.post(
-        "/invocations", data=b"not an image", headers={"Content-Type": "image/jpeg", ATTRIBUTES: "modelname=resnet"}
-    )
-    assert_error(response, 400, "invalid_input", "the body is not a decodable image")
 
 
 # ---- the error table ------------------------------------------------------------------------------

@@ -14,10 +14,9 @@ from tokenizers import Tokenizer
 from app.core.errors import InferenceTimeout, TritonUnavailable
 from app.core.settings import Settings
 from app.router import create_app
-from tests.support import assert_error
+from tests.support import ATTRIBUTES, assert_error
 from tests.tiny_causal import FakeGenerator, write_folder
 
-ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
 REPLY = "Paris is the capital of France. 日本 🚀"
 CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Capital of France?"}]
 

@@ -1,5 +1,6 @@
 """The built repositories of every target, shared by the config tests (model and pipeline), the
-boto3 clients that record what deploy sends to moto, and the small decoder-only models by architecture (``causal_lms``)."""
+boto3 clients that record what deploy sends to moto, and the small decoder-only models by architecture
+(``causal_lms``) with their graphs in ONNX Runtime (``graphs``)."""
 
 from __future__ import annotations
 
@@ -81,3 +82,12 @@ class CausalLMs:
 @pytest.fixture(scope="session")
 def causal_lms(small_models: Built, tmp_path_factory) -> CausalLMs:
     return CausalLMs(small_models, tmp_path_factory.mktemp("causal-lms"))
+
+
+@pytest.fixture(scope="module")
+def graphs(causal_lms):
+    """Each architecture's decoder graph in an ONNX Runtime session of one thread (the scheduler tests)."""
+    from app.core.causal_lm_contract import ARCHITECTURES, GRAPH_FILE
+    from app.triton.causal_lm_session import Graph, open_session
+
+    return {kind: Graph(open_session(causal_lms(kind)[0] / GRAPH_FILE, 1)) for kind in ARCHITECTURES}

@@ -1,15 +1,18 @@
-"""deploy, auto scaling, invoke and --delete against moto: the parameters sent, and nothing left after."""
+"""deploy, auto scaling, invoke and --delete against moto: the parameters sent, and nothing left after;
+and a list call that reads every page (botocore's Stubber)."""
 
 from __future__ import annotations
 
+import datetime
 import json
 
 import boto3
 import pytest
 import requests
+from botocore.stub import Stubber
 
 from scripts.caller import invoke
-from scripts.sagemaker import deploy
+from scripts.sagemaker import deploy, resources
 from tests.support import DATA, IMAGE, REGION, RESOURCE, ROLE, deploy_argv, params
 
 
@@ -226,3 +229,21 @@ def test_a_model_error_shows_the_containers_json_error():
     assert lines[0] == "resnet: failed with status 400 (ModelError)"
     assert '"code": "invalid_input"' in "\n".join(lines)
     assert "payload.img[0] is not a decodable image" in "\n".join(lines)
+
+
+def test_a_list_call_reads_every_page():
+    """resources.list_all follows NextToken with boto3's paginator: the names on the second page count too."""
+    sm = boto3.client("sagemaker", region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing")
+    first, second = (
+        {
+            "ModelName": name,
+            "ModelArn": f"arn:aws:sagemaker:{REGION}:123456789012:model/{name}",
+            "CreationTime": datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
+        }
+        for name in ("mm-model-resnet-1", "mm-model-yolov5-1")
+    )
+    with Stubber(sm) as stub:
+        stub.add_response("list_models", {"Models": [first], "NextToken": "2"}, {"NameContains": "mm-model-"})
+        stub.add_response("list_models", {"Models": [second]}, {"NameContains": "mm-model-", "NextToken": "2"})
+        assert resources.models_named(sm, "mm-model-") == ["mm-model-resnet-1", "mm-model-yolov5-1"]
+        stub.assert_no_pending_responses()

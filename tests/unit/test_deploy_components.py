@@ -12,7 +12,7 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
-from scripts.sagemaker import deploy, monitoring, resources
+from scripts.sagemaker import deploy, monitoring
 from scripts.sagemaker.model_metrics import COMPONENTS, MetricsConfig
 from tests.support import IMAGE, REGION, ROLE, deploy_argv
 
@@ -400,17 +400,3 @@ def test_delete_removes_the_components_first_then_the_endpoint_and_every_model(s
     assert clients.cloudwatch.describe_alarms(AlarmNamePrefix="mm/")["MetricAlarms"] == []
     kept = clients.logs.describe_log_groups(logGroupNamePrefix="/aws/sagemaker/InferenceComponents/mm-")["logGroups"]
     assert [g["logGroupName"] for g in kept] == groups
-
-
-def test_a_list_call_reads_every_page():
-    """resources.list_all follows NextToken with boto3's paginator: the names on the second page count too."""
-    sm = boto3.client("sagemaker", region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing")
-    first, second = (
-        {"ModelName": name, "ModelArn": f"{ARN}:model/{name}", "CreationTime": NOW}
-        for name in ("mm-model-resnet-1", "mm-model-yolov5-1")
-    )
-    with Stubber(sm) as stub:
-        stub.add_response("list_models", {"Models": [first], "NextToken": "2"}, {"NameContains": "mm-model-"})
-        stub.add_response("list_models", {"Models": [second]}, {"NameContains": "mm-model-", "NextToken": "2"})
-        assert resources.models_named(sm, "mm-model-") == ["mm-model-resnet-1", "mm-model-yolov5-1"]
-        stub.assert_no_pending_responses()

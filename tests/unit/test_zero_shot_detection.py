@@ -23,13 +23,12 @@ from app.core.settings import Settings
 from app.triton.zsd_model import Detector, Refused, check_tokens
 from clients.families import load_spec, make_client
 from scripts.model_prep.small_models.sets import Built
-from tests.support import b64, block_photo
+from tests.support import ATTRIBUTES, b64, block_photo
 from tests.zsd_reference import ZsdReference, assert_answer
 
 OWL = ("owlv2_tiny", "owlvit_tiny")
 MODELS = (*OWL, "gdino_tiny")
 LABELS = ["a photo of a cat", "a remote control", "a dog", "the person"]
-ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
 
 
 def photo(width: int = 140, height: int = 90, seed: int = 0, fmt: str = "PNG") -> bytes:

@@ -1,0 +1,85 @@
+"""What the text_generation scheduler's tests share: a sink that keeps what it is sent, requests with
+the contract's defaults, random prompts, ``generate``'s answer for a prompt alone, and a scheduler turned
+until its requests end (the tests: ``tests/unit/test_causal_lm_scheduler*.py``)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import torch
+
+from app.core.causal_lm_contract import ARCHITECTURES, SETTINGS
+from app.triton.causal_lm_requests import Request
+from app.triton.causal_lm_scheduler import Scheduler
+
+KINDS = ARCHITECTURES
+WAIT_S = 60
+
+
+class Collect:
+    """A sink that keeps what it is sent; ``cancel_after``: it says cancelled once it has that many tokens."""
+
+    def __init__(self, cancel_after: int | None = None) -> None:
+        self.tokens: list[int] = []
+        self.logprobs: list[float] = []
+        self.lasts: list[bool] = []
+        self.error: Exception | None = None
+        self.done = threading.Event()
+        self.cancel_after = cancel_after
+
+    def token(self, token_id, logprob, last):
+        assert not self.done.is_set(), "a token after the stream's end"
+        self.tokens.append(token_id)
+        self.logprobs.append(logprob)
+        self.lasts.append(last)
+        if last:
+            self.done.set()
+
+    def sequence(self, token_ids, logprobs):
+        assert not self.done.is_set()
+        self.tokens, self.logprobs = list(token_ids), list(logprobs)
+        self.done.set()
+
+    def failed(self, error):
+        assert not self.done.is_set()
+        self.error = error
+        self.done.set()
+
+    def cancelled(self):
+        return self.cancel_after is not None and len(self.tokens) >= self.cancel_after
+
+
+def request(prompt, sink=None, deadline=float("inf"), **settings) -> Request:
+    given = {s.name: s.default for s in SETTINGS} | settings
+    return Request(np.asarray(prompt, np.int64), given, deadline, sink or Collect())
+
+
+def prompts(count: int, seed: int = 0) -> list[list[int]]:
+    generator = np.random.default_rng(seed)
+    return [generator.integers(3, 256, size=int(generator.integers(1, 16))).tolist() for _ in range(count)]
+
+
+def generate(model, prompt, scores: bool = False, **settings):
+    """``generate``'s new tokens for ``prompt`` alone (and its processed scores, with ``scores``)."""
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        found = model.generate(
+            ids, attention_mask=torch.ones_like(ids), return_dict_in_generate=True, output_scores=True, **settings
+        )
+    tokens = found.sequences[0, len(prompt) :].tolist()
+    return (tokens, torch.cat(found.scores)) if scores else tokens
+
+
+def scheduler(causal_lms, graphs, kind="llama", **options) -> Scheduler:
+    return Scheduler(causal_lms(kind)[0], graphs[kind], **options)
+
+
+def turns_until_done(scheduler: Scheduler, sinks, clock=None, most: int = 200) -> None:
+    for _ in range(most):
+        if all(sink.done.is_set() for sink in sinks):
+            return
+        scheduler.turn(block=False)
+        if clock is not None:
+            clock[0] += 1
+    raise AssertionError("the requests did not end")

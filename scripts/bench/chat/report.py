@@ -1,6 +1,6 @@
 """The chat benchmark's figures from its cells, the verdicts (PASS / FAIL for the two goals, ratio
 and check lines without one: the benchmark reports, it does not assert), the markdown table for
-docs/performance-text.md, and the results' JSON."""
+docs/performance-generation.md, and the results' JSON."""
 
 from __future__ import annotations
 
@@ -186,7 +186,7 @@ COLUMNS = (
 
 
 def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The rows as the markdown table of docs/performance-text.md's "Text generation"."""
+    """The rows as the markdown table of docs/performance-generation.md's "Text generation"."""
     return markdown(COLUMNS, rows)
 
 

@@ -1,6 +1,6 @@
 """The generation benchmark's figures from its cells, the verdicts (a PASS / FAIL line for the goal,
 ratio lines without one: the benchmark reports, it does not assert), the markdown table for
-docs/performance-text.md, and the results' JSON."""
+docs/performance-generation.md, and the results' JSON."""
 
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ COLUMNS = (
 
 
 def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The rows as the markdown table of docs/performance-text.md's "Text2text generation"."""
+    """The rows as the markdown table of docs/performance-generation.md's "Text2text generation"."""
     return markdown(COLUMNS, rows)
 
 

@@ -1,5 +1,5 @@
 """The prompted benchmark's figures from its cells, the verdicts (PASS / FAIL a goal: the benchmark
-reports, it does not assert), the markdown table for docs/performance.md, and the results' JSON."""
+reports, it does not assert), the markdown table for docs/performance-prompted.md, and the results' JSON."""
 
 from __future__ import annotations
 
@@ -112,7 +112,7 @@ COLUMNS = (
 
 
 def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The rows as the markdown table of docs/performance.md's "Prompted image families"."""
+    """The rows as the markdown table of docs/performance-prompted.md."""
     return markdown(COLUMNS, rows)
 
 

@@ -20,3 +20,6 @@ START_TIMEOUT_S = 300.0
 PERF_CONCURRENCY = 8
 TRITON_SIDE, ROUTER_SIDE = "P-triton", "P-router"  # the two placements of an image pipeline (placement.py)
 PYSTEP_SIDE = "P-pystep"  # a detector's Triton pipeline with NMS in a python step instead of its graph
+# --quick, a smoke run of the text, generation and chat benchmarks: rounds, seconds a row, warm-up seconds a row.
+QUICK_RUN = (1, 0.2, 0.1)
+QUICK_HELP = "smoke run: one round of 0.2 s rows, short warm-up"

@@ -20,7 +20,7 @@ def test_defaults_and_quick(tmp_path):
     assert (args.texts, args.text_tokens, args.small, args.generate_threads, args.env) == (32, 24, False, None, [])
     assert args.repository == (tmp_path / "repository").resolve() and args.argv == ["--out", str(tmp_path)]
     quick = plan.parse_args(["--quick", "--seconds", "30", "--rounds", "5"])
-    assert (quick.rounds, quick.seconds, quick.warmup_seconds) == (1, 0.5, 0.1)  # a smoke run whatever is asked
+    assert (quick.rounds, quick.seconds, quick.warmup_seconds) == (1, 0.2, 0.1)  # a smoke run whatever is asked
     assert plan.parse_args([]).out == plan.DEFAULT_OUT
     for wrong in (["--long-new-tokens", "1025"], ["--concurrency", "0"], ["--env", "NOVALUE"], ["--seconds", "-1"]):
         with pytest.raises(SystemExit):

@@ -27,7 +27,7 @@ def test_defaults_and_quick(tmp_path):
     assert args.repository == (tmp_path / "repository").resolve()
     assert (args.small, args.no_prepare, args.env, args.argv) == (False, False, [], ["--out", str(tmp_path)])
     quick = plan.parse_args(["--quick", "--seconds", "30", "--rounds", "5"])
-    assert (quick.rounds, quick.seconds) == (1, 0.5)  # a smoke run whatever else is asked
+    assert (quick.rounds, quick.seconds) == (1, 0.2)  # a smoke run whatever else is asked
     assert plan.parse_args([]).out == plan.DEFAULT_OUT
 
 

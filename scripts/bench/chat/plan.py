@@ -12,6 +12,7 @@ from pathlib import Path
 
 from app.core.causal_lm_contract import MAX_NEW_TOKENS
 from app.core.settings import PROJECT_ROOT
+from scripts.bench.constants import QUICK_HELP, QUICK_RUN
 from scripts.bench.generation.plan import env_entry
 from scripts.terminal import positive
 
@@ -119,12 +120,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="an environment variable for serve",
     )
     add("--timeout", type=float, default=120.0, help="seconds one request may take")
-    add("--quick", action="store_true", help="smoke run: one round of 0.5 s rows, short warm-up")
+    add("--quick", action="store_true", help=QUICK_HELP)
     args = p.parse_args(argv)
     if max(args.max_new_tokens, args.short_new_tokens, args.long_new_tokens) > MAX_NEW_TOKENS:
         p.error(f"new tokens: at most {MAX_NEW_TOKENS} (the family's bound)")
     args.rounds, args.seconds, args.warmup_seconds = (
-        (1, 0.5, 0.1) if args.quick else (args.rounds, args.seconds, args.warmup_seconds)
+        QUICK_RUN if args.quick else (args.rounds, args.seconds, args.warmup_seconds)
     )
     args.repository = (args.repository or args.out / "repository").resolve()
     args.argv = list(sys.argv[1:] if argv is None else argv)  # the command, as results.json records it

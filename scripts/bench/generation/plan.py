@@ -12,6 +12,7 @@ from pathlib import Path
 
 from app.core.generation_contract import MAX_BEAMS, MAX_NEW_TOKENS
 from app.core.settings import PROJECT_ROOT
+from scripts.bench.constants import QUICK_HELP, QUICK_RUN
 from scripts.terminal import positive
 
 DEFAULT_OUT = PROJECT_ROOT / "build" / "bench-generation"
@@ -110,12 +111,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add("--max-new-tokens", type=positive(int), default=MAX_NEW, help="tokens generated a text (min_new_tokens too)")
     add("--env", type=env_entry, action="append", default=[], metavar="NAME=VALUE", help=ENV_HELP)
     add("--timeout", type=float, default=120.0, help="seconds one request may take")
-    add("--quick", action="store_true", help="smoke run: one round of 0.5 s rows, short warm-up")
+    add("--quick", action="store_true", help=QUICK_HELP)
     args = p.parse_args(argv)
     if not 0 <= args.beams <= MAX_BEAMS or args.max_new_tokens > MAX_NEW_TOKENS:
         p.error(f"--beams: from 0 to {MAX_BEAMS}; --max-new-tokens: at most {MAX_NEW_TOKENS} (the family's bounds)")
     args.rounds, args.seconds, args.warmup_seconds = (
-        (1, 0.5, 0.1) if args.quick else (args.rounds, args.seconds, args.warmup_seconds)
+        QUICK_RUN if args.quick else (args.rounds, args.seconds, args.warmup_seconds)
     )
     args.repository = (args.repository or args.out / "repository").resolve()
     args.argv = list(sys.argv[1:] if argv is None else argv)  # the command, as results.json records it

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.core.settings import PROJECT_ROOT
+from scripts.bench.constants import QUICK_HELP, QUICK_RUN
 from scripts.terminal import positive
 
 DEFAULT_OUT = PROJECT_ROOT / "build" / "bench-text"
@@ -165,11 +166,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="an environment variable for serve, e.g. TRITON_THREADS=bench_minilm=2 (another sizing); repeatable",
     )
     p.add_argument("--timeout", type=float, default=120.0, help="seconds one request may take")
-    p.add_argument("--quick", action="store_true", help="smoke run: one round of 0.5 s rows, short warm-up")
+    p.add_argument("--quick", action="store_true", help=QUICK_HELP)
     args = p.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # the command, as results.json records it
     if args.quick:
-        args.rounds, args.seconds, args.warmup_seconds = 1, 0.5, 0.1
+        args.rounds, args.seconds, args.warmup_seconds = QUICK_RUN
     args.lengths = [length for length in args.lengths.split(",") if length]
     unknown = sorted(set(args.lengths) - set(LENGTHS))
     if unknown or not args.lengths:

@@ -41,7 +41,7 @@ IMAGE_REPOSITORY ?= models
 # IMAGE_GENERATION=true: the image with torch and transformers, for text2text models (requirements-generation.txt).
 IMAGE_GENERATION ?= false
 
-.PHONY: help run test models test-models deps nginx samples clean bench soak soak-models fuzz audit lint-imports lint podman image image-run docs docs-serve gpu-check bench-text bench-generation bench-chat bench-prompted
+.PHONY: help run test test-base models test-models deps nginx samples clean bench soak soak-models fuzz audit lint-imports lint podman image image-run docs docs-serve gpu-check bench-text bench-generation bench-chat bench-prompted
 
 help:
 	@echo "make run     install, prepare the models (TARGET=$(TARGET), WEIGHTS=$(WEIGHTS)), serve on :$(PORT)"
@@ -123,7 +123,15 @@ run: models nginx
 # layers (104 s here), and pip's installs leave one of two cores idle; with its layers cached, seconds.
 IMAGE_BUILD_LOG := build/image-build.log
 
-test: $(VENV)/.serving nginx podman samples
+# What the tests' first steps need: the serving requirements (pip; scripts.image imports them), NGINX,
+# a container engine and the sample photos (apt's, one after the other: apt takes a lock). The two
+# sides are installed at once: on a fresh machine each mostly waits on the network and the disk.
+test-base:
+	@$(MAKE) --no-print-directory nginx podman samples & system=$$!; \
+	$(MAKE) --no-print-directory $(VENV)/.serving; serving=$$?; \
+	wait $$system && exit $$serving
+
+test: test-base
 	@mkdir -p $(dir $(IMAGE_BUILD_LOG)); echo "building $(IMAGE) in the background (its output: $(IMAGE_BUILD_LOG))"; \
 	$(PY) -m scripts.image build --tag $(IMAGE) > $(IMAGE_BUILD_LOG) 2>&1 & image=$$!; \
 	$(MAKE) --no-print-directory deps test-models lint lint-imports docs || { kill $$image 2>/dev/null; wait $$image; exit 1; }; \

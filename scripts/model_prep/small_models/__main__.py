@@ -4,4 +4,5 @@ import sys
 
 from scripts.model_prep.small_models.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # not in the processes that build the sets (spawned: they import this module)
+    sys.exit(main())

@@ -15,10 +15,12 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import multiprocessing
 import os
 import shutil
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -39,6 +41,7 @@ DEFAULT_ROOT = PROJECT_ROOT / "build" / "small-models"
 KEY_SOURCES = ("scripts/model_prep", "app/core", "app/triton", "clients")
 KEY_PACKAGES = ("torch", "transformers", "tokenizers", "onnx", "onnxruntime")
 COMPLETE = "BUILT.json"  # written last: a folder without it is a build that did not finish
+BUILD_JOBS = min(2, os.cpu_count() or 1)  # processes building the sets' groups at once
 STALE_S = 24 * 3600  # another key's build unused this long is removed after a build
 
 
@@ -47,6 +50,7 @@ class ModelSet:
     about: str
     models: dict[str, tuple[str, dict]]  # name: (family, the builder's options)
     prepared: bool = True  # also prepared into the set's repository (python target)
+    seconds: float = 1.0  # about how long its build takes on one core: the longest groups start first
 
 
 E5_PROMPTS = {"query": "query: ", "passage": "passage: "}  # the prompts of E5-style retrieval models
@@ -84,6 +88,7 @@ SETS = {
             "embed_bert_last": ("sentence_embedding", {"kind": "bert", "pooling": "lasttoken", "normalize": False}),
             "fill_roberta": ("fill_mask", {"kind": "roberta"}),
         },
+        seconds=11,
     ),
     "fill_mask": ModelSet(
         "a masked LM of each tokenizer kind, each cleaning up spaces its own way (tokenizer_config.json's "
@@ -93,11 +98,13 @@ SETS = {
             "fill_roberta": ("fill_mask", {"kind": "roberta", "files": _clean_up(True)}),
             "fill_xlmr": ("fill_mask", {"kind": "xlm-roberta", "files": _clean_up(True)}),
         },
+        seconds=1.5,
     ),
     "entities": ModelSet(
         "a token classifier of each tokenizer kind (other weights than the text set's), read as folders",
         {f"ner_{kind}": ("token_classification", {"kind": kind, "labels": NER_LABELS, "seed": 3}) for kind in KINDS},
         prepared=False,
+        seconds=0.5,
     ),
     "text2text": ModelSet(
         "T5 and BART, random and trained; the trained BART's generation_config.json sets its defaults",
@@ -110,6 +117,7 @@ SETS = {
                 {"kind": "bart", "trained": True, "files": {"generation_config.json": GENERATION_DEFAULTS}},
             ),
         },
+        seconds=31,
     ),
     "text2text_stack": ModelSet(
         "the trained T5 and BART as the whole stack serves them",
@@ -117,6 +125,7 @@ SETS = {
             "t5_gen": (TEXT2TEXT, {"kind": "t5", "trained": True}),
             "bart_gen": (TEXT2TEXT, {"kind": "bart", "trained": True}),
         },
+        seconds=6,
     ),
     "sam": ModelSet(
         "a tiny SAM (SamModel + SamProcessor, 256-pixel inputs, seeded random weights), one of another "
@@ -126,6 +135,7 @@ SETS = {
             "sam_other": (MASK_GENERATION, {"seed": 1}),
             "samhq_tiny": (MASK_GENERATION, {"kind": "sam_hq", "seed": 2}),
         },
+        seconds=8,
     ),
     "zsd": ModelSet(
         "a tiny OWLv2 and a tiny OWL-ViT (64-pixel inputs, 64 boxes, 16-token labels, a tiny CLIP BPE) and a "
@@ -136,6 +146,7 @@ SETS = {
             "owlvit_tiny": (ZERO_SHOT_DETECTION, {"kind": "owlvit", "seed": 1}),
             "gdino_tiny": (ZERO_SHOT_DETECTION, {"kind": GROUNDING_DINO_KIND}),
         },
+        seconds=11,
     ),
     "causal": ModelSet(
         "a tiny decoder-only model of each architecture text_generation serves (chat templates: ChatML on "
@@ -163,6 +174,7 @@ SETS = {
                 for architecture, template in CAUSAL_TEMPLATES.items()
             },
         },
+        seconds=21,
     ),
 }
 
@@ -214,18 +226,34 @@ def _build_model(models: Path, name: str, family: str, options: dict) -> Path:
     return FAMILIES[family].small_builder()(models, name, **options)
 
 
-def build(target: Path, log: Callable[[str], None] = print) -> None:
-    """Every set into ``target`` (emptied first); each folder built once (the same family and options
-    in two sets are copies), each prepared set's repository by ``scripts.model_prep``."""
+def _same(family: str, options: dict) -> str:
+    """What makes two models of the sets one build: their family and options (data files aside)."""
+    return json.dumps([family, {k: v for k, v in options.items() if k != "files"}], sort_keys=True, default=list)
+
+
+def groups() -> list[list[str]]:
+    """The sets in groups that share no build, each group's sets in ``SETS``' order: two sets with a
+    model of the same family and options are in one group, which builds it once and copies it."""
+    found: list[tuple[set[str], list[str]]] = []  # (the group's builds, its sets)
+    for set_name, model_set in SETS.items():
+        builds = {_same(family, options) for family, options in model_set.models.values()}
+        joined = [group for group in found if group[0] & builds]
+        merged = (builds.union(*(g[0] for g in joined)), [name for g in joined for name in g[1]] + [set_name])
+        found = [group for group in found if group not in joined] + [merged]
+    return sorted((names for _, names in found), key=lambda names: list(SETS).index(names[0]))
+
+
+def _build_group(target: Path, set_names: list[str], number: int, log: Callable[[str], None] = print) -> None:
+    """One group's sets into ``target``: each folder built once, each prepared set's repository by
+    ``scripts.model_prep`` (the ONNX exports cached in the key's cache, shared by the groups)."""
     from scripts.model_prep import cli
 
-    shutil.rmtree(target, ignore_errors=True)
-    started, made = time.perf_counter(), {}
-    folders = target / "folders"  # one build of each family and options, copied into the sets
-    for set_name, model_set in SETS.items():
+    made: dict[str, Path] = {}
+    folders = target / f"folders-{number}"  # one build of each family and options, copied into the sets
+    for set_name in set_names:
+        model_set = SETS[set_name]
         for name, (family, options) in model_set.models.items():
-            settings = {key: value for key, value in options.items() if key != "files"}
-            same = json.dumps([family, settings], sort_keys=True, default=list)
+            same, settings = _same(family, options), {key: value for key, value in options.items() if key != "files"}
             if same not in made:
                 log(f"[small-models] {set_name}/{name}: building {family} {settings} ...")
                 made[same] = _build_model(folders, str(len(made)), family, settings)
@@ -241,7 +269,44 @@ def build(target: Path, log: Callable[[str], None] = print) -> None:
             ]
             if cli.main([*argv, "--cache-dir", str(Built(target).cache)]) != 0:
                 raise RuntimeError(f"model preparation of the small-model set {set_name!r} failed (its output above)")
-    shutil.rmtree(folders)
+    shutil.rmtree(folders, ignore_errors=True)
+
+
+def _one_thread() -> None:
+    """A building process's torch on one thread: the processes side by side would otherwise each
+    start a thread a core, which wait on each other (42.6 s instead of 59.2 s for the sets here)."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _print_now(line: str) -> None:
+    """A building process's log: each line out at once, between the other process's."""
+    print(line, flush=True)
+
+
+def build(target: Path, log: Callable[[str], None] = print, jobs: int = BUILD_JOBS) -> None:
+    """Every set into ``target`` (emptied first), the groups (``groups``) in ``jobs`` processes at once,
+    the longest first: a set's build is mostly one core's work (torch on one thread, ONNX exports and
+    their checks). The processes print their lines as they go (each names its set and model)."""
+    shutil.rmtree(target, ignore_errors=True)
+    started = time.perf_counter()
+    ordered = sorted(groups(), key=lambda names: -sum(SETS[name].seconds for name in names))
+    if jobs <= 1 or len(ordered) == 1:
+        for number, names in enumerate(ordered):
+            _build_group(target, names, number, log)
+    else:
+        spawn = multiprocessing.get_context("spawn")  # a fresh interpreter: no torch threads forked
+        with ProcessPoolExecutor(jobs, mp_context=spawn, initializer=_one_thread) as pool:
+            running = [
+                pool.submit(_build_group, target, names, number, _print_now) for number, names in enumerate(ordered)
+            ]
+            try:
+                for done in running:
+                    done.result()  # a failed group's error, here
+            except BaseException:
+                pool.shutdown(cancel_futures=True)  # the groups not started yet are not
+                raise
     seconds = round(time.perf_counter() - started, 1)
     (target / COMPLETE).write_text(json.dumps({"sets": sorted(SETS), "seconds": seconds}, indent=2))
     log(f"[small-models] built {len(SETS)} sets into {target} in {seconds} s")

@@ -226,9 +226,14 @@ def _build_model(models: Path, name: str, family: str, options: dict) -> Path:
     return FAMILIES[family].small_builder()(models, name, **options)
 
 
+def _settings(options: dict) -> dict:
+    """A model's options for its builder: all but the data files written over its folder."""
+    return {key: value for key, value in options.items() if key != "files"}
+
+
 def _same(family: str, options: dict) -> str:
-    """What makes two models of the sets one build: their family and options (data files aside)."""
-    return json.dumps([family, {k: v for k, v in options.items() if k != "files"}], sort_keys=True, default=list)
+    """What makes two models of the sets one build: their family and settings."""
+    return json.dumps([family, _settings(options)], sort_keys=True, default=list)
 
 
 def groups() -> list[list[str]]:
@@ -253,7 +258,7 @@ def _build_group(target: Path, set_names: list[str], number: int, log: Callable[
     for set_name in set_names:
         model_set = SETS[set_name]
         for name, (family, options) in model_set.models.items():
-            same, settings = _same(family, options), {key: value for key, value in options.items() if key != "files"}
+            same, settings = _same(family, options), _settings(options)
             if same not in made:
                 log(f"[small-models] {set_name}/{name}: building {family} {settings} ...")
                 made[same] = _build_model(folders, str(len(made)), family, settings)

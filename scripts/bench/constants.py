@@ -22,4 +22,4 @@ TRITON_SIDE, ROUTER_SIDE = "P-triton", "P-router"  # the two placements of an im
 PYSTEP_SIDE = "P-pystep"  # a detector's Triton pipeline with NMS in a python step instead of its graph
 # --quick, a smoke run of the text, generation and chat benchmarks: rounds, seconds a row, warm-up seconds a row.
 QUICK_RUN = (1, 0.2, 0.1)
-QUICK_HELP = "smoke run: one round of 0.2 s rows, short warm-up"
+QUICK_HELP = f"smoke run: one round of {QUICK_RUN[1]:g} s rows, short warm-up"

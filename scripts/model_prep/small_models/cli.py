@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {model:<18} {family:<22} {options}")
         return 0
     started = time.perf_counter()
-    built = sets.ensure(args.root, rebuild=args.rebuild, log=lambda line: print(line, flush=True))
+    built = sets.ensure(args.root, rebuild=args.rebuild, log=sets.print_now)
     seconds = time.perf_counter() - started
     print(f"small models: {built.path} (key {built.key}; {seconds:.1f} s)", file=sys.stderr)
     return 0

@@ -285,8 +285,8 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
-def _print_now(line: str) -> None:
-    """A building process's log: each line out at once, between the other process's."""
+def print_now(line: str) -> None:
+    """A build's log line, out at once (between the other building process's lines; the CLI's log)."""
     print(line, flush=True)
 
 
@@ -304,7 +304,7 @@ def build(target: Path, log: Callable[[str], None] = print, jobs: int = BUILD_JO
         spawn = multiprocessing.get_context("spawn")  # a fresh interpreter: no torch threads forked
         with ProcessPoolExecutor(jobs, mp_context=spawn, initializer=_one_thread) as pool:
             running = [
-                pool.submit(_build_group, target, names, number, _print_now) for number, names in enumerate(ordered)
+                pool.submit(_build_group, target, names, number, print_now) for number, names in enumerate(ordered)
             ]
             try:
                 for done in running:

@@ -239,13 +239,14 @@ def _same(family: str, options: dict) -> str:
 def groups() -> list[list[str]]:
     """The sets in groups that share no build, each group's sets in ``SETS``' order: two sets with a
     model of the same family and options are in one group, which builds it once and copies it."""
+    order = list(SETS)
     found: list[tuple[set[str], list[str]]] = []  # (the group's builds, its sets)
     for set_name, model_set in SETS.items():
         builds = {_same(family, options) for family, options in model_set.models.values()}
         joined = [group for group in found if group[0] & builds]
-        merged = (builds.union(*(g[0] for g in joined)), [name for g in joined for name in g[1]] + [set_name])
-        found = [group for group in found if group not in joined] + [merged]
-    return sorted((names for _, names in found), key=lambda names: list(SETS).index(names[0]))
+        names = sorted([set_name, *(name for _, its in joined for name in its)], key=order.index)
+        found = [group for group in found if group not in joined] + [(builds.union(*(b for b, _ in joined)), names)]
+    return sorted((names for _, names in found), key=lambda names: order.index(names[0]))
 
 
 def _build_group(target: Path, set_names: list[str], number: int, log: Callable[[str], None] = print) -> None:

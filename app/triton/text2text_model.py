@@ -37,6 +37,7 @@ from app.core.generation_contract import (
     TIMEOUT_MS,
     defaults,
     end_ids,
+    inputs,
     new_tokens_limit,
     read_generation_config,
 )
@@ -92,13 +93,18 @@ def check_rows(arrays: Mapping[str, np.ndarray], vocabulary: int, max_new_tokens
             raise Refused(f"{where}: {name} must be one value a text, from {low:g} to {high:g}")
 
 
+# The inputs a request may leave out (the settings and timeout_ms), each with its Triton dtype.
+OPTIONAL_DTYPES = {
+    tensor["name"]: tensor["dtype"] for tensor in inputs() if tensor["name"] in (*SETTING_NAMES, TIMEOUT_MS)
+}
+
+
 def completed(arrays: Mapping[str, np.ndarray | None], given_defaults: Mapping[str, object]) -> dict[str, np.ndarray]:
     """A request's arrays with each setting it left out (None, or absent) one value a text: the
     default given (the folder's settings, and ``timeout_ms``)."""
     texts = len(arrays["input_ids"]) if arrays.get("input_ids") is not None else 0
     found = {name: array for name, array in arrays.items() if array is not None}
-    dtypes = {s.name: s.dtype for s in SETTINGS} | {TIMEOUT_MS: "INT64"}
-    for name, dtype in dtypes.items():
+    for name, dtype in OPTIONAL_DTYPES.items():
         if name not in found:
             found[name] = np.full((texts, 1), given_defaults[name], dtype=TRITON_TO_NUMPY[dtype])
     return found

@@ -49,6 +49,24 @@ from typing import Any
 from app.core.generation_contract import TIMEOUT_MS
 
 GRAPH_FILE = "decoder.onnx"
+# [export] engine: what steps the running batch. "onnxruntime" (the default): the scheduler of
+# app/triton/causal_lm_scheduler.py over GRAPH_FILE; "openvino": OpenVINO GenAI's continuous batching
+# (paged attention, a prefix cache) over IR_FILE, a stateful OpenVINO IR prepared beside GRAPH_FILE
+# (scripts/model_prep/causal_lm_openvino.py; beam search still runs over GRAPH_FILE).
+ENGINE_KEY = "engine"
+ENGINES = ("onnxruntime", "openvino")
+IR_FILE = "openvino_model.xml"
+IR_WEIGHTS = "openvino_model.bin"
+# OpenVINO's CPU properties for float32 answers: by default it computes in bf16 where the CPU has it
+# and compresses the key/value cache to u8, which changes greedy tokens.
+PRECISE = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+# The key/value cache the openvino engine allocates (GB, the config.pbtxt parameter kv_cache_gb), its
+# prefix cache within it, and the tokens one step may run (max_batched_tokens): the running batch is
+# bounded by both, a request beyond them waits in order.
+CACHE_GB_PARAMETER = "kv_cache_gb"
+CACHE_GB = 1
+BATCHED_TOKENS_PARAMETER = "max_batched_tokens"
+BATCHED_TOKENS = 2048
 INPUT_IDS, ATTENTION_MASK, POSITION_IDS, LOGITS = "input_ids", "attention_mask", "position_ids", "logits"
 TOKEN_ID, LOGPROB = "token_id", "logprob"
 NO_SEED = -1

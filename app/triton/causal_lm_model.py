@@ -27,8 +27,13 @@ from typing import Any
 import numpy as np
 
 from app.core.causal_lm_contract import (
+    BATCHED_TOKENS,
+    BATCHED_TOKENS_PARAMETER,
+    CACHE_GB,
+    CACHE_GB_PARAMETER,
     GRAPH_FILE,
     INPUT_IDS,
+    IR_FILE,
     LOGPROB,
     MAX_RUNNING_ROWS,
     MAX_TIMEOUT_MS,
@@ -194,13 +199,28 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         folder = load_spec(Path(args["model_repository"])).text.folder
         parameters = config.get("parameters", {})
+
+        def parameter(name: str, default: int) -> int:
+            value = parameters.get(name, {}).get("string_value", "").strip()
+            return int(value) if value else default
+
         providers = parameters.get(PROVIDERS_PARAMETER, {}).get("string_value", "")
-        rows = parameters.get(RUNNING_ROWS_PARAMETER, {}).get("string_value", "").strip()
+        rows = parameter(RUNNING_ROWS_PARAMETER, MAX_RUNNING_ROWS)
         threads = intra_op_threads(config)
         limit_torch_threads(threads)
-        path = Path(args["model_repository"]) / args["model_version"] / GRAPH_FILE
-        graph = Graph(open_session(path, threads, [p for p in providers.split(",") if p]))
-        self.scheduler = Scheduler(folder, graph, int(rows) if rows else MAX_RUNNING_ROWS)
+        version = Path(args["model_repository"]) / args["model_version"]
+        graph = Graph(open_session(version / GRAPH_FILE, threads, [p for p in providers.split(",") if p]))
+        if (version / IR_FILE).is_file():  # [export] engine = "openvino"
+            from app.triton.causal_lm_openvino import OpenVinoScheduler, open_pipeline
+
+            cache_gb, tokens = (
+                parameter(CACHE_GB_PARAMETER, CACHE_GB),
+                parameter(BATCHED_TOKENS_PARAMETER, BATCHED_TOKENS),
+            )
+            pipeline = open_pipeline(version, threads, cache_gb, tokens, rows)
+            self.scheduler = OpenVinoScheduler(folder, pipeline, graph, rows)
+        else:
+            self.scheduler = Scheduler(folder, graph, rows)
         self.scheduler.counts.observe = self.scheduler.beams.counts.observe = triton_metrics(args["model_name"])
         self.scheduler.start()
         self.defaults = defaults(read_generation_config(folder))

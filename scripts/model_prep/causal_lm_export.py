@@ -35,39 +35,37 @@ from torch import nn
 
 import app.triton
 from app.core.causal_lm_contract import (
-    ARCHITECTURES,
     ATTENTION_MASK,
+    ENGINE_KEY,
+    ENGINES,
     GRAPH_FILE,
     INPUT_IDS,
+    IR_FILE,
+    IR_WEIGHTS,
     LOGITS,
     POSITION_IDS,
     cache_names,
 )
 from app.core.spec import ModelSpec
 from scripts.model_prep import causal_lm_graph, weights
+from scripts.model_prep.causal_lm_checks import (
+    CHECK_NEW_TOKENS,
+    cut,
+    end_ids,
+    first_line,
+    greedy_generate,
+    positions,
+    prompts,
+    refusal,
+)
 from scripts.model_prep.onnx_export import OPSET, REPORT_FILE, ExportError, sha256_of
 from scripts.model_prep.recipes import Tolerance
 
 TOLERANCE = Tolerance(atol=1e-5, rtol=1e-4)
 PAST_TOKENS = 3  # the later step is checked after this many tokens
-PROMPT_TOKENS = (6, 4)  # the greedy check's two prompts; the second is left-padded to the first
-CHECK_NEW_TOKENS = 8
 GRAPH_REVISION = 1  # causal_lm_graph's wrapper: a graph cached by another revision is exported again
 DATA_FILE = f"{GRAPH_FILE}.data"  # the weights of a graph over 2 GB, beside it
 CHECKED = "greedy generation over the graph equals generate()"
-
-
-def refusal(spec: ModelSpec, what: str) -> ExportError:
-    """The one line that stops preparation: the folder, its model_type and what failed."""
-    kind = spec.text.model_type
-    served = "" if kind in ARCHITECTURES else f"; {spec.family} serves {', '.join(ARCHITECTURES)}"
-    return ExportError(f"[{spec.name}] {spec.text.folder}: model_type {kind!r}: {what}{served}")
-
-
-def first_line(error: BaseException, limit: int = 300) -> str:
-    """An error's class and the first line of its message (at most ``limit`` characters)."""
-    text = str(error).strip().splitlines()
-    return f"{error.__class__.__name__}: {text[0][:limit] if text else ''}".rstrip(": ")
 
 
 def load_model(spec: ModelSpec, choice: weights.WeightsChoice) -> nn.Module:
@@ -123,7 +121,18 @@ def one_data_file(path: Path) -> None:
 
 
 def graph_files(folder: Path) -> list[str]:
-    return [GRAPH_FILE, *([DATA_FILE] if (folder / DATA_FILE).is_file() else [])]
+    """The files the version folder links: the graph, its weights beside it (over 2 GB), and the
+    OpenVINO IR where the engine is OpenVINO's (a cache folder is one engine's: ``config_digest``)."""
+    optional = (DATA_FILE, IR_FILE, IR_WEIGHTS)
+    return [GRAPH_FILE, *(name for name in optional if (folder / name).is_file())]
+
+
+def engine_of(spec: ModelSpec) -> str:
+    """``[export] engine``: what steps the running batch (``ENGINES``; onnxruntime when not said)."""
+    engine = spec.export.get(ENGINE_KEY, ENGINES[0])
+    if engine not in ENGINES:
+        raise ExportError(f"[{spec.name}] [export] {ENGINE_KEY} = {engine!r}: one of {', '.join(map(repr, ENGINES))}")
+    return engine
 
 
 def runtime_errors() -> tuple[type[Exception], ...]:
@@ -193,36 +202,6 @@ def compare_steps(spec: ModelSpec, model: nn.Module, session) -> tuple[dict, dic
     return diffs, limits
 
 
-def prompts(model: nn.Module, pad: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Two prompts of token ids past the first few (the special ones), the second left-padded."""
-    vocabulary = int(model.config.vocab_size)
-    rng = np.random.default_rng(seed)
-    longest = max(PROMPT_TOKENS)
-    ids = torch.full((len(PROMPT_TOKENS), longest), pad, dtype=torch.int64)
-    mask = torch.zeros_like(ids)
-    for row, length in enumerate(PROMPT_TOKENS):
-        ids[row, longest - length :] = torch.from_numpy(rng.integers(min(5, vocabulary - 1), vocabulary, size=length))
-        mask[row, longest - length :] = 1
-    return ids, mask
-
-
-def positions(mask: np.ndarray) -> np.ndarray:
-    """Each token's position, counted over the attention mask as ``generate`` counts it (padding: 1)."""
-    found = mask.cumsum(-1) - 1
-    found[mask == 0] = 1
-    return found
-
-
-def cut(rows, ends: tuple[int, ...]) -> list[list[int]]:
-    """Each row's new tokens up to and including its first end-of-sequence token."""
-    found = []
-    for row in rows:
-        row = [int(t) for t in row]
-        stop = next((i for i, token in enumerate(row) if token in ends), len(row) - 1)
-        found.append(row[: stop + 1])
-    return found
-
-
 def greedy_over_graph(
     spec: ModelSpec,
     model: nn.Module,
@@ -255,32 +234,6 @@ def greedy_over_graph(
         }
         feed.update(zip(past, present))
     return cut(np.stack(tokens, axis=1), ends)
-
-
-def greedy_generate(model: nn.Module, ids, mask, ends: tuple[int, ...], pad: int) -> list[list[int]]:
-    """The PyTorch model's ``generate(do_sample=False)``: greedy, none of the folder's other settings."""
-    from transformers import GenerationConfig
-
-    settings = model.generation_config
-    model.generation_config = GenerationConfig(eos_token_id=list(ends) or None, pad_token_id=pad)
-    try:
-        with torch.no_grad():
-            found = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=CHECK_NEW_TOKENS, do_sample=False)
-    finally:
-        model.generation_config = settings
-    model.eval()
-    return cut(found[:, ids.shape[1] :], ends)
-
-
-def end_ids(spec: ModelSpec, model: nn.Module) -> tuple[tuple[int, ...], int]:
-    """The folder's end-of-sequence ids (its generation config's, else config.json's) and the padding id."""
-    from app.triton.onnx_generate import generation_config
-
-    settings = generation_config(spec.text.folder)
-    found = settings.eos_token_id if settings.eos_token_id is not None else model.config.eos_token_id
-    ends = tuple(int(i) for i in (found if isinstance(found, (list, tuple)) else [found] if found is not None else []))
-    pad = settings.pad_token_id if settings.pad_token_id is not None else (ends[0] if ends else 0)
-    return ends, int(pad)
 
 
 def check(spec: ModelSpec, model: nn.Module, folder: Path, seed: int) -> tuple[dict, dict, list]:
@@ -329,8 +282,15 @@ def cached(folder: Path) -> dict | None:
 
 def ensure_export(spec: ModelSpec, choice: weights.WeightsChoice, cache: Path, reexport: bool, step) -> dict:
     """The checked graph of (model, weights) in ``cache`` and its report (from the cache when there)."""
+    engine = engine_of(spec)
+    if engine == "openvino":
+        from scripts.model_prep import causal_lm_openvino
+
+        why = causal_lm_openvino.unsupported(json.loads((spec.text.folder / "config.json").read_text()))
+        if why:
+            raise refusal(spec, why)
     hit = None if reexport else cached(cache)
-    if hit:
+    if hit and hit.get(ENGINE_KEY, ENGINES[0]) == engine:
         print(f"[{spec.name}] ONNX export ({choice.describe()}) from the cache: {cache}", flush=True)
         return hit
     with step(spec.name, f"loading the {spec.text.model_type} model ({choice.describe()})"):
@@ -342,6 +302,10 @@ def ensure_export(spec: ModelSpec, choice: weights.WeightsChoice, cache: Path, r
         export(spec, model, partial)
     with step(spec.name, "checking the export (onnx.checker, ONNX Runtime vs torch, greedy vs generate)"):
         diffs, limits, tokens = check(spec, model, partial, choice.seed)
+    if engine == "openvino":
+        from scripts.model_prep import causal_lm_openvino
+
+        causal_lm_openvino.prepare(spec, model, partial, choice.seed, tokens, step)
     for name in graph_files(partial):
         (partial / name).replace(cache / name)
     shutil.rmtree(partial)
@@ -353,6 +317,7 @@ def ensure_export(spec: ModelSpec, choice: weights.WeightsChoice, cache: Path, r
         "max_abs_diff": diffs,
         "tolerance": limits,
         "greedy_tokens": tokens,
+        ENGINE_KEY: engine,
     }
     (cache / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
     return report
@@ -365,7 +330,7 @@ def write_version(version: Path, cache: Path, link, graphs: bool = True) -> None
     if not source.is_file():
         raise ExportError(f"{source} is missing: the text_generation family's Triton model")
     version.mkdir(parents=True, exist_ok=True)
-    for stale in ("model.onnx", "model.plan", GRAPH_FILE, DATA_FILE):
+    for stale in ("model.onnx", "model.plan", GRAPH_FILE, DATA_FILE, IR_FILE, IR_WEIGHTS):
         (version / stale).unlink(missing_ok=True)
     for name in graph_files(cache) if graphs else ():
         link(cache / name, version / name)

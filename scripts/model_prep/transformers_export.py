@@ -74,8 +74,10 @@ def has_weights(folder: Path) -> bool:
 
 
 def config_digest(spec: ModelSpec) -> str:
-    """What the graph depends on besides the weights: the folder's settings and the spec's tensors."""
-    digest = hashlib.sha256(repr((spec.family, spec.inputs, spec.outputs, GRAPH_REVISION)).encode())
+    """What the graph depends on besides the weights: the folder's settings, the spec's tensors and its
+    ``[export]`` table (a text_generation model's engine, say)."""
+    export = sorted((key, repr(value)) for key, value in spec.export.items())
+    digest = hashlib.sha256(repr((spec.family, spec.inputs, spec.outputs, GRAPH_REVISION, export)).encode())
     folder = spec.text.folder
     for name in ("config.json", "modules.json", *(f"{m}/config.json" for m in spec.text.modules)):
         if (folder / name).is_file():

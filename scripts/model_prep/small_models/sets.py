@@ -39,7 +39,7 @@ DEFAULT_ROOT = PROJECT_ROOT / "build" / "small-models"
 # What a build reads: model preparation, the shared layer, the Triton models copied into the repositories
 # and the families (clients/: each completes its model.toml from a folder and names its export).
 KEY_SOURCES = ("scripts/model_prep", "app/core", "app/triton", "clients")
-KEY_PACKAGES = ("torch", "transformers", "tokenizers", "onnx", "onnxruntime")
+KEY_PACKAGES = ("torch", "transformers", "tokenizers", "onnx", "onnxruntime", "openvino", "openvino-genai")
 COMPLETE = "BUILT.json"  # written last: a folder without it is a build that did not finish
 BUILD_JOBS = min(2, os.cpu_count() or 1)  # processes building the sets' groups at once
 STALE_S = 24 * 3600  # another key's build unused this long is removed after a build
@@ -58,6 +58,11 @@ E5_PROMPTS = {"query": "query: ", "passage": "passage: "}  # the prompts of E5-s
 GENERATION_DEFAULTS = {"num_beams": 3, "max_length": 12, "no_repeat_ngram_size": 2}
 # Sampling by default, as Qwen3's generation_config.json: a request that says nothing samples
 SAMPLING_DEFAULTS = {"do_sample": True, "temperature": 0.6, "top_p": 0.95, "top_k": 20}
+
+
+# text_generation's other engine, said in model.toml's [export] table; the architectures it serves here
+OPENVINO_ENGINE = 'engine = "openvino"\n'
+OPENVINO_ARCHITECTURES = {"gpt2": None, "llama": "llama2", "qwen2": "chatml", "qwen3": "chatml", "phi3": None}
 
 
 def _clean_up(flag: bool) -> dict:
@@ -175,6 +180,19 @@ SETS = {
             },
         },
         seconds=21,
+    ),
+    "causal_openvino": ModelSet(
+        'the tiny decoder-only models of the causal set on OpenVINO GenAI ([export] engine = "openvino"): '
+        "each architecture whose attention spans the whole context (the causal set's Mistral has a sliding "
+        "window of 8, which the engine refuses)",
+        {
+            f"{architecture}_openvino": (
+                TEXT_GENERATION,
+                {"architecture": architecture, "chat_template": template, "extra": OPENVINO_ENGINE},
+            )
+            for architecture, template in OPENVINO_ARCHITECTURES.items()
+        },
+        seconds=14,
     ),
 }
 

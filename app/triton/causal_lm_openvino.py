@@ -1,0 +1,250 @@
+"""The ``text_generation`` family's continuous batching on OpenVINO GenAI (``[export] engine =
+"openvino"``, ``app.core.causal_lm_contract``): one thread steps GenAI's ``ContinuousBatchingPipeline``
+over the version folder's stateful IR, and sends each request's tokens to its sink as they are made.
+
+It takes the requests ``causal_lm_scheduler.Scheduler`` takes (the same ``Request`` and sinks, the
+same checks, counts and endings), so the Triton model runs either. What GenAI does here, that the
+ONNX Runtime loop does not: paged attention (a row's keys and values in blocks of a cache allocated
+once, ``kv_cache_gb``), a prefix cache (a prompt that starts as an earlier one did, a conversation's
+next turn or a shared system prompt, reuses the blocks already computed for that start), a step
+bounded by tokens as well as rows (``max_batched_tokens``: a long prompt is run in parts beside the
+running rows), and its CPU kernels.
+
+What differs from the ONNX Runtime loop: a sampled request draws from GenAI's own random generator,
+seeded by the request's ``seed`` (the same seed, the same tokens, whoever it is batched with), not
+from torch's, so a seeded draw is not ``generate``'s; greedy rows are ``generate``'s token for
+token (float32: ``PRECISE``), and their log-probabilities those of the logits' log-softmax. Beam
+search runs ``generate`` over ``decoder.onnx`` beside the pipeline (``causal_lm_beams``), as with the
+ONNX Runtime loop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from app.core.causal_lm_contract import MAX_RUNNING_ROWS, NO_SEED, PRECISE, context_length
+from app.core.generation_contract import end_ids, read_generation_config
+from app.triton.causal_lm_beams import BeamSearch
+from app.triton.causal_lm_requests import Cancelled, Closed, Counts, Late, Request, check
+from app.triton.causal_lm_session import Graph
+
+LOG = logging.getLogger(__name__)
+
+
+def generation_config(settings, ends: frozenset[int]):
+    """GenAI's ``GenerationConfig`` of a request's settings (greedy or multinomial sampling; its
+    repetition penalty; the folder's end-of-sequence ids; the chosen token's log-probability)."""
+    import openvino_genai
+
+    config = openvino_genai.GenerationConfig()
+    config.max_new_tokens = int(settings["max_new_tokens"])
+    config.repetition_penalty = float(settings["repetition_penalty"])
+    config.logprobs = 1  # GenAI leaves a greedy token's log-probability 0 unless it is asked for
+    if ends:
+        config.eos_token_id = min(ends)  # GenAI wants its eos among the stop ids
+        config.stop_token_ids = set(ends)
+    else:
+        config.ignore_eos = True
+    if settings["do_sample"]:
+        config.do_sample = True
+        config.temperature = float(settings["temperature"])
+        config.top_p = float(settings["top_p"])
+        if int(settings["top_k"]) > 0:  # 0: no top-k (GenAI's default is none)
+            config.top_k = int(settings["top_k"])
+        seed = int(settings["seed"])
+        config.rng_seed = random.SystemRandom().randrange(2**32) if seed == NO_SEED else seed
+    return config
+
+
+def open_pipeline(version: Path, threads: int, cache_gb: int, batched_tokens: int, max_rows: int):
+    """GenAI's pipeline over ``version``'s IR on the CPU, in float32, with a prefix cache."""
+    import openvino_genai
+
+    scheduler = openvino_genai.SchedulerConfig()
+    scheduler.cache_size = max(1, cache_gb)
+    scheduler.enable_prefix_caching = True
+    scheduler.max_num_batched_tokens = batched_tokens
+    scheduler.max_num_seqs = max_rows
+    properties = dict(PRECISE, **({"INFERENCE_NUM_THREADS": threads} if threads else {}))
+    return openvino_genai.ContinuousBatchingPipeline(str(version), scheduler, "CPU", properties)
+
+
+@dataclass(eq=False)
+class Running:
+    """A request in the pipeline: its handle and how many tokens it has been sent."""
+
+    request: Request
+    handle: object
+    made: int = 0
+
+
+class OpenVinoScheduler:
+    """Continuous batching on GenAI's pipeline; ``submit`` from any thread, ``close`` to stop.
+
+    ``folder``: the Hugging Face folder (the end-of-sequence ids, the positions, the vocabulary);
+    ``pipeline``: ``open_pipeline``'s; ``graph``: ``decoder.onnx``, for beam search only;
+    ``max_rows``: how many requests run at once at most (GenAI's ``max_num_seqs``)."""
+
+    def __init__(self, folder: Path, pipeline, graph: Graph, max_rows: int = MAX_RUNNING_ROWS, clock=time.monotonic):
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        self.pipeline = pipeline
+        self.ends = frozenset(end_ids(read_generation_config(folder), config))
+        self.vocabulary = graph.vocabulary or int(config["vocab_size"])
+        self.context = context_length(config)
+        self.max_rows = max(1, max_rows)
+        self.clock = clock
+        self.beams = BeamSearch(folder, graph, clock)
+        self.running: dict[int, Running] = {}
+        self.waiting: deque[Request] = deque()
+        self.condition = threading.Condition()
+        self.closing = False
+        self.ids = 0
+        self.thread = threading.Thread(target=self._loop, name="openvino-steps", daemon=True)
+        self.counts = Counts(("finished", "late", "cancelled", "failed", "steps"))
+
+    def start(self) -> OpenVinoScheduler:
+        self.thread.start()
+        self.beams.start()
+        return self
+
+    def check(self, request: Request) -> None:
+        check(request.ids, request.settings, self.vocabulary, self.context)
+
+    def submit(self, request: Request) -> None:
+        """Checks the request (``Refused``, raised here) and queues it: it joins at the next step."""
+        self.check(request)
+        if int(request.settings["num_beams"]) > 1:
+            self.beams.submit(request)
+            return
+        with self.condition:
+            if self.closing:
+                raise Closed("the model is unloading")
+            self.waiting.append(request)
+            self.condition.notify()
+
+    def close(self) -> None:
+        """Stops the loop after its step; the requests still running or waiting fail (``Closed``)."""
+        with self.condition:
+            self.closing = True
+            self.condition.notify()
+        if self.thread.is_alive():
+            self.thread.join()
+        else:
+            self._end_all()
+        self.beams.close()
+
+    def turn(self, block: bool = True) -> bool:
+        """Newcomers handed to the pipeline, one step of it, every row's new tokens sent; waits for a
+        request while nothing runs (``block``); False once closing."""
+        with self.condition:
+            if block:
+                self.condition.wait_for(lambda: self.closing or self.waiting or self.running)
+            if self.closing:
+                return False
+            taken, self.waiting = list(self.waiting), deque()
+        try:
+            for request in taken:
+                self._add(request)
+            self._drop_ended()
+            if self.running:
+                self.pipeline.step()
+                self.counts["steps"] += 1
+                for row in list(self.running.values()):
+                    self._send(row)
+        except Exception as error:  # the running rows fail; the loop lives on
+            LOG.exception("generation step failed")
+            for row in list(self.running.values()):
+                self._cancel(row, error, "failed")
+        return True
+
+    def _loop(self) -> None:
+        while self.turn():
+            pass
+        self._end_all()
+
+    def _add(self, request: Request) -> None:
+        if request.deadline <= self.clock():
+            self._end(request, Late(0), "late")
+        elif not self._cancelled(request):
+            self.ids += 1
+            ids = np.asarray(request.ids, np.int64)[None]
+            import openvino as ov
+
+            handle = self.pipeline.add_request(self.ids, ov.Tensor(ids), generation_config(request.settings, self.ends))
+            self.running[self.ids] = Running(request, handle)
+
+    def _drop_ended(self) -> None:
+        """Rows past their deadline or whose caller went away leave the pipeline before its step."""
+        now = self.clock()
+        for row in list(self.running.values()):
+            if row.request.deadline <= now:
+                self._cancel(row, Late(row.made), "late")
+            elif self._cancelled(row.request, count=False):
+                self._cancel(row, Cancelled("cancelled by its caller"), "cancelled")
+
+    def _send(self, row: Running) -> None:
+        """The row's tokens of this step, the last one flagged where GenAI says the request ended."""
+        if not row.handle.can_read():
+            return
+        (output,) = row.handle.read().values()
+        tokens, logprobs = list(output.generated_ids), list(output.generated_log_probs)
+        ended = output.finish_reason.name != "NONE"
+        for i, (token, logprob) in enumerate(zip(tokens, logprobs)):
+            last = ended and i == len(tokens) - 1
+            row.made += 1
+            try:
+                row.request.sink.token(int(token), float(logprob), last)
+            except Exception:  # a stream that cannot take its token ends; the others go on
+                LOG.exception("sending a token failed")
+                self._cancel(row, None, "failed")
+                return
+        if ended:
+            self.running = {key: value for key, value in self.running.items() if value is not row}
+            self.counts["finished"] += 1
+
+    def _cancel(self, row: Running, error: Exception | None, count: str) -> None:
+        """The row leaves the pipeline (its blocks freed) and its sink is told ``error``."""
+        self.running = {key: value for key, value in self.running.items() if value is not row}
+        try:
+            row.handle.cancel()
+        except Exception:  # already ended inside the pipeline
+            LOG.debug("cancelling a finished request", exc_info=True)
+        if error is None:
+            self.counts[count] += 1
+        else:
+            self._end(row.request, error, count)
+
+    def _cancelled(self, request: Request, count: bool = True) -> bool:
+        try:
+            cancelled = request.sink.cancelled()
+        except Exception:  # a stream that cannot say is taken as gone
+            LOG.exception("asking for cancellation failed")
+            cancelled = True
+        if cancelled and count:
+            self._end(request, Cancelled("cancelled by its caller"), "cancelled")
+        return cancelled
+
+    def _end(self, request: Request, error: Exception, count: str) -> None:
+        self.counts[count] += 1
+        try:
+            request.sink.failed(error)
+        except Exception:  # nothing more can be told to that caller
+            LOG.exception("ending a stream failed")
+
+    def _end_all(self) -> None:
+        """Closing: every running and waiting request fails (``Closed``)."""
+        for row in list(self.running.values()):
+            self._cancel(row, Closed("the model is unloading"), "failed")
+        with self.condition:
+            waiting, self.waiting = list(self.waiting), deque()
+        for request in waiting:
+            self._end(request, Closed("the model is unloading"), "failed")

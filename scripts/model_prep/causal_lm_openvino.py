@@ -1,0 +1,193 @@
+"""A ``text_generation`` model for OpenVINO GenAI's continuous batching (``[export] engine =
+"openvino"``, ``app.core.causal_lm_contract``): the folder's PyTorch model converted to one stateful
+OpenVINO IR (``openvino_model.xml`` and its weights, ``.bin``), as optimum-intel shapes it, without
+optimum-intel (it pins transformers below the project's), then checked against ``generate``.
+
+The IR, as GenAI's ``ContinuousBatchingPipeline`` reads it:
+
+- ``ov.convert_model`` of ``Step``: the model with SDPA attention (``attn_implementation="sdpa"``:
+  each layer's attention is one ``ScaledDotProductAttention`` op, which GenAI's paged attention
+  replaces), every layer's past keys and values in (``past_key_values.<i>.key``/``.value``), the
+  logits of every position and the grown keys and values out (``present.<i>.key``/``.value``);
+- a ``beam_idx`` input gathering the cache's rows, then the cache made the model's state
+  (``apply_make_stateful_transformation``), each state initialised with zeros of the batch's size.
+
+The check (printed by preparation): the checked prompts' greedy tokens from the pipeline, on the CPU in
+float32 (``PRECISE``: no bf16 arithmetic, no compressed cache), equal to ``generate``'s token for
+token.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from app.core.causal_lm_contract import IR_FILE, PRECISE
+from scripts.model_prep import causal_lm_checks as checks
+
+# The IR's tensor names, as optimum-intel writes them (GenAI's transformations find the cache by them).
+INPUTS = ("input_ids", "attention_mask", "position_ids")
+BEAM_IDX = "beam_idx"
+
+
+def cache_names(layers: int, prefix: str) -> list[str]:
+    return [f"{prefix}.{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
+
+
+class Step(nn.Module):
+    """The model over flat cache tensors, every position's logits out (what the IR is converted from).
+    The cache's layers are given their past directly: ``DynamicCache``'s own first update concatenates
+    onto an empty 1-D tensor, which OpenVINO's converter refuses."""
+
+    def __init__(self, model: nn.Module, layers: int) -> None:
+        super().__init__()
+        self.model = model
+        self.layers = layers
+
+    def forward(self, input_ids, attention_mask, position_ids, *past):
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        for i in range(self.layers):
+            key, value = past[2 * i], past[2 * i + 1]
+            cache.update(key[:, :, :0], value[:, :, :0], i)
+            cache.layers[i].keys, cache.layers[i].values = key, value
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=cache,
+            use_cache=True,
+        )
+        flat = []
+        for layer in out.past_key_values.layers[: self.layers]:
+            flat += [layer.keys, layer.values]
+        return (out.logits, *flat)
+
+
+def convert(model: nn.Module, folder: Path) -> None:
+    """``model`` (eval mode) as the stateful IR ``folder / IR_FILE``; its attention is SDPA while it is
+    traced, then what it was."""
+    import openvino as ov
+
+    from scripts.model_prep import causal_lm_graph
+
+    layers = causal_lm_graph.layers_of(model)
+    kv_heads, head_dim = causal_lm_graph.cache_shape(model)
+    sample = causal_lm_graph.sample_inputs(model, past=3, new=4)
+    attention = model.config._attn_implementation
+    model.set_attn_implementation("sdpa")
+    try:
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")  # the tracer's notes on Python values it fixes
+            converted = ov.convert_model(Step(model, layers).eval(), example_input=sample)
+    finally:
+        model.set_attn_implementation(attention)
+        model.eval()
+    past, present = cache_names(layers, "past_key_values"), cache_names(layers, "present")
+    for port, name in zip(converted.inputs, [*INPUTS, *past]):
+        port.get_tensor().set_names({name})
+        rank = len(port.get_partial_shape())
+        port.get_node().set_partial_shape(ov.PartialShape([-1, -1] if rank == 2 else [-1, kv_heads, -1, head_dim]))
+    for port, name in zip(converted.outputs, ["logits", *present]):
+        port.get_tensor().set_names({name})
+    converted.validate_nodes_and_infer_types()
+    make_stateful(converted, past, present)
+    ov.save_model(converted, str(folder / IR_FILE), compress_to_fp16=False)
+
+
+def make_stateful(converted, past: list[str], present: list[str]) -> None:
+    """The cache as the model's state: ``beam_idx`` gathers its rows, each ``past`` input becomes a
+    state read (zeros of the batch's size at first) and each ``present`` output its write."""
+    import openvino as ov
+    from openvino import opset13
+    from openvino._offline_transformations import apply_make_stateful_transformation
+
+    beams = opset13.parameter(name=BEAM_IDX, dtype=ov.Type.i32, shape=ov.PartialShape([-1]))
+    beams.output(0).get_tensor().add_names({BEAM_IDX})
+    converted.add_parameters([beams])
+    for name in past:
+        port = converted.input(name)
+        readers = port.get_target_inputs()
+        gathered = opset13.gather(port, beams, opset13.constant(0))
+        for reader in readers:
+            reader.replace_source_output(gathered.output(0))
+    converted.validate_nodes_and_infer_types()
+    apply_make_stateful_transformation(converted, dict(zip(past, present)))
+    shape = opset13.shape_of(converted.input(INPUTS[0]), output_type="i64")
+    batch = opset13.gather(shape, opset13.constant([0]), opset13.constant(0))
+    for op in converted.get_ops():
+        if op.get_type_name() == "ReadValue":
+            dims = [dim.min_length for dim in op.get_output_partial_shape(0)]
+            dims[0] = batch
+            parts = [opset13.constant(np.array([d], np.int64)) if isinstance(d, int) else d for d in dims]
+            zeros = opset13.constant(0.0, dtype=op.get_output_element_type(0))
+            op.set_arguments([opset13.broadcast(zeros, opset13.concat(parts, axis=0))])
+    converted.validate_nodes_and_infer_types()
+
+
+def pipeline(folder: Path):
+    """GenAI's continuous-batching pipeline over ``folder``'s IR, on the CPU in float32 (``PRECISE``)."""
+    import openvino_genai
+
+    scheduler = openvino_genai.SchedulerConfig()
+    scheduler.cache_size = 1  # GB of key/value cache: the check's two prompts need a fraction of it
+    return openvino_genai.ContinuousBatchingPipeline(str(folder), scheduler, "CPU", dict(PRECISE))
+
+
+def ending(config, ends: tuple[int, ...] | frozenset[int]) -> None:
+    """A generation ends at any of ``ends`` (GenAI wants its ``eos_token_id`` among its stop ids; with
+    none, it ends at ``max_new_tokens`` only)."""
+    if ends:
+        config.eos_token_id = min(ends)
+        config.stop_token_ids = set(ends)
+    else:
+        config.ignore_eos = True
+
+
+def greedy(folder: Path, prompts: list[list[int]], new_tokens: int, ends: tuple[int, ...]) -> list[list[int]]:
+    """Each prompt's greedy tokens from the pipeline, up to and including its first end-of-sequence id."""
+    import openvino as ov
+    import openvino_genai
+
+    config = openvino_genai.GenerationConfig()
+    config.max_new_tokens = new_tokens
+    ending(config, ends)
+    found = pipeline(folder).generate([ov.Tensor(np.array([p], np.int64)) for p in prompts], [config] * len(prompts))
+    return checks.cut([result.m_generation_ids[0] for result in found], ends)
+
+
+def unsupported(config: dict) -> str | None:
+    """Why the engine cannot answer as ``generate`` for a folder of this ``config.json``, or None:
+    sliding-window attention narrower than the context (GenAI's paged attention would attend to all)."""
+    window, positions = config.get("sliding_window"), config.get("max_position_embeddings")
+    if isinstance(window, int) and isinstance(positions, int) and window < positions:
+        return (
+            f"sliding-window attention (sliding_window {window} of its {positions} positions): OpenVINO GenAI's "
+            f'paged attention would attend to the whole context; serve it with [export] engine = "onnxruntime"'
+        )
+    return None
+
+
+def prepare(spec, model: nn.Module, folder: Path, seed: int, want: list[list[int]], step) -> None:
+    """The IR into ``folder`` beside the checked graph, then its greedy tokens for the ONNX check's
+    prompts (each alone, unpadded) held to ``want``, ``generate``'s; a failure is the one-line refusal."""
+    with step(spec.name, "converting the model to a stateful OpenVINO IR (SDPA attention, the cache as state)"):
+        try:
+            convert(model, folder)
+        except Exception as error:  # noqa: BLE001 - the converter's failures have no one type
+            raise checks.refusal(spec, f"its conversion to OpenVINO failed ({checks.first_line(error)})") from None
+    with step(spec.name, "checking the IR (OpenVINO GenAI's continuous batching, float32, greedy vs generate)"):
+        ends, pad = checks.end_ids(spec, model)
+        ids, mask = checks.prompts(model, pad, seed)
+        prompts = [row[m.bool()].tolist() for row, m in zip(ids, mask)]
+        try:
+            got = greedy(folder, prompts, checks.CHECK_NEW_TOKENS, ends)
+        except RuntimeError as error:
+            raise checks.refusal(spec, f"OpenVINO GenAI cannot run its IR ({checks.first_line(error)})") from None
+        if got != want:
+            raise checks.refusal(spec, f"its OpenVINO IR does not equal generate (tokens {got} against {want})")

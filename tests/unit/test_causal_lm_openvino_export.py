@@ -1,0 +1,65 @@
+"""The text_generation family's OpenVINO engine at preparation (``[export] engine = "openvino"``): the
+IR is prepared beside the checked ONNX graph and held to ``generate``; a folder the engine cannot serve
+as ``generate`` does (sliding-window attention), or an engine this project does not have, stops
+preparation with one line saying why and what to do instead."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from app.core.causal_lm_contract import GRAPH_FILE, IR_FILE, IR_WEIGHTS
+from scripts.model_prep.small_models.sets import Built
+
+
+def prepared(tmp_path: Path, capsys, source: Path, name: str, engine: str) -> tuple[int, str, str]:
+    """``python -m scripts.model_prep`` of one folder of the causal set, its model.toml naming ``engine``:
+    the exit code, what it printed and its error lines."""
+    from scripts.model_prep import cli
+
+    models = tmp_path / "models"
+    shutil.copytree(source / name, models / name)
+    toml = models / name / "model.toml"
+    toml.write_text(toml.read_text() + f'engine = "{engine}"\n')
+    capsys.readouterr()
+    argv = ["--source", str(models), "--repository", str(tmp_path / "repository"), "--cache-dir", str(tmp_path / "c")]
+    code = cli.main([*argv, "--weights", "small"])
+    out, err = capsys.readouterr()
+    return code, out, err.strip()
+
+
+def test_the_version_folder_holds_the_ir_beside_the_graph_and_preparation_says_what_it_checked(small_models: Built):
+    repository = small_models.repository("causal_openvino")
+    for name in small_models.models("causal_openvino").iterdir():
+        version = repository / name.name / "1"
+        assert sorted(p.name for p in version.iterdir()) == sorted([GRAPH_FILE, IR_FILE, IR_WEIGHTS, "model.py"])
+        source = json.loads((repository / name.name / "source.json").read_text())
+        assert source["weights"] == "file", name
+
+
+def test_a_sliding_window_folder_is_refused_in_one_line_naming_the_other_engine(small_models: Built, tmp_path, capsys):
+    code, _, err = prepared(tmp_path, capsys, small_models.models("causal"), "mistral_random", "openvino")
+    assert code == 1 and len(err.splitlines()) == 1, err
+    assert "mistral_random" in err and "sliding_window 8 of its 128 positions" in err
+    assert 'engine = "onnxruntime"' in err
+
+
+def test_an_engine_the_project_has_not_is_refused_naming_those_it_has(small_models: Built, tmp_path, capsys):
+    code, _, err = prepared(tmp_path, capsys, small_models.models("causal"), "llama_random", "vllm")
+    assert code == 1 and len(err.splitlines()) == 1, err
+    assert "engine = 'vllm'" in err and "'onnxruntime', 'openvino'" in err
+
+
+def test_the_engine_s_check_is_printed_and_a_second_preparation_reads_the_cache(small_models: Built, tmp_path, capsys):
+    code, out, err = prepared(tmp_path, capsys, small_models.models("causal"), "gpt2_random", "openvino")
+    assert code == 0, err
+    assert "converting the model to a stateful OpenVINO IR" in out
+    assert "checking the IR (OpenVINO GenAI's continuous batching, float32, greedy vs generate)" in out
+    from scripts.model_prep import cli
+
+    argv = ["--source", str(tmp_path / "models"), "--repository", str(tmp_path / "again"), "--cache-dir"]
+    assert cli.main([*argv, str(tmp_path / "c"), "--weights", "small"]) == 0
+    again = capsys.readouterr().out
+    assert "from the cache" in again and "converting" not in again
+    assert (tmp_path / "again" / "gpt2_random" / "1" / IR_FILE).is_file()

@@ -26,8 +26,9 @@ import requests
 
 from scripts.devtools import Stack
 from scripts.model_prep.small_models.sets import SETS, Built
+from tests.causal_serving import generate, result, streamed, triton_metric
 from tests.references import served_copy
-from tests.support import assert_conforms, assert_error, post
+from tests.support import assert_error, post
 
 pytestmark = pytest.mark.integration
 
@@ -76,46 +77,6 @@ def references(models: Path):
         )
         for name in MODELS
     }
-
-
-def generate(references, name: str, prompt: str, **settings) -> tuple[list[int], str]:
-    """``generate``'s new tokens for ``prompt`` alone, and their text (special tokens skipped)."""
-    import torch
-
-    model, tokenizer = references[name]
-    encoded = tokenizer(prompt, return_tensors="pt")
-    with torch.no_grad():
-        ids = model.generate(**encoded, pad_token_id=tokenizer.pad_token_id or 0, **settings)[0]
-    new = ids[encoded.input_ids.shape[1] :].tolist()
-    return new, tokenizer.decode(new, skip_special_tokens=True)
-
-
-def result(stack: Stack, model: str, payload: dict):
-    r = post(stack, {"modelname": model, "payload": payload})
-    assert_conforms(r, "/invocations", "POST")
-    assert r.status_code == 200, r.text[:500]
-    return r.json()["result"]
-
-
-def streamed(stack: Stack, body: dict, attributes: str | None = None) -> tuple[list, list[float], float]:
-    """A streamed call's events, each one's arrival in seconds after the request was sent, and the whole time."""
-    headers = {"Content-Type": "application/json"}
-    if attributes:
-        headers["X-Amzn-SageMaker-Custom-Attributes"] = attributes
-    start = time.monotonic()
-    with requests.post(f"{stack.url}/invocations", json=body, headers=headers, stream=True, timeout=60) as r:
-        assert r.status_code == 200, r.text[:500]
-        assert r.headers["Content-Type"].startswith("text/event-stream")
-        assert r.headers.get("Transfer-Encoding") == "chunked"
-        events, times, pending = [], [], b""
-        for chunk in r.iter_content(chunk_size=None):
-            pending += chunk
-            while b"\n\n" in pending:
-                raw, pending = pending.split(b"\n\n", 1)
-                data = raw.decode()[len("data: ") :]
-                events.append(data if data == "[DONE]" else json.loads(data))
-                times.append(time.monotonic() - start)
-    return events, times, time.monotonic() - start
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -251,14 +212,8 @@ def test_a_short_request_joins_a_long_generation_instead_of_waiting(stack):
     assert after >= 100, f"only {after} of the long generation's 900 events came after the short answer"
 
 
-def triton_metric(stack: Stack, outcome: str, model: str = LONG) -> float:
-    text = requests.get(f"http://127.0.0.1:{stack.triton_ports[2]}/metrics", timeout=10).text
-    key = f'text_generation_requests_total{{model="{model}",outcome="{outcome}"}}'
-    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(key))
-
-
 def test_a_caller_that_leaves_ends_its_generation_in_triton(stack):
-    before = triton_metric(stack, "cancelled")
+    before = triton_metric(stack, "cancelled", LONG)
     body = json.dumps({"modelname": LONG, "payload": {"text": "hello", "max_new_tokens": 1000, "stream": True}})
     with socket.create_connection(("127.0.0.1", stack.port), timeout=30) as connection:
         head = f"POST /invocations HTTP/1.1\r\nHost: local\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
@@ -270,9 +225,9 @@ def test_a_caller_that_leaves_ends_its_generation_in_triton(stack):
             received += chunk
         # the stream has begun; the caller goes away
     deadline = time.monotonic() + 20
-    while triton_metric(stack, "cancelled") == before and time.monotonic() < deadline:
+    while triton_metric(stack, "cancelled", LONG) == before and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert triton_metric(stack, "cancelled") == before + 1
+    assert triton_metric(stack, "cancelled", LONG) == before + 1
     metrics = requests.get(f"{stack.url}/metrics", timeout=10).text
     assert f'router_generation_cancelled_total{{model="{LONG}"}}' in metrics
     # the router's thread let the request go: nothing is in flight any more

@@ -75,7 +75,9 @@ def test_greedy_answers_equal_generate_token_for_token(stack, references, name):
     [answer] = tgi.json()
     assert [t["id"] for t in answer["details"]["tokens"]] == wanted[0][0]
     assert answer["generated_text"] == wanted[0][1]
-    events, _, _ = streamed(stack, {"modelname": name, "payload": {"text": PROMPTS[2], "max_new_tokens": 12, "stream": True}})
+    events, _, _ = streamed(
+        stack, {"modelname": name, "payload": {"text": PROMPTS[2], "max_new_tokens": 12, "stream": True}}
+    )
     assert "".join(e["token"]["text"] for e in events) == wanted[2][1] == events[-1]["generated_text"]
 
 

@@ -56,6 +56,12 @@ GRAPH_FILE = "decoder.onnx"
 ENGINE_KEY = "engine"
 ENGINES = ("onnxruntime", "openvino")
 IR_FILE = "openvino_model.xml"
+# [export] weights (the openvino engine only): "fp32" (the default), or "int8": the matrix products'
+# weights quantized per output channel at preparation (scripts/model_prep/causal_lm_quantize.py), which
+# refuses them where fewer than MIN_AGREEMENT of their greedy next tokens are float32's on its sentences.
+WEIGHTS_KEY = "weights"
+WEIGHT_FORMATS = ("fp32", "int8")
+MIN_AGREEMENT = 0.9
 IR_WEIGHTS = "openvino_model.bin"
 # OpenVINO's CPU properties for float32 answers: by default it computes in bf16 where the CPU has it
 # and compresses the key/value cache to u8, which changes greedy tokens.

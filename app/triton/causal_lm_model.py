@@ -190,6 +190,38 @@ def triton_metrics(model: str):
     return observe
 
 
+def triton_gauges(model: str):
+    """What the openvino engine's pipeline holds after each step, as gauges of Triton's metrics:
+    requests running and waiting (in the pipeline for a row or for cache blocks, and not yet handed
+    to it), and the share of its key/value cache in use (None outside Triton)."""
+    family = getattr(pb_utils, "MetricFamily", None)
+    if family is None:
+        return None
+    requests = family(
+        name="text_generation_requests_now",
+        description="text_generation requests running (stepped) and waiting (for a row, for cache blocks)",
+        kind=family.GAUGE,
+    )
+    usage = family(
+        name="text_generation_kv_cache_usage_ratio",
+        description="The share of the engine's key/value cache in use (the openvino engine)",
+        kind=family.GAUGE,
+    )
+    gauges = {state: requests.Metric(labels={"model": model, "state": state}) for state in ("running", "waiting")}
+    gauges["kv_cache_usage"] = usage.Metric(labels={"model": model})
+    families = (requests, usage)
+
+    def show(name: str, value: float) -> None:
+        gauge = gauges.get(name)
+        if gauge is not None and families:
+            try:
+                gauge.set(value)
+            except Exception:  # a metric never fails a generation
+                LOG.exception("setting %s on Triton's metrics failed", name)
+
+    return show
+
+
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         from app.triton.onnx_model import intra_op_threads, limit_torch_threads, volunteer_for_the_oom_killer
@@ -219,6 +251,7 @@ class TritonPythonModel:
             )
             pipeline = open_pipeline(version, threads, cache_gb, tokens, rows)
             self.scheduler = OpenVinoScheduler(folder, pipeline, graph, rows)
+            self.scheduler.show = triton_gauges(args["model_name"])
         else:
             self.scheduler = Scheduler(folder, graph, rows)
         self.scheduler.counts.observe = self.scheduler.beams.counts.observe = triton_metrics(args["model_name"])

@@ -26,6 +26,7 @@ import random
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +41,16 @@ from app.triton.causal_lm_session import Graph
 LOG = logging.getLogger(__name__)
 
 
+def ending(config, ends: frozenset[int] | tuple[int, ...]) -> None:
+    """A generation ends at any of ``ends``, or, with none, at ``max_new_tokens`` only. GenAI wants its
+    ``eos_token_id`` among its stop ids, and one that is not negative even where it is ignored."""
+    if ends:
+        config.eos_token_id = min(ends)
+        config.stop_token_ids = set(ends)
+    else:
+        config.ignore_eos, config.eos_token_id, config.stop_token_ids = True, 0, {0}
+
+
 def generation_config(settings, ends: frozenset[int]):
     """GenAI's ``GenerationConfig`` of a request's settings (greedy or multinomial sampling; its
     repetition penalty; the folder's end-of-sequence ids; the chosen token's log-probability)."""
@@ -49,11 +60,7 @@ def generation_config(settings, ends: frozenset[int]):
     config.max_new_tokens = int(settings["max_new_tokens"])
     config.repetition_penalty = float(settings["repetition_penalty"])
     config.logprobs = 1  # GenAI leaves a greedy token's log-probability 0 unless it is asked for
-    if ends:
-        config.eos_token_id = min(ends)  # GenAI wants its eos among the stop ids
-        config.stop_token_ids = set(ends)
-    else:
-        config.ignore_eos = True
+    ending(config, ends)
     if settings["do_sample"]:
         config.do_sample = True
         config.temperature = float(settings["temperature"])
@@ -110,6 +117,7 @@ class OpenVinoScheduler:
         self.ids = 0
         self.thread = threading.Thread(target=self._loop, name="openvino-steps", daemon=True)
         self.counts = Counts(("finished", "late", "cancelled", "failed", "steps"))
+        self.show: Callable[[str, float], None] | None = None  # the gauges of Triton's metrics, after each step
 
     def start(self) -> OpenVinoScheduler:
         self.thread.start()
@@ -160,11 +168,24 @@ class OpenVinoScheduler:
                 self.counts["steps"] += 1
                 for row in list(self.running.values()):
                     self._send(row)
+                self._show()
         except Exception as error:  # the running rows fail; the loop lives on
             LOG.exception("generation step failed")
             for row in list(self.running.values()):
                 self._cancel(row, error, "failed")
         return True
+
+    def _show(self) -> None:
+        """Running and waiting requests, and the cache's use, as GenAI's pipeline says them."""
+        if self.show is None:
+            return
+        found = self.pipeline.get_metrics()
+        with self.condition:
+            queued = len(self.waiting)
+        running = min(found.scheduled_requests, len(self.running))
+        self.show("running", running)
+        self.show("waiting", len(self.running) - running + queued)
+        self.show("kv_cache_usage", found.cache_usage / 100.0)  # GenAI says it in percent
 
     def _loop(self) -> None:
         while self.turn():

@@ -44,6 +44,8 @@ from app.core.causal_lm_contract import (
     IR_WEIGHTS,
     LOGITS,
     POSITION_IDS,
+    WEIGHT_FORMATS,
+    WEIGHTS_KEY,
     cache_names,
 )
 from app.core.spec import ModelSpec
@@ -127,12 +129,20 @@ def graph_files(folder: Path) -> list[str]:
     return [GRAPH_FILE, *(name for name in optional if (folder / name).is_file())]
 
 
-def engine_of(spec: ModelSpec) -> str:
-    """``[export] engine``: what steps the running batch (``ENGINES``; onnxruntime when not said)."""
+def engine_of(spec: ModelSpec) -> tuple[str, str]:
+    """``[export] engine`` and ``weights``: what steps the running batch (``ENGINES``; onnxruntime when
+    not said) and the weights' format (``WEIGHT_FORMATS``; fp32, the only one ONNX Runtime's takes)."""
     engine = spec.export.get(ENGINE_KEY, ENGINES[0])
     if engine not in ENGINES:
         raise ExportError(f"[{spec.name}] [export] {ENGINE_KEY} = {engine!r}: one of {', '.join(map(repr, ENGINES))}")
-    return engine
+    formats = WEIGHT_FORMATS if engine == "openvino" else WEIGHT_FORMATS[:1]
+    given = spec.export.get(WEIGHTS_KEY, WEIGHT_FORMATS[0])
+    if given not in formats:
+        needs = f' with [export] {ENGINE_KEY} = "openvino"' if given in WEIGHT_FORMATS else ""
+        raise ExportError(
+            f"[{spec.name}] [export] {WEIGHTS_KEY} = {given!r}: one of {', '.join(map(repr, WEIGHT_FORMATS))}{needs}"
+        )
+    return engine, given
 
 
 def runtime_errors() -> tuple[type[Exception], ...]:
@@ -282,7 +292,7 @@ def cached(folder: Path) -> dict | None:
 
 def ensure_export(spec: ModelSpec, choice: weights.WeightsChoice, cache: Path, reexport: bool, step) -> dict:
     """The checked graph of (model, weights) in ``cache`` and its report (from the cache when there)."""
-    engine = engine_of(spec)
+    engine, formats = engine_of(spec)
     if engine == "openvino":
         from scripts.model_prep import causal_lm_openvino
 
@@ -305,7 +315,7 @@ def ensure_export(spec: ModelSpec, choice: weights.WeightsChoice, cache: Path, r
     if engine == "openvino":
         from scripts.model_prep import causal_lm_openvino
 
-        causal_lm_openvino.prepare(spec, model, partial, choice.seed, tokens, step)
+        quantized = causal_lm_openvino.prepare(spec, model, partial, choice.seed, tokens, step, formats)
     for name in graph_files(partial):
         (partial / name).replace(cache / name)
     shutil.rmtree(partial)
@@ -318,6 +328,7 @@ def ensure_export(spec: ModelSpec, choice: weights.WeightsChoice, cache: Path, r
         "tolerance": limits,
         "greedy_tokens": tokens,
         ENGINE_KEY: engine,
+        **(quantized if engine == "openvino" else {}),
     }
     (cache / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
     return report

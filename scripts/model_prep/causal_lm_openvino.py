@@ -19,6 +19,7 @@ token.
 
 from __future__ import annotations
 
+import shutil
 import warnings
 from pathlib import Path
 
@@ -26,7 +27,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from app.core.causal_lm_contract import IR_FILE, PRECISE
+from app.core.causal_lm_contract import IR_FILE, MIN_AGREEMENT, PRECISE, WEIGHTS_KEY
+from app.triton.causal_lm_openvino import ending
 from scripts.model_prep import causal_lm_checks as checks
 
 # The IR's tensor names, as optimum-intel writes them (GenAI's transformations find the cache by them).
@@ -139,16 +141,6 @@ def pipeline(folder: Path):
     return openvino_genai.ContinuousBatchingPipeline(str(folder), scheduler, "CPU", dict(PRECISE))
 
 
-def ending(config, ends: tuple[int, ...] | frozenset[int]) -> None:
-    """A generation ends at any of ``ends`` (GenAI wants its ``eos_token_id`` among its stop ids; with
-    none, it ends at ``max_new_tokens`` only)."""
-    if ends:
-        config.eos_token_id = min(ends)
-        config.stop_token_ids = set(ends)
-    else:
-        config.ignore_eos = True
-
-
 def greedy(folder: Path, prompts: list[list[int]], new_tokens: int, ends: tuple[int, ...]) -> list[list[int]]:
     """Each prompt's greedy tokens from the pipeline, up to and including its first end-of-sequence id."""
     import openvino as ov
@@ -156,6 +148,7 @@ def greedy(folder: Path, prompts: list[list[int]], new_tokens: int, ends: tuple[
 
     config = openvino_genai.GenerationConfig()
     config.max_new_tokens = new_tokens
+    config.logprobs = 1
     ending(config, ends)
     found = pipeline(folder).generate([ov.Tensor(np.array([p], np.int64)) for p in prompts], [config] * len(prompts))
     return checks.cut([result.m_generation_ids[0] for result in found], ends)
@@ -173,9 +166,10 @@ def unsupported(config: dict) -> str | None:
     return None
 
 
-def prepare(spec, model: nn.Module, folder: Path, seed: int, want: list[list[int]], step) -> None:
+def prepare(spec, model: nn.Module, folder: Path, seed: int, want: list[list[int]], step, weights: str) -> dict:
     """The IR into ``folder`` beside the checked graph, then its greedy tokens for the ONNX check's
-    prompts (each alone, unpadded) held to ``want``, ``generate``'s; a failure is the one-line refusal."""
+    prompts (each alone, unpadded) held to ``want``, ``generate``'s; with int8 ``weights``, quantized
+    and held to the float32 IR (``quantized``). A failure is the one-line refusal. What the report keeps."""
     with step(spec.name, "converting the model to a stateful OpenVINO IR (SDPA attention, the cache as state)"):
         try:
             convert(model, folder)
@@ -191,3 +185,25 @@ def prepare(spec, model: nn.Module, folder: Path, seed: int, want: list[list[int
             raise checks.refusal(spec, f"OpenVINO GenAI cannot run its IR ({checks.first_line(error)})") from None
         if got != want:
             raise checks.refusal(spec, f"its OpenVINO IR does not equal generate (tokens {got} against {want})")
+    return {WEIGHTS_KEY: weights, **(quantized(spec, folder, step) if weights == "int8" else {})}
+
+
+def quantized(spec, folder: Path, step) -> dict:
+    """``folder``'s IR with int8 weights, refused where its greedy next tokens agree with the float32
+    IR's less than ``MIN_AGREEMENT``; the agreement printed and kept in the report."""
+    from scripts.model_prep import causal_lm_quantize as quantize
+
+    original = folder / "fp32"
+    with step(spec.name, "quantizing the matrix products' weights to int8 (per output channel)"):
+        quantize.quantize(folder, original)
+    with step(spec.name, f"checking int8 against float32 ({len(quantize.SENTENCES)} sentences, teacher-forced)"):
+        prompts = quantize.encoded_sentences(spec.text.folder)
+        continuations = greedy(original, prompts, quantize.CONTINUATION, ())
+        found = quantize.agreement(original, folder, prompts, continuations)
+    shutil.rmtree(original)
+    print(f"[{spec.name}] int8 weights: {found.line()} (at least {100 * MIN_AGREEMENT:.0f}% taken)", flush=True)
+    if found.ratio < MIN_AGREEMENT:
+        raise checks.refusal(
+            spec, f"its int8 weights answer too far from float32: {found.line()}, under {100 * MIN_AGREEMENT:.0f}%"
+        )
+    return {"int8_agreement": found.ratio, "int8_mean_abs_logprob_diff": found.mean_abs_logprob_diff}

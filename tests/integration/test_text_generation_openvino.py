@@ -27,7 +27,8 @@ from tests.support import assert_error, post
 
 pytestmark = pytest.mark.integration
 
-MODELS = tuple(SETS["causal_openvino"].models)
+MODELS = tuple(name for name in SETS["causal_openvino"].models if name.endswith("_openvino"))
+INT8 = "llama_int8"  # the trained Llama with int8 weights
 PROMPTS = ("The quick brown fox", "Hello there, how are", "Le café est")
 
 
@@ -39,7 +40,7 @@ def models(small_models: Built) -> Path:
 @pytest.fixture(scope="module")
 def stack(small_models: Built, tmp_path_factory, stopping: list[Stack]):
     shared = small_models.repository("causal_openvino")
-    repository = served_copy(shared, MODELS, tmp_path_factory.mktemp("repository"))
+    repository = served_copy(shared, (*MODELS, INT8), tmp_path_factory.mktemp("repository"))
     started = Stack(repository).start(tmp_path_factory.mktemp("openvino-stack-logs"))
     stopping.append(started)
     started.wait_healthy()
@@ -154,6 +155,17 @@ def test_a_caller_that_leaves_ends_its_generation_in_triton(stack):
     assert triton_metric(stack, "cancelled", model) == before + 1, finished
     events, _, _ = streamed(stack, {"modelname": model, "payload": {"text": "hi", "max_new_tokens": 5, "stream": True}})
     assert len(events) == 5
+    # the engine's gauges: nothing running or waiting once the last stream ended, its cache's use a share
+    text = requests.get(f"http://127.0.0.1:{stack.triton_ports[2]}/metrics", timeout=10).text
+    gauges = {
+        line.split("{")[0] + ("/" + line.split('state="')[1].split('"')[0] if "state=" in line else ""): float(
+            line.split()[-1]
+        )
+        for line in text.splitlines()
+        if f'model="{model}"' in line and line.startswith(("text_generation_requests_now", "text_generation_kv_cache"))
+    }
+    assert gauges["text_generation_requests_now/running"] == 0 and gauges["text_generation_requests_now/waiting"] == 0
+    assert 0 <= gauges["text_generation_kv_cache_usage_ratio"] <= 1, gauges
 
 
 @pytest.mark.parametrize(
@@ -170,3 +182,15 @@ def test_bad_input_is_a_400_and_the_stack_keeps_serving(stack, payload, fragment
     assert_error(r, 400, "invalid_input", *fragments)
     assert requests.get(f"{stack.url}/ping", timeout=10).status_code == 200
     assert result(stack, "llama_openvino", {"text": "hi", "max_new_tokens": 3})["generated_tokens"] == 3
+
+
+def test_the_int8_model_still_continues_its_trained_sentences(stack):
+    """The trained Llama learnt to finish a few sentences; with int8 weights it still finishes them (its
+    agreement with float32 was checked at preparation, at least MIN_AGREEMENT)."""
+    from scripts.model_prep.small_models.causal import SENTENCES
+
+    for start in ("The quick brown fox", "Tokyo is the capital"):
+        found = result(stack, INT8, {"text": start, "max_new_tokens": 30, "do_sample": False})
+        sentence = next(s for s in SENTENCES if s.startswith(start))
+        assert f"{start} {found['generated_text']}".startswith(sentence[: len(start) + 12]), found
+        assert found["finish_reason"] == "eos_token"

@@ -27,6 +27,25 @@ def test_defaults_and_quick(tmp_path):
             plan.parse_args(wrong)
 
 
+def test_the_shape_engine_and_weights_reach_the_model_toml(tmp_path):
+    args = plan.parse_args(["--shape", "smollm2-135m", "--engine", "openvino", "--weights", "int8"])
+    assert (args.shape, args.engine, args.weights) == ("smollm2-135m", "openvino", "int8")
+    assert (plan.parse_args([]).shape, plan.parse_args([]).engine, plan.parse_args([]).weights) == (
+        "llama-34m",
+        "onnxruntime",
+        "fp32",
+    )
+    with pytest.raises(SystemExit):  # int8 weights are the openvino engine's
+        plan.parse_args(["--weights", "int8"])
+    assert prepare.serving_toml("onnxruntime", "fp32") == ""
+    assert prepare.serving_toml("openvino", "int8") == 'engine = "openvino"\nweights = "int8"\n'
+    model = prepare.model_source(tmp_path, True, engine="openvino")  # the tiny Llama, on the openvino engine
+    assert (model / "model.toml").read_text().endswith('transformers = "hf"\nengine = "openvino"\n')
+    architecture, vocabulary = prepare.SHAPES["smollm2-135m"]
+    assert (architecture["hidden_size"], architecture["num_hidden_layers"], vocabulary) == (576, 30, 49_152)
+    assert prepare.build_of("smollm2-135m") != prepare.build_of("llama-34m")
+
+
 def test_the_rows_and_what_they_are_compared_with():
     rows = plan.plan_rows(8)
     assert [row.key for row in rows] == [

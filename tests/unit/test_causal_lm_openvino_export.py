@@ -13,15 +13,15 @@ from app.core.causal_lm_contract import GRAPH_FILE, IR_FILE, IR_WEIGHTS
 from scripts.model_prep.small_models.sets import Built
 
 
-def prepared(tmp_path: Path, capsys, source: Path, name: str, engine: str) -> tuple[int, str, str]:
-    """``python -m scripts.model_prep`` of one folder of the causal set, its model.toml naming ``engine``:
-    the exit code, what it printed and its error lines."""
+def prepared(tmp_path: Path, capsys, source: Path, name: str, engine: str, extra: str = "") -> tuple[int, str, str]:
+    """``python -m scripts.model_prep`` of one folder of the causal set, its model.toml naming ``engine``
+    (and ``extra``, more of its [export] table): the exit code, what it printed and its error lines."""
     from scripts.model_prep import cli
 
     models = tmp_path / "models"
     shutil.copytree(source / name, models / name)
     toml = models / name / "model.toml"
-    toml.write_text(toml.read_text() + f'engine = "{engine}"\n')
+    toml.write_text(toml.read_text() + f'engine = "{engine}"\n{extra}')
     capsys.readouterr()
     argv = ["--source", str(models), "--repository", str(tmp_path / "repository"), "--cache-dir", str(tmp_path / "c")]
     code = cli.main([*argv, "--weights", "small"])
@@ -63,3 +63,35 @@ def test_the_engine_s_check_is_printed_and_a_second_preparation_reads_the_cache(
     again = capsys.readouterr().out
     assert "from the cache" in again and "converting" not in again
     assert (tmp_path / "again" / "gpt2_random" / "1" / IR_FILE).is_file()
+
+
+def test_int8_weights_are_checked_against_float32_and_refused_under_the_threshold(
+    small_models: Built, tmp_path, capsys, monkeypatch
+):
+    from scripts.model_prep import causal_lm_openvino
+
+    code, out, err = prepared(
+        tmp_path, capsys, small_models.models("causal"), "qwen2_trained", "openvino", 'weights = "int8"\n'
+    )
+    assert code == 0, err
+    [line] = [line for line in out.splitlines() if "int8 weights:" in line]
+    agreement = float(line.split("float32 ")[1].split("%")[0])
+    assert 90 <= agreement <= 100 and "mean |difference| of their log-probabilities" in line, line
+    version = tmp_path / "repository" / "qwen2_trained" / "1"
+    assert (version / IR_WEIGHTS).stat().st_size < 0.6 * (
+        small_models.repository("causal") / "qwen2_trained" / "1" / GRAPH_FILE
+    ).stat().st_size
+    monkeypatch.setattr(causal_lm_openvino, "MIN_AGREEMENT", 1.01)  # no agreement is enough
+    code, _, err = prepared(
+        tmp_path / "again", capsys, small_models.models("causal"), "qwen2_trained", "openvino", 'weights = "int8"\n'
+    )
+    assert code == 1 and len(err.splitlines()) == 1, err
+    assert "its int8 weights answer too far from float32" in err and "under 101%" in err
+
+
+def test_int8_weights_without_the_openvino_engine_are_refused_naming_it(small_models: Built, tmp_path, capsys):
+    code, _, err = prepared(
+        tmp_path, capsys, small_models.models("causal"), "llama_random", "onnxruntime", 'weights = "int8"\n'
+    )
+    assert code == 1 and len(err.splitlines()) == 1, err
+    assert "weights = 'int8'" in err and 'with [export] engine = "openvino"' in err

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.core.causal_lm_contract import MAX_NEW_TOKENS
+from app.core.causal_lm_contract import ENGINES, MAX_NEW_TOKENS, WEIGHT_FORMATS
 from app.core.settings import PROJECT_ROOT
 from scripts.bench.constants import QUICK_HELP, QUICK_RUN
 from scripts.bench.generation.plan import env_entry
@@ -18,7 +18,10 @@ from scripts.terminal import positive
 
 DEFAULT_OUT = PROJECT_ROOT / "build" / "bench-chat"
 MODEL = "bench_llama"  # the model's name in the benchmark's repository
+SHAPES = ("llama-34m", "smollm2-135m")  # --shape: scripts.bench.chat.prepare.SHAPES
 GENERATE, ENDPOINT, STREAM, SHORT_ALONE, SHORT_LOADED = "generate", "endpoint", "stream", "short-alone", "short-loaded"
+GENAI = "genai"  # --engine openvino: OpenVINO GenAI's pipeline in this process over the served IR, the ceiling
+LOCAL = (GENERATE, GENAI)  # the sides that run in this process, the stack idle
 PROBES = (SHORT_ALONE, SHORT_LOADED)  # the rows that send one short streamed request at a time
 TEXTS, TEXT_TOKENS = 32, 24  # the prompts every row cycles through, and their tokens (<s> included)
 MAX_NEW = 64  # tokens generated a prompt (random weights never end one early: prepare)
@@ -50,6 +53,8 @@ class Row:
     def label(self, max_new: int, short_new: int, long_new: int) -> str:
         if self.side == GENERATE:
             return f"model.generate, batch 1, one process, {max_new} tokens"
+        if self.side == GENAI:
+            return f"OpenVINO GenAI in this process, {self.concurrency} prompt(s) at once, {max_new} tokens"
         if self.side == ENDPOINT:
             return f"endpoint, whole answers, c={self.concurrency}, {max_new} tokens"
         if self.side == STREAM:
@@ -59,10 +64,12 @@ class Row:
         return f"short request beside {self.concurrency} of {long_new} tokens, streamed, {short_new} tokens"
 
 
-def plan_rows(concurrency: int) -> list[Row]:
+def plan_rows(concurrency: int, engine: str = ENGINES[0]) -> list[Row]:
     """``generate`` at batch 1; the endpoint at ``concurrency`` and at 1; streamed at ``concurrency``;
     the short request alone and beside ``concurrency - 1`` long generations (``concurrency`` requests
-    in all, as the streamed row)."""
+    in all, as the streamed row); on the openvino engine, its pipeline in this process with 1 and
+    ``concurrency`` prompts at once."""
+    ceiling = [Row(GENAI, 1), Row(GENAI, concurrency)] if engine == "openvino" else []
     rows = [
         Row(GENERATE),
         Row(ENDPOINT, concurrency),
@@ -70,6 +77,7 @@ def plan_rows(concurrency: int) -> list[Row]:
         Row(STREAM, concurrency),
         Row(SHORT_ALONE),
         Row(SHORT_LOADED, max(1, concurrency - 1)),
+        *ceiling,
     ]
     return list(dict.fromkeys(rows))  # concurrency 1 asked for: the endpoint's row once
 
@@ -97,6 +105,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add("--repository", type=Path, help="the repository to prepare and serve (default: OUT/repository)")
     add("--no-prepare", action="store_true", help=f"serve --repository as it is (it holds {MODEL})")
     add("--small", action="store_true", help="a tiny Llama (scripts.model_prep.small_models): a smoke run")
+    add("--shape", choices=SHAPES, default=SHAPES[0], help="the benchmark Llama's sizes (smollm2-135m: SmolLM2-135M's)")
+    add("--engine", choices=ENGINES, default=ENGINES[0], help="what steps the running batch ([export] engine)")
+    add(
+        "--weights",
+        choices=WEIGHT_FORMATS,
+        default=WEIGHT_FORMATS[0],
+        help="the weights' format (int8: --engine openvino)",
+    )
     add("--seconds", type=positive(float), default=10.0, help="seconds of load per row per round")
     add("--rounds", type=positive(int), default=4, help="interleaved rounds (two moved the ratio by a quarter)")
     add("--warmup-seconds", type=positive(float, zero=True), default=2.0, help="unmeasured load per row first")
@@ -122,6 +138,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add("--timeout", type=float, default=120.0, help="seconds one request may take")
     add("--quick", action="store_true", help=QUICK_HELP)
     args = p.parse_args(argv)
+    if args.weights != WEIGHT_FORMATS[0] and args.engine != "openvino":
+        p.error(f"--weights {args.weights}: only with --engine openvino")
     if max(args.max_new_tokens, args.short_new_tokens, args.long_new_tokens) > MAX_NEW_TOKENS:
         p.error(f"new tokens: at most {MAX_NEW_TOKENS} (the family's bound)")
     args.rounds, args.seconds, args.warmup_seconds = (

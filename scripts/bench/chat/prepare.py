@@ -26,11 +26,14 @@ from __future__ import annotations
 
 import json
 import shutil
+from functools import partial
 from pathlib import Path
 
+from app.core.causal_lm_contract import ENGINE_KEY, ENGINES, WEIGHT_FORMATS, WEIGHTS_KEY
 from app.core.spec import ModelSpec
 from clients.text_generation import FAMILY_NAME
 from scripts.bench import prepared
+from scripts.bench.chat import plan
 from scripts.bench.chat.plan import MODEL
 from scripts.bench.generation.prepare import corpus
 from scripts.bench.text.prepare import write_model_toml
@@ -50,7 +53,25 @@ ARCHITECTURE = {
     "max_position_embeddings": 2048,
     "tie_word_embeddings": False,
 }
-BUILD = json.dumps({"seed": SEED, "vocabulary": VOCABULARY, "trained": TRAINED_PIECES, "eos_row": 0, **ARCHITECTURE})
+# --shape smollm2: SmolLM2-135M's sizes (its config.json; tied embeddings of 49,152 tokens), 135M parameters
+SMOLLM2 = {
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "head_dim": 64,
+    "max_position_embeddings": 2048,
+    "tie_word_embeddings": True,
+    "rope_theta": 100000.0,
+}
+SHAPES = dict(zip(plan.SHAPES, ((ARCHITECTURE, VOCABULARY), (SMOLLM2, 49_152))))  # (sizes, vocabulary) by --shape
+
+
+def build_of(shape: str) -> str:
+    """What the folder of ``shape`` is built from (its BUILD stamp)."""
+    architecture, vocabulary = SHAPES[shape]
+    return json.dumps({"seed": SEED, "vocabulary": vocabulary, "trained": TRAINED_PIECES, "eos_row": 0, **architecture})
 
 
 def padded_vocabulary(trained: dict[str, int], size: int = VOCABULARY) -> dict[str, int]:
@@ -82,25 +103,26 @@ def llama_tokenizer(size: int = VOCABULARY):
         merges=merges,
         add_bos_token=True,
         add_eos_token=False,
-        model_max_length=ARCHITECTURE["max_position_embeddings"],
+        model_max_length=ARCHITECTURE["max_position_embeddings"],  # the same in every shape
     )
 
 
-def llama_folder(folder: Path) -> Path:
-    """A ``save_pretrained`` folder of the Llama above with seeded random weights, the ``</s>`` row of
-    ``lm_head`` zero, greedy search by default, and its tokenizer (padding: ``<unk>``, as many Llama
-    folders)."""
+def llama_folder(folder: Path, shape: str = plan.SHAPES[0]) -> Path:
+    """A ``save_pretrained`` folder of the Llama of ``shape`` with seeded random weights, the ``</s>``
+    row of ``lm_head`` zero (tied: of the embeddings too; ``</s>`` is never an input), greedy search by
+    default, and its tokenizer (padding: ``<unk>``, as many Llama folders)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    tokenizer = llama_tokenizer()
+    architecture, vocabulary = SHAPES[shape]
+    tokenizer = llama_tokenizer(vocabulary)
     tokenizer.pad_token = tokenizer.unk_token
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        **ARCHITECTURE,
+        **architecture,
     )
     torch.manual_seed(SEED)
     model = LlamaForCausalLM(config).eval()
@@ -117,27 +139,50 @@ def llama_folder(folder: Path) -> Path:
     return folder
 
 
-def model_source(models: Path, small: bool) -> Path:
-    """``models/bench_llama`` with its model.toml and ``hf/`` folder, built unless already there."""
+def serving_toml(engine: str, weights: str) -> str:
+    """model.toml's [export] lines for the engine and the weights (none for the defaults)."""
+    lines = [f'{ENGINE_KEY} = "{engine}"'] if engine != ENGINES[0] else []
+    lines += [f'{WEIGHTS_KEY} = "{weights}"'] if weights != WEIGHT_FORMATS[0] else []
+    return "".join(f"{line}\n" for line in lines)
+
+
+def model_source(
+    models: Path, small: bool, shape: str = plan.SHAPES[0], engine: str = ENGINES[0], weights: str = "fp32"
+):
+    """``models/bench_llama`` with its model.toml (the engine and weights asked for) and ``hf/`` folder
+    of ``shape``, built unless already there."""
     model = models / MODEL
+    extra = serving_toml(engine, weights)
     if small:
         from scripts.model_prep.small_models.causal import causal_model_folder
 
-        if not (model / "model.toml").is_file():
+        if not (model / "hf" / "config.json").is_file():
             causal_model_folder(models, MODEL, "llama", seed=SEED)
+        write_model_toml(model, FAMILY_NAME, extra=extra)
         return model
-    prepared.kept_or_built(model, BUILD, "a Llama of about 34M parameters, random weights, a padded BPE", llama_folder)
-    write_model_toml(model, FAMILY_NAME)
+    size = "about 34M" if shape == plan.SHAPES[0] else "about 135M (SmolLM2-135M's shape)"
+    prepared.kept_or_built(
+        model,
+        build_of(shape),
+        f"a Llama of {size} parameters, random weights, a padded BPE",
+        partial(llama_folder, shape=shape),
+    )
+    write_model_toml(model, FAMILY_NAME, extra=extra)
     return model
 
 
-def prepare_repository(out: Path, repository: Path, small: bool) -> Path:
-    """The model's source in ``out/models`` (its ONNX export cached in ``out/cache``), prepared into ``repository``."""
-    return prepared.prepare_repository(out, repository, MODEL, SEED, small, model_source)
+def prepare_repository(out: Path, repository: Path, small: bool, **serving: str) -> Path:
+    """The model's source in ``out/models`` (its exports cached in ``out/cache``), prepared into
+    ``repository``; ``serving``: ``model_source``'s shape, engine and weights."""
+    return prepared.prepare_repository(out, repository, MODEL, SEED, small, partial(model_source, **serving))
 
 
-def ready(out: Path, repository: Path, small: bool, build: bool) -> ModelSpec:
+def ready(out: Path, repository: Path, small: bool, build: bool, **serving: str) -> ModelSpec:
     """The served model's spec, its repository prepared first (unless ``build`` is False: served as it is)."""
     return prepared.ready(
-        out, repository, MODEL, small, (lambda: prepare_repository(out, repository, small)) if build else None
+        out,
+        repository,
+        MODEL,
+        small,
+        (lambda: prepare_repository(out, repository, small, **serving)) if build else None,
     )

@@ -9,9 +9,11 @@ from typing import Any
 
 from scripts.bench.chat.plan import (
     ENDPOINT,
+    GENAI,
     GENERATE,
     GOAL_TOKENS,
     GOAL_TTFT,
+    LOCAL,
     PROBES,
     PROG,
     Row,
@@ -31,6 +33,9 @@ SETTINGS += (
     "long_new",
     "generate_threads",
     "small",
+    "shape",
+    "engine",
+    "weights",
 )  # the arguments results.json records
 
 
@@ -79,7 +84,7 @@ def figures(row: Row, rounds: Sequence[Cell], counts: Sequence[Mapping[str, Any]
         # the stack idles while generate runs: its CPU is not generate's
         **{
             f"{role}_cpu_ms_per_token": None
-            if probe or (row.side == GENERATE and role != "own")
+            if probe or (row.side in LOCAL and role != "own")
             else _per(spent, generated)
             for role, spent in cpu.items()
         },
@@ -138,18 +143,23 @@ def verdicts(by_key: Mapping[str, Mapping[str, Any]], concurrency: int) -> list[
             detail,
         )
     )
-    single, local = by_key.get(Row(ENDPOINT, 1).key, {}), by_key.get(GENERATE, {})
-    value, reference = single.get("tokens_per_s"), local.get("tokens_per_s")
-    ratio = value / reference if value is not None and reference else None
-    found.append(
-        _verdict(
-            f"{single.get('label', 'endpoint c=1')} / {local.get('label', GENERATE)}, tokens/s",
-            ratio,
-            "",
-            None,
-            f"{value:.1f} vs {reference:.1f} tokens/s" if ratio is not None else "not measured",
+    infos = [(Row(ENDPOINT, 1).key, GENERATE)]
+    infos += [(Row(ENDPOINT, c).key, Row(GENAI, c).key) for c in dict.fromkeys((1, concurrency))]
+    for served_key, local_key in infos:
+        if local_key not in by_key and local_key != GENERATE:
+            continue  # no GenAI row: not the openvino engine
+        single, local = by_key.get(served_key, {}), by_key.get(local_key, {})
+        value, reference = single.get("tokens_per_s"), local.get("tokens_per_s")
+        ratio = value / reference if value is not None and reference else None
+        found.append(
+            _verdict(
+                f"{single.get('label', served_key)} / {local.get('label', local_key)}, tokens/s",
+                ratio,
+                "",
+                None,
+                f"{value:.1f} vs {reference:.1f} tokens/s" if ratio is not None else "not measured",
+            )
         )
-    )
     return found
 
 

@@ -78,6 +78,39 @@ class Generate:
         return call
 
 
+class GenAI:
+    """OpenVINO GenAI's pipeline in this process over the served version folder's IR, as the Triton
+    model opens it (float32, a prefix cache): each call generates greedily for the next ``at_once``
+    prompts together, and counts their tokens up to an end-of-sequence id. The ceiling of the openvino
+    engine: what the endpoint would make with no router, no Triton, no streams."""
+
+    def __init__(self, version: Path, generate: Generate) -> None:
+        from app.core.causal_lm_contract import BATCHED_TOKENS, CACHE_GB, MAX_RUNNING_ROWS
+        from app.triton.causal_lm_openvino import open_pipeline
+
+        self.pipeline = open_pipeline(version, 0, CACHE_GB, BATCHED_TOKENS, MAX_RUNNING_ROWS)
+        self.generate = generate
+        self.tokens = 0
+
+    def caller(self, texts: Sequence[str], max_new_tokens: int, at_once: int) -> Callable[[], None]:
+        import numpy as np
+        import openvino as ov
+
+        from app.triton.causal_lm_openvino import generation_config
+
+        settings = {"max_new_tokens": max_new_tokens, "repetition_penalty": 1.0, "do_sample": False}
+        config = generation_config(settings, frozenset(self.generate.ends))
+        prompts = [ov.Tensor(np.array([self.generate.tokenizer(t).input_ids], np.int64)) for t in texts]
+        turn = itertools.count()
+
+        def call() -> None:
+            chosen = [prompts[next(turn) % len(prompts)] for _ in range(at_once)]
+            for found in self.pipeline.generate(chosen, [config] * at_once):
+                self.tokens += len(found.m_generation_ids[0])
+
+        return call
+
+
 def callers_of(stack: Stack, rows, texts, generate: Generate, args) -> tuple[dict[str, Callable[[], None]], dict]:
     """Each row's caller, and the checks of the first prompt's answer (reported, not asserted): the
     endpoint's whole text is ``generate``'s (ONNX Runtime's float sums may tip a near tie), the streamed
@@ -85,7 +118,9 @@ def callers_of(stack: Stack, rows, texts, generate: Generate, args) -> tuple[dic
     port, timeout = stack.port, args.timeout
     callers: dict[str, Callable[[], None]] = {plan.GENERATE: generate.caller(texts, args.max_new_tokens)}
     for row in rows:
-        if row.side == plan.ENDPOINT:
+        if row.side == plan.GENAI:
+            callers[row.key] = args.genai.caller(texts, args.max_new_tokens, row.concurrency)
+        elif row.side == plan.ENDPOINT:
             callers[row.key] = Caller(port, texts, args.max_new_tokens, False, timeout)
         elif row.side == plan.STREAM:
             callers[row.key] = Caller(port, texts, args.max_new_tokens, True, timeout)
@@ -138,17 +173,22 @@ def call_texts(call: Caller) -> list[str]:
 
 def load_of(stack: Stack, row: plan.Row, call: Callable[[], None], seconds: float, args) -> Load:
     """A row's closed loop: client threads for the endpoint, the main thread for generate."""
-    if row.side == plan.GENERATE:
+    if row.side in plan.LOCAL:
         return in_main_thread(call, seconds)
     if row.side == plan.SHORT_LOADED:
         return load_loaded(stack, row, call, args)
     return run_load(call, row.concurrency, seconds)
 
 
-def counted(row: plan.Row, call: Any, generate: Generate, since: int) -> dict[str, Any]:
+def local_side(row: plan.Row, generate: Generate, args) -> Any:
+    """The object that counts an in-process row's tokens (``generate``, or the GenAI pipeline)."""
+    return args.genai if row.side == plan.GENAI else generate
+
+
+def counted(row: plan.Row, call: Any, generate: Generate, since: int, args) -> dict[str, Any]:
     """What a step's calls made: its tokens and, streamed, each answer's times (first token, gaps)."""
-    if row.side == plan.GENERATE:
-        return {"tokens": generate.tokens - since}
+    if row.side in plan.LOCAL:
+        return {"tokens": local_side(row, generate, args).tokens - since}
     added = call.records[since:]
     if row.side == plan.ENDPOINT:
         return {"tokens": sum(result["generated_tokens"] for result in added)}
@@ -174,7 +214,7 @@ def measure(stack: Stack, rows, texts, generate: Generate, args) -> tuple[dict, 
     progress = Progress(len(steps))
     for r, row in steps:
         call = callers[row.key]
-        since = generate.tokens if row.side == plan.GENERATE else len(call.records)
+        since = local_side(row, generate, args).tokens if row.side in plan.LOCAL else len(call.records)
         before, started = {**meter(), **own_and_machine()}, time.perf_counter()
         load = load_of(stack, row, call, args.seconds, args)
         wall, after = time.perf_counter() - started, {**meter(), **own_and_machine()}
@@ -182,14 +222,15 @@ def measure(stack: Stack, rows, texts, generate: Generate, args) -> tuple[dict, 
         cell.add(load.latencies_s, load.errors, wall, len(load.latencies_s), load.first_error)
         cell.cpu_s = {role: after[role] - before[role] for role in after}
         cells[row.key].append(cell)
-        counts[row.key].append(counted(row, call, generate, since))
+        counts[row.key].append(counted(row, call, generate, since, args))
         progress.step(report.progress_label(r, args.rounds, row, cell, counts[row.key][-1]), cell.summary())
     return cells, counts, checks
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = plan.parse_args(argv)
-    spec = prepare.ready(args.out.resolve(), args.repository, args.small, not args.no_prepare)
+    served_as = {"shape": args.shape, "engine": args.engine, "weights": args.weights}
+    spec = prepare.ready(args.out.resolve(), args.repository, args.small, not args.no_prepare, **served_as)
     folder = prepared.sources(args.out.resolve(), args.small) / plan.MODEL / "hf"
     print(f"loading AutoModelForCausalLM({folder}) for the in-process side ...", flush=True)
     generate = Generate(folder)
@@ -200,7 +241,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     texts = make_texts(generate.count, args.text_tokens, args.texts, seed=1)
     prompt_tokens = [generate.count(text) for text in texts]
     args.long_new = plan.long_tokens(args.long_new_tokens, generate.positions, max(prompt_tokens))
-    rows = plan.plan_rows(args.concurrency)
+    rows = plan.plan_rows(args.concurrency, args.engine)
+    # the openvino engine's ceiling: its pipeline in this process (the rows' local side, as generate)
+    args.genai = GenAI(args.repository / plan.MODEL / "1", generate) if args.engine == "openvino" else None
     with serving(args.repository, args.out, args.env) as stack:
         cells, counts, checks = measure(stack, rows, texts, generate, args)
         sizing = sizing_line(stack)

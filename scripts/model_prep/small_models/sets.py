@@ -184,15 +184,27 @@ SETS = {
     "causal_openvino": ModelSet(
         'the tiny decoder-only models of the causal set on OpenVINO GenAI ([export] engine = "openvino"): '
         "each architecture whose attention spans the whole context (the causal set's Mistral has a sliding "
-        "window of 8, which the engine refuses)",
+        "window of 8, which the engine refuses), and the trained Llama with int8 weights",
         {
-            f"{architecture}_openvino": (
+            **{
+                f"{architecture}_openvino": (
+                    TEXT_GENERATION,
+                    {"architecture": architecture, "chat_template": template, "extra": OPENVINO_ENGINE},
+                )
+                for architecture, template in OPENVINO_ARCHITECTURES.items()
+            },
+            "llama_int8": (
                 TEXT_GENERATION,
-                {"architecture": architecture, "chat_template": template, "extra": OPENVINO_ENGINE},
-            )
-            for architecture, template in OPENVINO_ARCHITECTURES.items()
+                {
+                    "architecture": "llama",
+                    "trained": True,
+                    "hidden": 64,
+                    "chat_template": "llama2",
+                    "extra": OPENVINO_ENGINE + 'weights = "int8"\n',
+                },
+            ),
         },
-        seconds=14,
+        seconds=17,
     ),
 }
 

@@ -55,9 +55,11 @@ def test_the_rows_and_what_they_are_compared_with():
         "stream/c8",
         "short-alone",
         "short-loaded",
+        "follow-up",
     ]
-    assert rows[-1].concurrency == 7  # the short request and 7 long ones: 8 in all
-    assert len(plan.plan_rows(1)) == 5  # concurrency 1 asked for: the endpoint's row once
+    assert rows[-2].concurrency == 7  # the short request and 7 long ones: 8 in all
+    assert len(plan.plan_rows(1)) == 6  # concurrency 1 asked for: the endpoint's row once
+    assert [row.key for row in plan.plan_rows(8, "openvino")][-2:] == ["genai/c1", "genai/c8"]
     pairs = plan.goal_rows(8)
     assert {name: (a.key, b.key) for name, (a, b) in pairs.items()} == {
         "tokens": ("endpoint/c8", "generate"),
@@ -65,6 +67,7 @@ def test_the_rows_and_what_they_are_compared_with():
     }
     labels = [row.label(64, 8, 256) for row in rows]
     assert "c=8" in labels[1] and "streamed" in labels[3] and "beside 7 of 256 tokens" in labels[5]
+    assert "768 tokens sent before" in labels[6]
 
 
 def test_the_long_generations_fit_the_models_positions():

@@ -22,7 +22,9 @@ SHAPES = ("llama-34m", "smollm2-135m")  # --shape: scripts.bench.chat.prepare.SH
 GENERATE, ENDPOINT, STREAM, SHORT_ALONE, SHORT_LOADED = "generate", "endpoint", "stream", "short-alone", "short-loaded"
 GENAI = "genai"  # --engine openvino: OpenVINO GenAI's pipeline in this process over the served IR, the ceiling
 LOCAL = (GENERATE, GENAI)  # the sides that run in this process, the stack idle
-PROBES = (SHORT_ALONE, SHORT_LOADED)  # the rows that send one short streamed request at a time
+FOLLOW_UP = "follow-up"  # a conversation's next turn: a long prompt whose start every earlier call sent
+PROBES = (SHORT_ALONE, SHORT_LOADED, FOLLOW_UP)  # the rows that send one short streamed request at a time
+FOLLOW_UP_SEEN, FOLLOW_UP_NEW = 768, 24  # its tokens sent before (the earlier turns), and the turn's own
 TEXTS, TEXT_TOKENS = 32, 24  # the prompts every row cycles through, and their tokens (<s> included)
 MAX_NEW = 64  # tokens generated a prompt (random weights never end one early: prepare)
 SHORT_NEW, LONG_NEW = 8, 256  # the short request's tokens, and those of the long generations beside it
@@ -61,13 +63,18 @@ class Row:
             return f"endpoint, streamed, c={self.concurrency}, {max_new} tokens"
         if self.side == SHORT_ALONE:
             return f"short request alone, streamed, {short_new} tokens"
+        if self.side == FOLLOW_UP:
+            return (
+                f"a conversation's next turn ({FOLLOW_UP_SEEN} tokens sent before, {FOLLOW_UP_NEW} new), "
+                f"streamed, {short_new} tokens"
+            )
         return f"short request beside {self.concurrency} of {long_new} tokens, streamed, {short_new} tokens"
 
 
 def plan_rows(concurrency: int, engine: str = ENGINES[0]) -> list[Row]:
     """``generate`` at batch 1; the endpoint at ``concurrency`` and at 1; streamed at ``concurrency``;
     the short request alone and beside ``concurrency - 1`` long generations (``concurrency`` requests
-    in all, as the streamed row); on the openvino engine, its pipeline in this process with 1 and
+    in all, as the streamed row); a conversation's next turn, alone; on the openvino engine, its pipeline in this process with 1 and
     ``concurrency`` prompts at once."""
     ceiling = [Row(GENAI, 1), Row(GENAI, concurrency)] if engine == "openvino" else []
     rows = [
@@ -77,6 +84,7 @@ def plan_rows(concurrency: int, engine: str = ENGINES[0]) -> list[Row]:
         Row(STREAM, concurrency),
         Row(SHORT_ALONE),
         Row(SHORT_LOADED, max(1, concurrency - 1)),
+        Row(FOLLOW_UP),
         *ceiling,
     ]
     return list(dict.fromkeys(rows))  # concurrency 1 asked for: the endpoint's row once

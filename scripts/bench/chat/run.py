@@ -124,6 +124,8 @@ def callers_of(stack: Stack, rows, texts, generate: Generate, args) -> tuple[dic
             callers[row.key] = Caller(port, texts, args.max_new_tokens, False, timeout)
         elif row.side == plan.STREAM:
             callers[row.key] = Caller(port, texts, args.max_new_tokens, True, timeout)
+        elif row.side == plan.FOLLOW_UP:
+            callers[row.key] = Caller(port, args.follow_up_texts, args.short_new_tokens, True, timeout)
         elif row.side in plan.PROBES:
             callers[row.key] = Caller(port, texts, args.short_new_tokens, True, timeout)
     whole_caller, stream_caller = (
@@ -143,6 +145,15 @@ def callers_of(stack: Stack, rows, texts, generate: Generate, args) -> tuple[dic
     }
     print(f"  the first prompt's answer: {json.dumps(checks)}", flush=True)
     return callers, checks
+
+
+def follow_up_texts(generate: Generate, new_tokens: int) -> list[str]:
+    """A conversation's turns as plain prompts: one start of ``FOLLOW_UP_SEEN`` tokens (the turns so
+    far), each call's prompt that start and a turn of its own of ``FOLLOW_UP_NEW``: after the first
+    call, every prompt's start is one the endpoint has run (fit to the model's positions)."""
+    room = (generate.positions or 2048) - new_tokens - plan.FOLLOW_UP_NEW - 2
+    start = make_texts(generate.count, min(plan.FOLLOW_UP_SEEN, room), 1, seed=2)[0]
+    return [f"{start} {turn}" for turn in make_texts(generate.count, plan.FOLLOW_UP_NEW, 16, seed=3)]
 
 
 def cancelled(stack: Stack) -> float:
@@ -240,6 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.set_num_threads(args.generate_threads)
     texts = make_texts(generate.count, args.text_tokens, args.texts, seed=1)
     prompt_tokens = [generate.count(text) for text in texts]
+    args.follow_up_texts = follow_up_texts(generate, args.short_new_tokens)
     args.long_new = plan.long_tokens(args.long_new_tokens, generate.positions, max(prompt_tokens))
     rows = plan.plan_rows(args.concurrency, args.engine)
     # the openvino engine's ceiling: its pipeline in this process (the rows' local side, as generate)

@@ -83,3 +83,15 @@ def turns_until_done(scheduler: Scheduler, sinks, clock=None, most: int = 200) -
         if clock is not None:
             clock[0] += 1
     raise AssertionError("the requests did not end")
+
+
+def drawn(make, prompt, seed: int, settings: dict, others=()) -> Collect:
+    """The sink of ``prompt`` sampled with ``seed`` and ``settings`` on a fresh scheduler (``make()``),
+    beside ``others`` ((prompt, settings) each), every request turned to its end."""
+    steps = make()
+    sinks = [Collect() for _ in range(1 + len(others))]
+    steps.submit(request(prompt, sinks[0], seed=seed, **settings))
+    for (other, extra), sink in zip(others, sinks[1:]):
+        steps.submit(request(other, sink, **extra))
+    turns_until_done(steps, sinks)
+    return sinks[0]

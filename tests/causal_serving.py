@@ -1,16 +1,31 @@
-"""What the text_generation family's integration tests share, whichever engine the stack runs:
-``generate``'s answer for a prompt alone, a call's result, a streamed call's events as they arrive,
-and Triton's count of how the model's requests ended."""
+"""What the text_generation family's integration tests share, whichever engine the stack runs: the
+reference models, ``generate``'s answer for a prompt alone, a call's result, greedy answers held to
+``generate`` in our form and TGI's, a streamed call's events as they arrive, and Triton's count of
+how the model's requests ended."""
 
 from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import requests
 
 from scripts.devtools import Stack
 from tests.support import assert_conforms, post
+
+
+def references_of(models: Path, names) -> dict:
+    """Each model's PyTorch model and tokenizer, from its folder's ``hf/``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return {
+        name: (
+            AutoModelForCausalLM.from_pretrained(models / name / "hf").eval(),
+            AutoTokenizer.from_pretrained(models / name / "hf"),
+        )
+        for name in names
+    }
 
 
 def generate(references, name: str, prompt: str, **settings) -> tuple[list[int], str]:
@@ -58,3 +73,22 @@ def triton_metric(stack: Stack, outcome: str, model: str) -> float:
     text = requests.get(f"http://127.0.0.1:{stack.triton_ports[2]}/metrics", timeout=10).text
     key = f'text_generation_requests_total{{model="{model}",outcome="{outcome}"}}'
     return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(key))
+
+
+def assert_greedy_is_generate(stack: Stack, references, name: str, prompts) -> list[tuple[list[int], str]]:
+    """Greedy answers to ``prompts`` in our form, and to the first in TGI's with its tokens' ids, are
+    ``generate``'s (12 new tokens); ``generate``'s answers, for more checks."""
+    wanted = [generate(references, name, p, max_new_tokens=12, do_sample=False) for p in prompts]
+    answers = result(stack, name, {"text": list(prompts), "max_new_tokens": 12, "do_sample": False})
+    assert [a["generated_text"] for a in answers] == [text for _, text in wanted]
+    tgi = requests.post(
+        f"{stack.url}/invocations",
+        json={"inputs": prompts[0], "parameters": {"max_new_tokens": 12, "do_sample": False, "details": True}},
+        headers={"X-Amzn-SageMaker-Custom-Attributes": f"modelname={name}"},
+        timeout=60,
+    )
+    assert tgi.status_code == 200, tgi.text
+    [answer] = tgi.json()
+    assert [t["id"] for t in answer["details"]["tokens"]] == wanted[0][0]
+    assert answer["generated_text"] == wanted[0][1]
+    return wanted

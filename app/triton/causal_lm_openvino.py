@@ -20,10 +20,8 @@ ONNX Runtime loop.
 
 from __future__ import annotations
 
-import json
 import logging
 import random
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -32,10 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-from app.core.causal_lm_contract import MAX_RUNNING_ROWS, NO_SEED, PRECISE, context_length
-from app.core.generation_contract import end_ids, read_generation_config
-from app.triton.causal_lm_beams import BeamSearch
-from app.triton.causal_lm_requests import Cancelled, Closed, Counts, Late, Request, check
+from app.core.causal_lm_contract import MAX_RUNNING_ROWS, NO_SEED, PRECISE
+from app.triton.causal_lm_loop import Loop
+from app.triton.causal_lm_requests import Cancelled, Late, Request
 from app.triton.causal_lm_session import Graph
 
 LOG = logging.getLogger(__name__)
@@ -94,61 +91,19 @@ class Running:
     made: int = 0
 
 
-class OpenVinoScheduler:
-    """Continuous batching on GenAI's pipeline; ``submit`` from any thread, ``close`` to stop.
+class OpenVinoScheduler(Loop):
+    """Continuous batching on GenAI's pipeline (``causal_lm_loop.Loop``: the queue, the checks, beam
+    search beside, the endings). ``pipeline``: ``open_pipeline``'s; ``graph``: ``decoder.onnx``, for
+    beam search only; ``max_rows`` is GenAI's ``max_num_seqs`` too."""
 
-    ``folder``: the Hugging Face folder (the end-of-sequence ids, the positions, the vocabulary);
-    ``pipeline``: ``open_pipeline``'s; ``graph``: ``decoder.onnx``, for beam search only;
-    ``max_rows``: how many requests run at once at most (GenAI's ``max_num_seqs``)."""
+    thread_name = "openvino-steps"
 
     def __init__(self, folder: Path, pipeline, graph: Graph, max_rows: int = MAX_RUNNING_ROWS, clock=time.monotonic):
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        super().__init__(folder, graph, max_rows, clock)
         self.pipeline = pipeline
-        self.ends = frozenset(end_ids(read_generation_config(folder), config))
-        self.vocabulary = graph.vocabulary or int(config["vocab_size"])
-        self.context = context_length(config)
-        self.max_rows = max(1, max_rows)
-        self.clock = clock
-        self.beams = BeamSearch(folder, graph, clock)
         self.running: dict[int, Running] = {}
-        self.waiting: deque[Request] = deque()
-        self.condition = threading.Condition()
-        self.closing = False
         self.ids = 0
-        self.thread = threading.Thread(target=self._loop, name="openvino-steps", daemon=True)
-        self.counts = Counts(("finished", "late", "cancelled", "failed", "steps"))
         self.show: Callable[[str, float], None] | None = None  # the gauges of Triton's metrics, after each step
-
-    def start(self) -> OpenVinoScheduler:
-        self.thread.start()
-        self.beams.start()
-        return self
-
-    def check(self, request: Request) -> None:
-        check(request.ids, request.settings, self.vocabulary, self.context)
-
-    def submit(self, request: Request) -> None:
-        """Checks the request (``Refused``, raised here) and queues it: it joins at the next step."""
-        self.check(request)
-        if int(request.settings["num_beams"]) > 1:
-            self.beams.submit(request)
-            return
-        with self.condition:
-            if self.closing:
-                raise Closed("the model is unloading")
-            self.waiting.append(request)
-            self.condition.notify()
-
-    def close(self) -> None:
-        """Stops the loop after its step; the requests still running or waiting fail (``Closed``)."""
-        with self.condition:
-            self.closing = True
-            self.condition.notify()
-        if self.thread.is_alive():
-            self.thread.join()
-        else:
-            self._end_all()
-        self.beams.close()
 
     def turn(self, block: bool = True) -> bool:
         """Newcomers handed to the pipeline, one step of it, every row's new tokens sent; waits for a
@@ -187,11 +142,6 @@ class OpenVinoScheduler:
         self.show("waiting", len(self.running) - running + queued)
         self.show("kv_cache_usage", found.cache_usage / 100.0)  # GenAI says it in percent
 
-    def _loop(self) -> None:
-        while self.turn():
-            pass
-        self._end_all()
-
     def _add(self, request: Request) -> None:
         if request.deadline <= self.clock():
             self._end(request, Late(0), "late")
@@ -209,7 +159,7 @@ class OpenVinoScheduler:
         for row in list(self.running.values()):
             if row.request.deadline <= now:
                 self._cancel(row, Late(row.made), "late")
-            elif self._cancelled(row.request, count=False):
+            elif self._cancelled(row.request, ending=False):
                 self._cancel(row, Cancelled("cancelled by its caller"), "cancelled")
 
     def _send(self, row: Running) -> None:
@@ -244,28 +194,8 @@ class OpenVinoScheduler:
         else:
             self._end(row.request, error, count)
 
-    def _cancelled(self, request: Request, count: bool = True) -> bool:
-        try:
-            cancelled = request.sink.cancelled()
-        except Exception:  # a stream that cannot say is taken as gone
-            LOG.exception("asking for cancellation failed")
-            cancelled = True
-        if cancelled and count:
-            self._end(request, Cancelled("cancelled by its caller"), "cancelled")
-        return cancelled
-
-    def _end(self, request: Request, error: Exception, count: str) -> None:
-        self.counts[count] += 1
-        try:
-            request.sink.failed(error)
-        except Exception:  # nothing more can be told to that caller
-            LOG.exception("ending a stream failed")
-
-    def _end_all(self) -> None:
-        """Closing: every running and waiting request fails (``Closed``)."""
+    def _end_all(self, error: Exception, count: str) -> None:
+        """Closing: every running and waiting request fails with ``error``."""
         for row in list(self.running.values()):
-            self._cancel(row, Closed("the model is unloading"), "failed")
-        with self.condition:
-            waiting, self.waiting = list(self.waiting), deque()
-        for request in waiting:
-            self._end(request, Closed("the model is unloading"), "failed")
+            self._cancel(row, error, count)
+        self._end_waiting(error, count)

@@ -29,9 +29,7 @@ a tiny one (2 layers, width 32, 256 tokens) 2,800 tokens/s alone, 12,700 for 8.
 
 from __future__ import annotations
 
-import json
 import logging
-import threading
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -40,10 +38,9 @@ from pathlib import Path
 
 import numpy as np
 
-from app.core.causal_lm_contract import MAX_RUNNING_ROWS, context_length
-from app.core.generation_contract import end_ids, read_generation_config
-from app.triton.causal_lm_beams import BeamSearch
-from app.triton.causal_lm_requests import Cancelled, Closed, Counts, Late, Request, check
+from app.core.causal_lm_contract import MAX_RUNNING_ROWS
+from app.triton.causal_lm_loop import Loop
+from app.triton.causal_lm_requests import Closed, Late, Request
 from app.triton.causal_lm_session import Graph, prompt_inputs
 from app.triton.causal_lm_tokens import Chooser, choose
 
@@ -117,60 +114,14 @@ class Batch:
             self.cache = [np.ascontiguousarray(array[:, :, start:]) for array in self.cache]
 
 
-class Scheduler:
-    """Continuous batching over one graph; ``submit`` from any thread, ``close`` to stop.
-
-    ``folder``: the Hugging Face folder (config.json, generation_config.json: the end-of-sequence
-    tokens, the positions, the vocabulary, beam search's defaults); ``graph``: its ``decoder.onnx``;
-    ``max_rows``: how many requests step together at most (beams are not counted: they run apart)."""
+class Scheduler(Loop):
+    """Continuous batching over one graph (``causal_lm_loop.Loop``: the queue, the checks, beam search
+    beside, the endings): ``graph`` is ``decoder.onnx`` in ONNX Runtime, the steps' and beam search's."""
 
     def __init__(self, folder: Path, graph: Graph, max_rows: int = MAX_RUNNING_ROWS, clock=time.monotonic) -> None:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        super().__init__(folder, graph, max_rows, clock)
         self.graph = graph
-        self.ends = frozenset(end_ids(read_generation_config(folder), config))
-        self.vocabulary = graph.vocabulary or int(config["vocab_size"])
-        self.context = context_length(config)
-        self.max_rows = max(1, max_rows)
-        self.clock = clock
-        self.beams = BeamSearch(folder, graph, clock)
         self.batch = Batch(graph.empty(0))
-        self.waiting: deque[Request] = deque()
-        self.condition = threading.Condition()
-        self.closing = False
-        self.thread = threading.Thread(target=self._loop, name="causal-lm-steps", daemon=True)
-        self.counts = Counts(("finished", "late", "cancelled", "failed", "steps"))
-
-    def start(self) -> Scheduler:
-        self.thread.start()
-        self.beams.start()
-        return self
-
-    def check(self, request: Request) -> None:
-        """Raises ``Refused`` naming the field of the request's values that cannot be generated from."""
-        check(request.ids, request.settings, self.vocabulary, self.context)
-
-    def submit(self, request: Request) -> None:
-        """Checks the request (``Refused``, raised here) and queues it: it joins at the next step."""
-        self.check(request)
-        if int(request.settings["num_beams"]) > 1:
-            self.beams.submit(request)
-            return
-        with self.condition:
-            if self.closing:
-                raise Closed("the model is unloading")
-            self.waiting.append(request)
-            self.condition.notify()
-
-    def close(self) -> None:
-        """Stops the loop after its step; the requests still running or waiting fail (``Closed``)."""
-        with self.condition:
-            self.closing = True
-            self.condition.notify()
-        if self.thread.is_alive():
-            self.thread.join()
-        else:  # never started (the tests' own turns)
-            self._end_all(Closed("the model is unloading"), "failed")
-        self.beams.close()
 
     def turn(self, block: bool = True) -> bool:
         """One turn of the loop: newcomers taken and joined, one step of the running rows. Waits for a
@@ -188,11 +139,6 @@ class Scheduler:
             LOG.exception("generation step failed")
             self._end_all(error, "failed")
         return True
-
-    def _loop(self) -> None:
-        while self.turn():
-            pass
-        self._end_all(Closed("the model is unloading"), "failed")
 
     def _take(self, block: bool) -> list[Request] | None:
         """The newcomers of this step (waits while nothing runs, if ``block``); None when closing."""
@@ -268,30 +214,10 @@ class Scheduler:
                 kept.append(i)
         return kept
 
-    def _cancelled(self, request: Request) -> bool:
-        try:
-            cancelled = request.sink.cancelled()
-        except Exception:  # a stream that cannot say is taken as gone
-            LOG.exception("asking for cancellation failed")
-            cancelled = True
-        if cancelled:
-            self._end(request, Cancelled("cancelled by its caller"), "cancelled")
-        return cancelled
-
-    def _end(self, request: Request, error: Exception, count: str) -> None:
-        self.counts[count] += 1
-        try:
-            request.sink.failed(error)
-        except Exception:  # nothing more can be told to that caller
-            LOG.exception("ending a stream failed")
-
     def _end_all(self, error: Exception, count: str) -> None:
         """Every running row, and on closing every waiting request, ends with ``error``."""
         for row in self.batch.rows:
             self._end(row.request, error, count)
         self.batch = Batch(self.graph.empty(0))
         if isinstance(error, Closed):
-            with self.condition:
-                waiting, self.waiting = list(self.waiting), deque()
-            for request in waiting:
-                self._end(request, error, count)
+            self._end_waiting(error, count)

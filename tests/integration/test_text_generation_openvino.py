@@ -21,7 +21,7 @@ import requests
 
 from scripts.devtools import Stack
 from scripts.model_prep.small_models.sets import SETS, Built
-from tests.causal_serving import generate, result, streamed, triton_metric
+from tests.causal_serving import assert_greedy_is_generate, generate, references_of, result, streamed, triton_metric
 from tests.references import served_copy
 from tests.support import assert_error, post
 
@@ -50,32 +50,12 @@ def stack(small_models: Built, tmp_path_factory, stopping: list[Stack]):
 
 @pytest.fixture(scope="module")
 def references(models: Path):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    return {
-        name: (
-            AutoModelForCausalLM.from_pretrained(models / name / "hf").eval(),
-            AutoTokenizer.from_pretrained(models / name / "hf"),
-        )
-        for name in MODELS
-    }
+    return references_of(models, MODELS)
 
 
 @pytest.mark.parametrize("name", MODELS)
 def test_greedy_answers_equal_generate_token_for_token(stack, references, name):
-    wanted = [generate(references, name, p, max_new_tokens=12, do_sample=False) for p in PROMPTS]
-    answers = result(stack, name, {"text": list(PROMPTS), "max_new_tokens": 12, "do_sample": False})
-    assert [a["generated_text"] for a in answers] == [text for _, text in wanted]
-    tgi = requests.post(
-        f"{stack.url}/invocations",
-        json={"inputs": PROMPTS[0], "parameters": {"max_new_tokens": 12, "do_sample": False, "details": True}},
-        headers={"X-Amzn-SageMaker-Custom-Attributes": f"modelname={name}"},
-        timeout=60,
-    )
-    assert tgi.status_code == 200, tgi.text
-    [answer] = tgi.json()
-    assert [t["id"] for t in answer["details"]["tokens"]] == wanted[0][0]
-    assert answer["generated_text"] == wanted[0][1]
+    wanted = assert_greedy_is_generate(stack, references, name, PROMPTS)
     events, _, _ = streamed(
         stack, {"modelname": name, "payload": {"text": PROMPTS[2], "max_new_tokens": 12, "stream": True}}
     )

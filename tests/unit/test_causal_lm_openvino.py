@@ -19,7 +19,7 @@ from app.triton.causal_lm_openvino import OpenVinoScheduler, open_pipeline
 from app.triton.causal_lm_requests import Cancelled, Closed, Refused
 from app.triton.causal_lm_session import Graph, open_session
 from scripts.model_prep.small_models.sets import OPENVINO_ARCHITECTURES, Built
-from tests.causal_scheduling import Collect, generate, prompts, request, turns_until_done
+from tests.causal_scheduling import Collect, drawn, generate, prompts, request, turns_until_done
 
 KINDS = tuple(OPENVINO_ARCHITECTURES)
 SAMPLING = {"do_sample": True, "temperature": 0.7, "top_k": 40, "top_p": 0.9, "max_new_tokens": 16}
@@ -127,21 +127,12 @@ def test_a_repeated_prompt_start_answers_the_same_from_the_prefix_cache(models):
 
 
 def test_a_seeded_draw_is_the_same_alone_and_batched_and_another_seed_draws_otherwise(models):
-    prompt = [12, 40, 41, 200]
-
-    def drawn(seed, others=()):
-        steps = scheduler(models, "phi3")
-        sinks = [Collect() for _ in range(1 + len(others))]
-        steps.submit(request(prompt, sinks[0], seed=seed, **SAMPLING))
-        for (other, settings), sink in zip(others, sinks[1:]):
-            steps.submit(request(other, sink, **settings))
-        turns_until_done(steps, sinks)
-        return sinks[0]
-
-    alone = drawn(7)
-    batched = drawn(7, [([5, 6], SAMPLING | {"seed": 8}), ([9] * 12, {}), ([1, 2, 3], SAMPLING)])
+    prompt, make = [12, 40, 41, 200], lambda: scheduler(models, "phi3")
+    alone = drawn(make, prompt, 7, SAMPLING)
+    others = [([5, 6], SAMPLING | {"seed": 8}), ([9] * 12, {}), ([1, 2, 3], SAMPLING)]
+    batched = drawn(make, prompt, 7, SAMPLING, others)
     assert batched.tokens == alone.tokens and len(alone.tokens) == SAMPLING["max_new_tokens"]
-    assert drawn(8).tokens != alone.tokens
+    assert drawn(make, prompt, 8, SAMPLING).tokens != alone.tokens
     assert all(value <= 0 for value in alone.logprobs)
 
 

@@ -19,7 +19,17 @@ import torch
 from app.core.generation_contract import DEADLINE_MARKER
 from app.core.settings import PROJECT_ROOT
 from app.triton.causal_lm_scheduler import Scheduler
-from tests.causal_scheduling import KINDS, WAIT_S, Collect, generate, prompts, request, scheduler, turns_until_done
+from tests.causal_scheduling import (
+    KINDS,
+    WAIT_S,
+    Collect,
+    drawn,
+    generate,
+    prompts,
+    request,
+    scheduler,
+    turns_until_done,
+)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -96,21 +106,12 @@ SAMPLING = {"do_sample": True, "temperature": 0.7, "top_k": 40, "top_p": 0.9, "m
 
 def test_a_seeded_request_draws_the_same_alone_batched_and_as_generate(causal_lms, graphs):
     model = causal_lms("phi3")[1]
-    prompt = [12, 40, 41, 200]
-
-    def drawn(seed, others=()):
-        steps = scheduler(causal_lms, graphs, "phi3")
-        sinks = [Collect() for _ in range(1 + len(others))]
-        steps.submit(request(prompt, sinks[0], seed=seed, **SAMPLING))
-        for (other, settings), sink in zip(others, sinks[1:]):
-            steps.submit(request(other, sink, **settings))
-        turns_until_done(steps, sinks)
-        return sinks[0]
-
-    alone = drawn(7)
-    batched = drawn(7, [([5, 6], SAMPLING | {"seed": 8}), ([9] * 12, {}), ([1, 2, 3], SAMPLING)])
+    prompt, make = [12, 40, 41, 200], lambda: scheduler(causal_lms, graphs, "phi3")
+    alone = drawn(make, prompt, 7, SAMPLING)
+    others = [([5, 6], SAMPLING | {"seed": 8}), ([9] * 12, {}), ([1, 2, 3], SAMPLING)]
+    batched = drawn(make, prompt, 7, SAMPLING, others)
     assert batched.tokens == alone.tokens
-    assert drawn(8).tokens != alone.tokens
+    assert drawn(make, prompt, 8, SAMPLING).tokens != alone.tokens
     torch.manual_seed(7)
     tokens, scores = generate(model, prompt, True, **SAMPLING)
     assert alone.tokens == tokens

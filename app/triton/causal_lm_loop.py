@@ -1,0 +1,117 @@
+"""What the ``text_generation`` family's two engines share (``causal_lm_scheduler.Scheduler`` over
+ONNX Runtime, ``causal_lm_openvino.OpenVinoScheduler`` over OpenVINO GenAI): the folder's
+end-of-sequence ids, vocabulary and positions, the check of each request, the queue it waits in until
+the next step takes it, beam search beside the loop, the loop's thread and how a request ends other
+than with its last token. Each engine writes its own ``turn`` (newcomers in, one step, tokens out)
+and ``_end_all`` (what is running fails)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+from app.core.causal_lm_contract import MAX_RUNNING_ROWS, context_length
+from app.core.generation_contract import end_ids, read_generation_config
+from app.triton.causal_lm_beams import BeamSearch
+from app.triton.causal_lm_requests import Cancelled, Closed, Counts, Request, check
+from app.triton.causal_lm_session import Graph
+
+LOG = logging.getLogger(__name__)
+
+
+class Loop:
+    """A request queue stepped by one thread; ``submit`` from any thread, ``close`` to stop.
+
+    ``folder``: the Hugging Face folder (config.json, generation_config.json: the end-of-sequence
+    tokens, the positions, the vocabulary, beam search's defaults); ``graph``: its ``decoder.onnx``
+    (beam search runs ``generate`` over it); ``max_rows``: how many requests step together at most
+    (beams are not counted: they run apart)."""
+
+    thread_name = "causal-lm-steps"
+
+    def __init__(self, folder: Path, graph: Graph, max_rows: int = MAX_RUNNING_ROWS, clock=time.monotonic) -> None:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        self.ends = frozenset(end_ids(read_generation_config(folder), config))
+        self.vocabulary = graph.vocabulary or int(config["vocab_size"])
+        self.context = context_length(config)
+        self.max_rows = max(1, max_rows)
+        self.clock = clock
+        self.beams = BeamSearch(folder, graph, clock)
+        self.waiting: deque[Request] = deque()
+        self.condition = threading.Condition()
+        self.closing = False
+        self.thread = threading.Thread(target=self._loop, name=self.thread_name, daemon=True)
+        self.counts = Counts(("finished", "late", "cancelled", "failed", "steps"))
+
+    def start(self):
+        self.thread.start()
+        self.beams.start()
+        return self
+
+    def check(self, request: Request) -> None:
+        """Raises ``Refused`` naming the field of the request's values that cannot be generated from."""
+        check(request.ids, request.settings, self.vocabulary, self.context)
+
+    def submit(self, request: Request) -> None:
+        """Checks the request (``Refused``, raised here) and queues it: it joins at the next step."""
+        self.check(request)
+        if int(request.settings["num_beams"]) > 1:
+            self.beams.submit(request)
+            return
+        with self.condition:
+            if self.closing:
+                raise Closed("the model is unloading")
+            self.waiting.append(request)
+            self.condition.notify()
+
+    def close(self) -> None:
+        """Stops the loop after its step; the requests still running or waiting fail (``Closed``)."""
+        with self.condition:
+            self.closing = True
+            self.condition.notify()
+        if self.thread.is_alive():
+            self.thread.join()
+        else:  # never started (the tests' own turns)
+            self._end_all(Closed("the model is unloading"), "failed")
+        self.beams.close()
+
+    def turn(self, block: bool = True) -> bool:
+        raise NotImplementedError
+
+    def _end_all(self, error: Exception, count: str) -> None:
+        raise NotImplementedError
+
+    def _loop(self) -> None:
+        while self.turn():
+            pass
+        self._end_all(Closed("the model is unloading"), "failed")
+
+    def _cancelled(self, request: Request, ending: bool = True) -> bool:
+        """Whether the request's caller went away (a sink that cannot say is taken as gone); with
+        ``ending``, the request is ended as cancelled."""
+        try:
+            cancelled = request.sink.cancelled()
+        except Exception:
+            LOG.exception("asking for cancellation failed")
+            cancelled = True
+        if cancelled and ending:
+            self._end(request, Cancelled("cancelled by its caller"), "cancelled")
+        return cancelled
+
+    def _end(self, request: Request, error: Exception, count: str) -> None:
+        self.counts[count] += 1
+        try:
+            request.sink.failed(error)
+        except Exception:  # nothing more can be told to that caller
+            LOG.exception("ending a stream failed")
+
+    def _end_waiting(self, error: Exception, count: str) -> None:
+        """Closing: the requests still waiting end with ``error``."""
+        with self.condition:
+            waiting, self.waiting = list(self.waiting), deque()
+        for request in waiting:
+            self._end(request, error, count)

@@ -6,6 +6,7 @@ how the model's requests ended."""
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -26,6 +27,20 @@ def references_of(models: Path, names) -> dict:
         )
         for name in names
     }
+
+
+def long_copy(shared: Path, repository: Path, name: str, long: str, positions: int) -> Path:
+    """A copy of the prepared model ``name`` as ``long``, with ``positions`` of context: a Llama's
+    positions are rotary, computed in the graph (and the IR), so the same graph serves a longer context
+    (the long generations of the streaming and cancelling tests)."""
+    folder = repository / long
+    shutil.copytree(shared / name, folder)
+    config = folder / "config.pbtxt"
+    config.write_text(config.read_text().replace(f'name: "{name}"', f'name: "{long}"'))
+    for file, key in (("config.json", "max_position_embeddings"), ("tokenizer_config.json", "model_max_length")):
+        path = folder / "hf" / file
+        path.write_text(json.dumps({**json.loads(path.read_text()), key: positions}))
+    return folder
 
 
 def generate(references, name: str, prompt: str, **settings) -> tuple[list[int], str]:

@@ -15,7 +15,6 @@ local stack's PayloadParts (cut small) as it reads SageMaker's."""
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +25,15 @@ import requests
 
 from scripts.devtools import Stack
 from scripts.model_prep.small_models.sets import SETS, Built
-from tests.causal_serving import assert_greedy_is_generate, generate, references_of, result, streamed, triton_metric
+from tests.causal_serving import (
+    assert_greedy_is_generate,
+    generate,
+    long_copy,
+    references_of,
+    result,
+    streamed,
+    triton_metric,
+)
 from tests.references import served_copy
 from tests.support import assert_error, post
 
@@ -50,14 +57,7 @@ def models(small_models: Built) -> Path:
 def stack(small_models: Built, tmp_path_factory, stopping: list[Stack]):
     shared = small_models.repository("causal")
     repository = served_copy(shared, MODELS, tmp_path_factory.mktemp("repository"))
-    # Llama's positions are rotary, computed in the graph: the same graph serves a longer context
-    long = repository / LONG
-    shutil.copytree(shared / "llama_random", long)
-    config = long / "config.pbtxt"
-    config.write_text(config.read_text().replace('name: "llama_random"', f'name: "{LONG}"'))
-    for file, key in (("config.json", "max_position_embeddings"), ("tokenizer_config.json", "model_max_length")):
-        path = long / "hf" / file
-        path.write_text(json.dumps({**json.loads(path.read_text()), key: LONG_POSITIONS}))
+    long_copy(shared, repository, "llama_random", LONG, LONG_POSITIONS)
     env = {"LOCAL_STREAM_PART_BYTES": str(PART_BYTES)}
     started = Stack(repository, env_extra=env).start(tmp_path_factory.mktemp("generation-stack-logs"))
     stopping.append(started)

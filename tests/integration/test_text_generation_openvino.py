@@ -21,7 +21,15 @@ import requests
 
 from scripts.devtools import Stack
 from scripts.model_prep.small_models.sets import SETS, Built
-from tests.causal_serving import assert_greedy_is_generate, generate, references_of, result, streamed, triton_metric
+from tests.causal_serving import (
+    assert_greedy_is_generate,
+    generate,
+    long_copy,
+    references_of,
+    result,
+    streamed,
+    triton_metric,
+)
 from tests.references import served_copy
 from tests.support import assert_error, post
 
@@ -29,6 +37,7 @@ pytestmark = pytest.mark.integration
 
 MODELS = tuple(name for name in SETS["causal_openvino"].models if name.endswith("_openvino"))
 INT8 = "llama_int8"  # the trained Llama with int8 weights
+LONG = "llama_openvino_long"  # llama_openvino with 2,048 positions: a generation long enough to leave
 PROMPTS = ("The quick brown fox", "Hello there, how are", "Le café est")
 
 
@@ -41,6 +50,7 @@ def models(small_models: Built) -> Path:
 def stack(small_models: Built, tmp_path_factory, stopping: list[Stack]):
     shared = small_models.repository("causal_openvino")
     repository = served_copy(shared, (*MODELS, INT8), tmp_path_factory.mktemp("repository"))
+    long_copy(shared, repository, "llama_openvino", LONG, 2048)
     started = Stack(repository).start(tmp_path_factory.mktemp("openvino-stack-logs"))
     stopping.append(started)
     started.wait_healthy()
@@ -117,9 +127,9 @@ def test_a_seeded_sample_repeats_itself_whoever_it_runs_beside(stack):
 
 
 def test_a_caller_that_leaves_ends_its_generation_in_triton(stack):
-    model = "gpt2_openvino"
+    model = LONG
     before = triton_metric(stack, "cancelled", model)
-    body = json.dumps({"modelname": model, "payload": {"text": "hello", "max_new_tokens": 120, "stream": True}})
+    body = json.dumps({"modelname": model, "payload": {"text": "hello", "max_new_tokens": 1000, "stream": True}})
     with socket.create_connection(("127.0.0.1", stack.port), timeout=30) as connection:
         head = f"POST /invocations HTTP/1.1\r\nHost: local\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
         connection.sendall(head.encode() + body.encode())

@@ -9,7 +9,10 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from app.core.causal_lm_contract import GRAPH_FILE, IR_FILE, IR_WEIGHTS
+from scripts.model_prep.onnx_export import REPORT_FILE
 from scripts.model_prep.small_models.sets import Built
 
 
@@ -68,25 +71,39 @@ def test_the_engine_s_check_is_printed_and_a_second_preparation_reads_the_cache(
 def test_int8_weights_are_checked_against_float32_and_refused_under_the_threshold(
     small_models: Built, tmp_path, capsys, monkeypatch
 ):
-    from scripts.model_prep import causal_lm_openvino
+    import contextlib
 
-    code, out, err = prepared(
-        tmp_path, capsys, small_models.models("causal"), "qwen2_trained", "openvino", 'weights = "int8"\n'
-    )
-    assert code == 0, err
-    [line] = [line for line in out.splitlines() if "int8 weights:" in line]
-    agreement = float(line.split("float32 ")[1].split("%")[0])
-    assert 90 <= agreement <= 100 and "mean |difference| of their log-probabilities" in line, line
-    version = tmp_path / "repository" / "qwen2_trained" / "1"
-    assert (version / IR_WEIGHTS).stat().st_size < 0.6 * (
-        small_models.repository("causal") / "qwen2_trained" / "1" / GRAPH_FILE
-    ).stat().st_size
+    from clients.families import load_spec
+    from scripts.model_prep import causal_lm_openvino
+    from scripts.model_prep.onnx_export import ExportError
+
+    # the set's int8 Llama: its weights a fraction of the float32 graph's, its agreement in the report
+    version = small_models.repository("causal_openvino") / "llama_int8" / "1"
+    graph = small_models.repository("causal") / "llama_trained" / "1" / GRAPH_FILE
+    assert (version / IR_WEIGHTS).stat().st_size < 0.6 * graph.stat().st_size
+    [report] = (small_models.cache / "onnx" / "llama_int8").glob(f"*/{REPORT_FILE}")
+    found = json.loads(report.read_text())
+    assert found["weights"] == "int8" and 0.9 <= found["int8_agreement"] <= 1, found
+    assert 0 <= found["int8_mean_abs_logprob_diff"] < 0.1
+    # quantizing a float32 IR again: the figures printed, then refused where no agreement is enough
+    spec = load_spec(small_models.models("causal_openvino") / "llama_openvino")
+    fp32 = small_models.repository("causal_openvino") / "llama_openvino" / "1"
+
+    def quantized():
+        folder = tmp_path / f"ir{len(list(tmp_path.iterdir()))}"
+        folder.mkdir()
+        for name in (IR_FILE, IR_WEIGHTS):
+            shutil.copy(fp32 / name, folder / name)
+        return causal_lm_openvino.quantized(spec, folder, lambda *_: contextlib.nullcontext())
+
+    capsys.readouterr()
+    figures = quantized()
+    [line] = [line for line in capsys.readouterr().out.splitlines() if "int8 weights:" in line]
+    assert "greedy next-token agreement with float32" in line and "(at least 90% taken)" in line, line
+    assert f"{100 * figures['int8_agreement']:.1f}%" in line
     monkeypatch.setattr(causal_lm_openvino, "MIN_AGREEMENT", 1.01)  # no agreement is enough
-    code, _, err = prepared(
-        tmp_path / "again", capsys, small_models.models("causal"), "qwen2_trained", "openvino", 'weights = "int8"\n'
-    )
-    assert code == 1 and len(err.splitlines()) == 1, err
-    assert "its int8 weights answer too far from float32" in err and "under 101%" in err
+    with pytest.raises(ExportError, match="its int8 weights answer too far from float32: .* under 101%"):
+        quantized()
 
 
 def test_int8_weights_without_the_openvino_engine_are_refused_naming_it(small_models: Built, tmp_path, capsys):

@@ -161,6 +161,22 @@ class Waited:
             raise self.error
 
 
+def updater(metrics: dict, families: tuple, how: str):
+    """``(name, value)`` -> the named metric's ``how`` (``increment`` or ``set``) with ``value``; a
+    metric never fails a generation. ``families`` stay referenced: a Metric outlives its MetricFamily
+    only while the family is."""
+
+    def update(name: str, value: float) -> None:
+        metric = metrics.get(name)
+        if metric is not None and families:
+            try:
+                getattr(metric, how)(value)
+            except Exception:
+                LOG.exception("%s of %s on Triton's metrics failed", how, name)
+
+    return update
+
+
 def triton_metrics(model: str):
     """What the scheduler's counts tell, as counters of Triton's metrics (None outside Triton, or where
     the python backend has no custom metrics)."""
@@ -177,17 +193,7 @@ def triton_metrics(model: str):
     counters = {outcome: ended.Metric(labels={"model": model, "outcome": outcome}) for outcome in OUTCOMES}
     counters["steps"] = steps.Metric(labels={"model": model})
 
-    families = (ended, steps)  # a Metric outlives its MetricFamily only while the family is referenced
-
-    def observe(name: str, added: int) -> None:
-        counter = counters.get(name)
-        if counter is not None and families:
-            try:
-                counter.increment(added)
-            except Exception:  # a metric never fails a generation
-                LOG.exception("counting %s on Triton's metrics failed", name)
-
-    return observe
+    return updater(counters, (ended, steps), "increment")
 
 
 def triton_gauges(model: str):
@@ -209,17 +215,7 @@ def triton_gauges(model: str):
     )
     gauges = {state: requests.Metric(labels={"model": model, "state": state}) for state in ("running", "waiting")}
     gauges["kv_cache_usage"] = usage.Metric(labels={"model": model})
-    families = (requests, usage)
-
-    def show(name: str, value: float) -> None:
-        gauge = gauges.get(name)
-        if gauge is not None and families:
-            try:
-                gauge.set(value)
-            except Exception:  # a metric never fails a generation
-                LOG.exception("setting %s on Triton's metrics failed", name)
-
-    return show
+    return updater(gauges, (requests, usage), "set")
 
 
 class TritonPythonModel:

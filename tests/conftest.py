@@ -8,6 +8,7 @@ stack (``serve``, ``tritonserver``, ``gunicorn``, ``nginx``) among them fails th
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -28,6 +29,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 STACK_PROGRAMS = frozenset({"serve", "tritonserver", "gunicorn", "nginx"})
 _started: list[str] = []  # every command line given to subprocess.Popen in this run
 _STACK_STARTED = pytest.StashKey[list]()  # what the guard found, for the summary
+_UPTIME_AT_START = pytest.StashKey[float]()  # the kernel's clock when the run began (dmesg's)
+# What the kernel says of a process it ended: a test process that dies without a traceback (a
+# SIGKILL) is named there, and why (the OOM killer, a segfault in a native library).
+KERNEL_ENDINGS = re.compile(r"out of memory|killed process|oom-kill:|segfault|general protection|traps:", re.IGNORECASE)
 _popen_init = subprocess.Popen.__init__
 
 
@@ -48,6 +53,29 @@ def stack_programs(command: str) -> set[str]:
 
 def pytest_configure(config: pytest.Config) -> None:
     subprocess.Popen.__init__ = _recording_init
+    config.stash[_UPTIME_AT_START] = _uptime()
+
+
+def _uptime() -> float:
+    try:
+        return float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def kernel_endings(since: float) -> list[str]:
+    """What the kernel logged since ``since`` (seconds of uptime) about processes it ended; nothing
+    where its log cannot be read."""
+    try:
+        log = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    found = []
+    for line in log.splitlines():
+        stamp = re.match(r"\[\s*(\d+\.\d+)\]", line)
+        if stamp and float(stamp.group(1)) >= since and KERNEL_ENDINGS.search(line):
+            found.append(line)
+    return found
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -89,6 +117,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.section("a run without integration tests started the stack", sep="=", red=True)
         for command in found:
             terminalreporter.line(command)
+    if exitstatus != pytest.ExitCode.OK and not hasattr(config, "workerinput"):
+        # the containers' own OOM kills (tests/container) are expected; the last lines tell the rest
+        ended = kernel_endings(config.stash.get(_UPTIME_AT_START, 0.0))
+        if ended:
+            terminalreporter.section("processes the kernel ended during the run (dmesg)", sep="=", yellow=True)
+            for line in ended[-30:]:
+                terminalreporter.line(line)
 
 
 @pytest.fixture

@@ -29,7 +29,16 @@ from tritonclient.utils import (
     triton_to_np_dtype,
 )
 
-from app.core.errors import ApiError, InferenceTimeout, InvalidInput, InvalidItem, ModelNotReady, TritonUnavailable
+from app.core.causal_lm_contract import BUSY_MARKER
+from app.core.errors import (
+    ApiError,
+    InferenceTimeout,
+    InvalidInput,
+    InvalidItem,
+    ModelNotReady,
+    ModelOverloaded,
+    TritonUnavailable,
+)
 from app.core.generation_contract import DEADLINE_MARKER
 from app.core.settings import SERVER_TIMEOUT, TRITON_TIMEOUT, Settings
 from app.core.states import READY, UNAVAILABLE
@@ -84,6 +93,8 @@ def translate_error(
     refused = InvalidItem.decode(message)
     if refused is not None:  # a pipeline step refused one item of the batch
         return refused
+    if BUSY_MARKER in message:  # a text_generation model's waiting queue is full
+        return ModelOverloaded(f"{subject}: {message}")
     if DEADLINE_MARKER in message:  # a text2text model ended a generation at the deadline it was given
         return InferenceTimeout(f"{subject}: {message} (the router's {TRITON_TIMEOUT} or {SERVER_TIMEOUT})")
     if status == "DEADLINE_EXCEEDED":

@@ -7,10 +7,11 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pytest
 import torch
 
-from app.core.causal_lm_contract import ARCHITECTURES, SETTINGS
-from app.triton.causal_lm_requests import Request
+from app.core.causal_lm_contract import ARCHITECTURES, BUSY_MARKER, SETTINGS
+from app.triton.causal_lm_requests import Busy, Request
 from app.triton.causal_lm_scheduler import Scheduler
 
 KINDS = ARCHITECTURES
@@ -95,3 +96,26 @@ def drawn(make, prompt, seed: int, settings: dict, others=()) -> Collect:
         steps.submit(request(other, sink, **extra))
     turns_until_done(steps, sinks)
     return sinks[0]
+
+
+def check_the_waiting_bound(steps, model, clock: list[float]) -> None:
+    """``steps`` (either engine, ``max_rows`` 1, ``max_waiting`` 1, on ``clock``): a request beyond the
+    one that may wait is refused at once (``Busy``, counted), one is taken again once the first has
+    started, the second starts only once the first has ended (one row), the requests taken get
+    ``generate``'s tokens, and each one's wait is told as it starts."""
+    waits: list[float] = []
+    steps.waited = waits.append
+    first, second = Collect(), Collect()
+    steps.submit(request([5, 6, 7], first, max_new_tokens=4))
+    with pytest.raises(Busy, match=BUSY_MARKER):
+        steps.submit(request([9], Collect()))
+    clock[0] = 2.0
+    steps.turn(block=False)  # the first one starts: the queue has room again
+    assert waits == [2.0]
+    steps.submit(request([8, 9], second, max_new_tokens=4))
+    with pytest.raises(Busy, match="1 requests wait"):
+        steps.submit(request([9], Collect()))
+    turns_until_done(steps, [first, second], clock)  # a turn a second: the second waits for the only row
+    assert waits[0] == 2.0 and waits[1] >= 1.0 and steps.counts["busy"] == 2 and steps.counts["finished"] == 2
+    for prompt, sink in (([5, 6, 7], first), ([8, 9], second)):
+        assert sink.error is None and sink.tokens == generate(model, prompt, max_new_tokens=4, do_sample=False)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import time
 from pathlib import Path
 
@@ -81,6 +82,31 @@ def streamed(stack: Stack, body: dict, attributes: str | None = None) -> tuple[l
                 events.append(data if data == "[DONE]" else json.loads(data))
                 times.append(time.monotonic() - start)
     return events, times, time.monotonic() - start
+
+
+def open_stream(stack: Stack, model: str, text: str, new: int, began: bool = True) -> socket.socket:
+    """A streamed generation sent over a raw connection (closing it is a caller who leaves); with
+    ``began``, returned once its first event has arrived."""
+    body = json.dumps({"modelname": model, "payload": {"text": text, "max_new_tokens": new, "stream": True}})
+    connection = socket.create_connection(("127.0.0.1", stack.port), timeout=30)
+    head = f"POST /invocations HTTP/1.1\r\nHost: local\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    connection.sendall(head.encode() + body.encode())
+    received = b""
+    while began and b"data: " not in received:  # the headers may come alone, the first event after them
+        chunk = connection.recv(4096)
+        assert chunk, received
+        received += chunk
+    return connection
+
+
+def triton_lines(stack: Stack, model: str, prefix: str) -> dict[str, float]:
+    """Triton's metric lines of ``model`` that start with ``prefix``: each one's value by its name and labels."""
+    text = requests.get(f"http://127.0.0.1:{stack.triton_ports[2]}/metrics", timeout=10).text
+    return {
+        line.rsplit(" ", 1)[0]: float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith(prefix) and f'model="{model}"' in line
+    }
 
 
 def triton_metric(stack: Stack, outcome: str, model: str) -> float:

@@ -31,13 +31,14 @@ The Triton model's tensors, per request (one prompt; ``max_batch_size`` 0, no ba
   ``logprob`` ``[tokens]`` (``generate``'s transition scores of the best beam); beam search does not
   sample: ``do_sample``, ``temperature``, ``top_k``, ``top_p`` and ``seed`` are not read.
 - errors, each a response with Triton's final flag: values the model refuses ``INVALID_ARG`` (the
-  message starts with the field's name), the deadline or the model's unloading ``UNAVAILABLE``, a
-  cancelled request ``CANCELLED``, anything else ``INTERNAL``.
+  message starts with the field's name), the deadline, the model's unloading or its full waiting
+  queue (``BUSY_MARKER``) ``UNAVAILABLE``, a cancelled request ``CANCELLED``, anything else ``INTERNAL``.
 
 The model's config: decoupled (``model_transaction_policy { decoupled: true }``), ``max_batch_size``
 0, and the parameter ``RUNNING_ROWS_PARAMETER`` (string, default ``MAX_RUNNING_ROWS``): how many
-requests step together; the others wait for a row to end. ONNX Runtime's intra-op threads and
-providers come from the parameters ``ort_intra_op_threads`` and ``ort_providers``, as text2text's.
+requests step together; the others wait for a row to end, at most ``WAITING_PARAMETER`` of them. ONNX
+Runtime's intra-op threads and providers come from the parameters ``ort_intra_op_threads`` and
+``ort_providers``, as text2text's.
 """
 
 from __future__ import annotations
@@ -70,7 +71,9 @@ PRECISE = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
 # prefix cache within it, and the tokens one step may run (max_batched_tokens): the running batch is
 # bounded by both, a request beyond them waits in order.
 CACHE_GB_PARAMETER = "kv_cache_gb"
-CACHE_GB = 1
+CACHE_GB = 1  # at least; by default as much as one row of the whole context takes (cache_gb)
+GIB = 1024**3  # GenAI's cache_size unit
+CACHE_VALUE_BYTES = 4  # float32 keys and values (PRECISE)
 BATCHED_TOKENS_PARAMETER = "max_batched_tokens"
 BATCHED_TOKENS = 2048
 INPUT_IDS, ATTENTION_MASK, POSITION_IDS, LOGITS = "input_ids", "attention_mask", "position_ids", "logits"
@@ -85,6 +88,13 @@ MAX_PENALTY = 100.0
 MAX_TIMEOUT_MS = 24 * 3600 * 1000  # timeout_ms, at most (as text2text's)
 RUNNING_ROWS_PARAMETER = "max_running_rows"
 MAX_RUNNING_ROWS = 16
+# How many requests may wait for their first step beyond the running ones (the config.pbtxt parameter
+# max_waiting_requests; on the openvino engine, those in the pipeline without a first token count too):
+# one more is refused at once with an UNAVAILABLE error carrying BUSY_MARKER, which the router answers
+# 429 for the caller to retry, instead of queueing without bound (TGI bounds its requests at 128).
+WAITING_PARAMETER = "max_waiting_requests"
+MAX_WAITING = 64
+BUSY_MARKER = "the model's waiting queue is full"
 # The architectures (config.json's model_type) whose export has been held to generate token for token.
 ARCHITECTURES = ("gpt2", "llama", "qwen2", "qwen3", "mistral", "phi3")
 
@@ -125,6 +135,33 @@ def context_length(config: Mapping[str, Any]) -> int | None:
         if isinstance(value, int) and value > 0:
             return value
     return None
+
+
+def cache_layout(config: Mapping[str, Any]) -> tuple[int, int, int]:
+    """(layers, key/value heads, head width) of a config.json's key/value cache (GPT-2's names too)."""
+    layers = int(config.get("num_hidden_layers") or config["n_layer"])
+    heads = int(config.get("num_attention_heads") or config["n_head"])
+    kv_heads = int(config.get("num_key_value_heads") or heads)
+    hidden = int(config.get("hidden_size") or config["n_embd"])
+    return layers, kv_heads, int(config.get("head_dim") or hidden // heads)
+
+
+def cache_bytes_per_token(config: Mapping[str, Any]) -> int:
+    """The key/value cache one token takes, every layer's keys and values in float32."""
+    layers, kv_heads, head_dim = cache_layout(config)
+    return 2 * layers * kv_heads * head_dim * CACHE_VALUE_BYTES
+
+
+def cache_gb(per_token: int, context: int) -> int:
+    """The openvino engine's ``kv_cache_gb`` where config.pbtxt does not set it: one row of the whole
+    ``context`` (a prompt as long as the model takes is served), at least ``CACHE_GB``. GenAI allocates
+    it as rows grow, not at once; the prefix cache keeps what rows leave within it."""
+    return max(CACHE_GB, -(-per_token * context // GIB))
+
+
+def cache_tokens(gb: int, per_token: int) -> int:
+    """How many tokens ``gb`` of cache holds (every row's together)."""
+    return gb * GIB // per_token
 
 
 def defaults(generation: Mapping[str, Any]) -> dict[str, Any]:

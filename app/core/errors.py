@@ -154,6 +154,13 @@ class TritonUnavailable(ApiError):
     status, code = 503, "triton_unavailable"
 
 
+class ModelOverloaded(ApiError):
+    """A generation model whose waiting queue is full refused the request on arrival: retry after a
+    moment (SageMaker's callers see a ``ModelError`` carrying this body)."""
+
+    status, code = 429, "model_overloaded"
+
+
 class InferenceTimeout(ApiError):
     status, code = 504, "inference_timeout"
 

@@ -12,12 +12,14 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
-from app.core.causal_lm_contract import MAX_RUNNING_ROWS, context_length
+from app.core.causal_lm_contract import MAX_RUNNING_ROWS, MAX_WAITING, context_length
 from app.core.generation_contract import end_ids, read_generation_config
 from app.triton.causal_lm_beams import BeamSearch
-from app.triton.causal_lm_requests import Cancelled, Closed, Counts, Request, check
+from app.triton.causal_lm_requests import Busy, Cancelled, Closed, Counts, Request, check
 from app.triton.causal_lm_session import Graph
 
 LOG = logging.getLogger(__name__)
@@ -29,23 +31,34 @@ class Loop:
     ``folder``: the Hugging Face folder (config.json, generation_config.json: the end-of-sequence
     tokens, the positions, the vocabulary, beam search's defaults); ``graph``: its ``decoder.onnx``
     (beam search runs ``generate`` over it); ``max_rows``: how many requests step together at most
-    (beams are not counted: they run apart)."""
+    (beams are not counted: they run apart); ``max_waiting``: how many may wait for their first step
+    beyond them (one more is refused, ``Busy``). ``waited`` is told, for each request, the seconds from
+    its arrival to the start of the step that makes its first token (Triton's metrics)."""
 
     thread_name = "causal-lm-steps"
 
-    def __init__(self, folder: Path, graph: Graph, max_rows: int = MAX_RUNNING_ROWS, clock=time.monotonic) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        graph: Graph,
+        max_rows: int = MAX_RUNNING_ROWS,
+        clock=time.monotonic,
+        max_waiting: int = MAX_WAITING,
+    ) -> None:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
         self.ends = frozenset(end_ids(read_generation_config(folder), config))
         self.vocabulary = graph.vocabulary or int(config["vocab_size"])
         self.context = context_length(config)
         self.max_rows = max(1, max_rows)
+        self.max_waiting = max(0, max_waiting)
         self.clock = clock
         self.beams = BeamSearch(folder, graph, clock)
         self.waiting: deque[Request] = deque()
         self.condition = threading.Condition()
         self.closing = False
         self.thread = threading.Thread(target=self._loop, name=self.thread_name, daemon=True)
-        self.counts = Counts(("finished", "late", "cancelled", "failed", "steps"))
+        self.counts = Counts(("finished", "late", "cancelled", "failed", "busy", "steps"))
+        self.waited: Callable[[float], None] | None = None
 
     def start(self):
         self.thread.start()
@@ -57,7 +70,8 @@ class Loop:
         check(request.ids, request.settings, self.vocabulary, self.context)
 
     def submit(self, request: Request) -> None:
-        """Checks the request (``Refused``, raised here) and queues it: it joins at the next step."""
+        """Checks the request (``Refused``, raised here) and queues it: it joins at the next step, or is
+        refused (``Busy``, raised here) where ``max_waiting`` requests wait already."""
         self.check(request)
         if int(request.settings["num_beams"]) > 1:
             self.beams.submit(request)
@@ -65,8 +79,24 @@ class Loop:
         with self.condition:
             if self.closing:
                 raise Closed("the model is unloading")
-            self.waiting.append(request)
+            waiting = self.waiting_now()
+            if waiting >= self.max_waiting:
+                self.counts["busy"] += 1
+                raise Busy(waiting)
+            self.waiting.append(replace(request, arrived=self.clock()))
             self.condition.notify()
+
+    def waiting_now(self) -> int:
+        """How many requests wait for their first step (called holding ``condition``)."""
+        return len(self.waiting)
+
+    def _started(self, request: Request, at: float) -> None:
+        """``request``'s first step began ``at``: its wait told to ``waited``."""
+        if self.waited is not None:
+            try:
+                self.waited(max(0.0, at - request.arrived))
+            except Exception:
+                LOG.exception("telling a request's wait failed")
 
     def close(self) -> None:
         """Stops the loop after its step; the requests still running or waiting fail (``Closed``)."""

@@ -9,9 +9,11 @@ and ends the stream of a request that failed (deadline, error) with an error res
 cancels (``response_sender.is_cancelled()``, asked every step) has its row dropped at the next step.
 
 Triton's own metrics (its metrics port, ``/metrics``) carry how the model's requests ended,
-``text_generation_requests_total{model, outcome}`` (``finished``, ``cancelled``, ``late``, ``failed``),
-and ``text_generation_steps_total{model}``, the batch steps run: a cancelled caller is seen there,
-in Triton, as well as on the router's ``router_generation_cancelled_total``.
+``text_generation_requests_total{model, outcome}`` (``finished``, ``cancelled``, ``late``, ``failed``,
+and ``busy``: refused on arrival, the waiting queue full), ``text_generation_steps_total{model}``, the
+batch steps run, and ``text_generation_queue_duration_seconds{model}``, a histogram of each request's
+wait from its arrival to the start of the step that makes its first token: a cancelled caller is seen
+there, in Triton, as well as on the router's ``router_generation_cancelled_total``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ import numpy as np
 from app.core.causal_lm_contract import (
     BATCHED_TOKENS,
     BATCHED_TOKENS_PARAMETER,
-    CACHE_GB,
     CACHE_GB_PARAMETER,
     GRAPH_FILE,
     INPUT_IDS,
@@ -37,13 +38,15 @@ from app.core.causal_lm_contract import (
     LOGPROB,
     MAX_RUNNING_ROWS,
     MAX_TIMEOUT_MS,
+    MAX_WAITING,
     RUNNING_ROWS_PARAMETER,
     SETTINGS,
     TOKEN_ID,
+    WAITING_PARAMETER,
     defaults,
 )
 from app.core.generation_contract import TIMEOUT_MS, read_generation_config
-from app.triton.causal_lm_requests import Cancelled, Closed, Late, Refused, Request
+from app.triton.causal_lm_requests import Busy, Cancelled, Closed, Late, Refused, Request
 from app.triton.causal_lm_scheduler import Scheduler
 from app.triton.causal_lm_session import Graph, open_session
 from app.triton.responses import present
@@ -55,7 +58,10 @@ except ImportError:  # outside Triton (unit tests put a stand-in here)
 
 LOG = logging.getLogger(__name__)
 PROVIDERS_PARAMETER = "ort_providers"  # ONNX Runtime's providers, by preference (the target's)
-OUTCOMES = ("finished", "cancelled", "late", "failed")
+OUTCOMES = ("finished", "cancelled", "late", "failed", "busy")
+# The queue-duration histogram's buckets (seconds): a step of a small model takes milliseconds, a long
+# prompt's seconds; a wait of a minute is a queue that should have been refused earlier.
+QUEUE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 CANCEL_CHECK_S = 0.05  # a caller gone is seen within this (and the next step)
 WARM_UP_S = 120.0
 
@@ -122,11 +128,12 @@ class Stream:
 
 def triton_error(error: Exception):
     """The Triton error of a request's failure: the caller's values (400), its deadline (the router's
-    timeout) or the model's unloading, its cancellation, else the model's own failure (500)."""
+    timeout), the model's unloading or its full queue (429), its cancellation, else the model's own
+    failure (500)."""
     codes = pb_utils.TritonError
     if isinstance(error, Refused):
         return codes(str(error), codes.INVALID_ARG)
-    if isinstance(error, (Late, Closed)):
+    if isinstance(error, (Late, Closed, Busy)):
         return codes(str(error), codes.UNAVAILABLE)
     if isinstance(error, Cancelled):
         return codes(str(error), getattr(codes, "CANCELLED", codes.UNAVAILABLE))
@@ -186,7 +193,7 @@ def triton_metrics(model: str):
     ended = family(
         name="text_generation_requests_total",
         description="text_generation requests by how they ended: finished, cancelled (the caller went away), "
-        "late (past the deadline), failed",
+        "late (past the deadline), failed, busy (refused on arrival: the waiting queue full)",
         kind=family.COUNTER,
     )
     steps = family(name="text_generation_steps_total", description="Batch steps run", kind=family.COUNTER)
@@ -194,6 +201,23 @@ def triton_metrics(model: str):
     counters["steps"] = steps.Metric(labels={"model": model})
 
     return updater(counters, (ended, steps), "increment")
+
+
+def triton_queue_time(model: str):
+    """Each request's wait for its first step, as a histogram of Triton's metrics (None outside
+    Triton)."""
+    family = getattr(pb_utils, "MetricFamily", None)
+    if family is None or not hasattr(family, "HISTOGRAM"):
+        return None
+    waits = family(
+        name="text_generation_queue_duration_seconds",
+        description="text_generation requests' wait from their arrival to the start of the step that makes "
+        "their first token",
+        kind=family.HISTOGRAM,
+    )
+    histogram = waits.Metric(labels={"model": model}, buckets=list(QUEUE_BUCKETS))
+    update = updater({"wait": histogram}, (waits,), "observe")
+    return lambda seconds: update("wait", seconds)
 
 
 def triton_gauges(model: str):
@@ -225,7 +249,8 @@ class TritonPythonModel:
 
         volunteer_for_the_oom_killer()
         config = json.loads(args["model_config"])
-        folder = load_spec(Path(args["model_repository"])).text.folder
+        text = load_spec(Path(args["model_repository"])).text
+        folder = text.folder
         parameters = config.get("parameters", {})
 
         def parameter(name: str, default: int) -> int:
@@ -234,23 +259,25 @@ class TritonPythonModel:
 
         providers = parameters.get(PROVIDERS_PARAMETER, {}).get("string_value", "")
         rows = parameter(RUNNING_ROWS_PARAMETER, MAX_RUNNING_ROWS)
+        waiting = parameter(WAITING_PARAMETER, MAX_WAITING)
         threads = intra_op_threads(config)
         limit_torch_threads(threads)
         version = Path(args["model_repository"]) / args["model_version"]
         graph = Graph(open_session(version / GRAPH_FILE, threads, [p for p in providers.split(",") if p]))
         if (version / IR_FILE).is_file():  # [export] engine = "openvino"
-            from app.triton.causal_lm_openvino import OpenVinoScheduler, open_pipeline
+            from app.triton.causal_lm_openvino import OpenVinoScheduler, open_pipeline, sized_cache
 
-            cache_gb, tokens = (
-                parameter(CACHE_GB_PARAMETER, CACHE_GB),
-                parameter(BATCHED_TOKENS_PARAMETER, BATCHED_TOKENS),
+            cache_gb = sized_cache(folder, text.sequence_length, parameter(CACHE_GB_PARAMETER, 0))
+            LOG.info("the openvino engine's key/value cache: up to %d GB (%s)", cache_gb, CACHE_GB_PARAMETER)
+            pipeline = open_pipeline(
+                version, threads, cache_gb, parameter(BATCHED_TOKENS_PARAMETER, BATCHED_TOKENS), rows
             )
-            pipeline = open_pipeline(version, threads, cache_gb, tokens, rows)
-            self.scheduler = OpenVinoScheduler(folder, pipeline, graph, rows)
+            self.scheduler = OpenVinoScheduler(folder, pipeline, graph, rows, max_waiting=waiting)
             self.scheduler.show = triton_gauges(args["model_name"])
         else:
-            self.scheduler = Scheduler(folder, graph, rows)
+            self.scheduler = Scheduler(folder, graph, rows, max_waiting=waiting)
         self.scheduler.counts.observe = self.scheduler.beams.counts.observe = triton_metrics(args["model_name"])
+        self.scheduler.waited = triton_queue_time(args["model_name"])
         self.scheduler.start()
         self.defaults = defaults(read_generation_config(folder))
         self.input_names = [tensor["name"] for tensor in config["input"]]

@@ -20,17 +20,26 @@ ONNX Runtime loop.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from app.core.causal_lm_contract import MAX_RUNNING_ROWS, NO_SEED, PRECISE
+from app.core.causal_lm_contract import (
+    CACHE_GB_PARAMETER,
+    MAX_RUNNING_ROWS,
+    NO_SEED,
+    PRECISE,
+    cache_bytes_per_token,
+    cache_gb,
+    cache_tokens,
+    context_length,
+)
 from app.triton.causal_lm_loop import Loop
 from app.triton.causal_lm_requests import Cancelled, Late, Request
 from app.triton.causal_lm_session import Graph
@@ -69,6 +78,23 @@ def generation_config(settings, ends: frozenset[int]):
     return config
 
 
+def sized_cache(folder: Path, sequence_length: int | None, given: int) -> int:
+    """``kv_cache_gb``: ``given`` (config.pbtxt) where it holds one row of the whole context (the
+    folder's positions, or model.toml's ``sequence_length`` where less), ``ValueError`` naming what
+    fits where it does not; not given (0), ``cache_gb``'s default."""
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    per_token = cache_bytes_per_token(config)
+    context = min(n for n in (context_length(config), sequence_length) if n)
+    needed = cache_gb(per_token, context)
+    held = cache_tokens(given, per_token)
+    if given and held < context:
+        raise ValueError(
+            f"{CACHE_GB_PARAMETER} {given} holds {held:,} tokens of this model's key/value cache ({per_token:,} bytes "
+            f"a token), under its context of {context:,}: set it to {needed}, or [preprocess] sequence_length to {held}"
+        )
+    return given or needed
+
+
 def open_pipeline(version: Path, threads: int, cache_gb: int, batched_tokens: int, max_rows: int):
     """GenAI's pipeline over ``version``'s IR on the CPU, in float32, with a prefix cache."""
     import openvino_genai
@@ -94,12 +120,16 @@ class Running:
 class OpenVinoScheduler(Loop):
     """Continuous batching on GenAI's pipeline (``causal_lm_loop.Loop``: the queue, the checks, beam
     search beside, the endings). ``pipeline``: ``open_pipeline``'s; ``graph``: ``decoder.onnx``, for
-    beam search only; ``max_rows`` is GenAI's ``max_num_seqs`` too."""
+    beam search only. At most ``max_rows`` requests are in the pipeline at once, the others wait in
+    order in the loop's queue: GenAI's own ``max_num_seqs`` bounds nothing under its dynamic split-fuse
+    scheduling (the default), where only tokens and cache blocks limit a step."""
 
     thread_name = "openvino-steps"
 
-    def __init__(self, folder: Path, pipeline, graph: Graph, max_rows: int = MAX_RUNNING_ROWS, clock=time.monotonic):
-        super().__init__(folder, graph, max_rows, clock)
+    def __init__(
+        self, folder: Path, pipeline, graph: Graph, max_rows: int = MAX_RUNNING_ROWS, clock=time.monotonic, **loop
+    ):
+        super().__init__(folder, graph, max_rows, clock, **loop)
         self.pipeline = pipeline
         self.running: dict[int, Running] = {}
         self.ids = 0
@@ -113,17 +143,19 @@ class OpenVinoScheduler(Loop):
                 self.condition.wait_for(lambda: self.closing or self.waiting or self.running)
             if self.closing:
                 return False
-            taken, self.waiting = list(self.waiting), deque()
+            free = max(0, self.max_rows - len(self.running))
+            taken = [self.waiting.popleft() for _ in range(min(free, len(self.waiting)))]
         try:
             for request in taken:
                 self._add(request)
             self._drop_ended()
             if self.running:
+                began = self.clock()
                 self.pipeline.step()
                 self.counts["steps"] += 1
                 for row in list(self.running.values()):
-                    self._send(row)
-                self._show()
+                    self._send(row, began)
+            self._show()  # also once the last rows left without a step (cancelled, late)
         except Exception as error:  # the running rows fail; the loop lives on
             LOG.exception("generation step failed")
             for row in list(self.running.values()):
@@ -162,10 +194,13 @@ class OpenVinoScheduler(Loop):
             elif self._cancelled(row.request, ending=False):
                 self._cancel(row, Cancelled("cancelled by its caller"), "cancelled")
 
-    def _send(self, row: Running) -> None:
-        """The row's tokens of this step, the last one flagged where GenAI says the request ended."""
+    def _send(self, row: Running, began: float) -> None:
+        """The row's tokens of the step that ``began`` then, the last one flagged where GenAI says the
+        request ended."""
         if not row.handle.can_read():
             return
+        if not row.made:
+            self._started(row.request, began)
         (output,) = row.handle.read().values()
         tokens, logprobs = list(output.generated_ids), list(output.generated_log_probs)
         ended = output.finish_reason.name != "NONE"

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from app.core.causal_lm_contract import SETTINGS
+from app.core.causal_lm_contract import BUSY_MARKER, SETTINGS, WAITING_PARAMETER
 from app.core.generation_contract import DEADLINE_MARKER
 
 
@@ -51,6 +51,13 @@ class Closed(RuntimeError):
     """A request still running or waiting when the model is unloaded."""
 
 
+class Busy(RuntimeError):
+    """A request refused on arrival: as many wait already as the model lets wait (the caller retries)."""
+
+    def __init__(self, waiting: int) -> None:
+        super().__init__(f"{BUSY_MARKER}: {waiting} requests wait for their first token ({WAITING_PARAMETER}); retry")
+
+
 class Sink(Protocol):
     """Where a request's answer goes. Each request gets exactly one ending: a ``token`` with ``last``,
     a ``sequence`` (beam search: every token at once), or ``failed``."""
@@ -67,12 +74,13 @@ class Sink(Protocol):
 @dataclass(frozen=True)
 class Request:
     """One prompt: its token ids, every setting of ``SETTINGS`` by name, its deadline
-    (``time.monotonic()``) and its sink."""
+    (``time.monotonic()``), its sink, and when the scheduler took it (set by ``Loop.submit``)."""
 
     ids: np.ndarray
     settings: Mapping[str, Any]
     deadline: float
     sink: Sink
+    arrived: float = 0.0
 
 
 def check(ids: np.ndarray, settings: Mapping[str, Any], vocabulary: int, context: int | None) -> None:

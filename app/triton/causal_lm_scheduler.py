@@ -118,8 +118,10 @@ class Scheduler(Loop):
     """Continuous batching over one graph (``causal_lm_loop.Loop``: the queue, the checks, beam search
     beside, the endings): ``graph`` is ``decoder.onnx`` in ONNX Runtime, the steps' and beam search's."""
 
-    def __init__(self, folder: Path, graph: Graph, max_rows: int = MAX_RUNNING_ROWS, clock=time.monotonic) -> None:
-        super().__init__(folder, graph, max_rows, clock)
+    def __init__(
+        self, folder: Path, graph: Graph, max_rows: int = MAX_RUNNING_ROWS, clock=time.monotonic, **loop
+    ) -> None:
+        super().__init__(folder, graph, max_rows, clock, **loop)
         self.graph = graph
         self.batch = Batch(graph.empty(0))
 
@@ -155,7 +157,10 @@ class Scheduler(Loop):
             taken = [self.waiting.popleft() for _ in range(min(free, len(self.waiting)))]
         for request in late:
             self._end(request, Late(0), "late")
-        return [request for request in taken if not self._cancelled(request)]
+        taken = [request for request in taken if not self._cancelled(request)]
+        for request in taken:
+            self._started(request, now)
+        return taken
 
     def _join(self, requests: list[Request]) -> None:
         ids, mask, positions = prompt_inputs([request.ids for request in requests])

@@ -18,24 +18,19 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
-from app.core.causal_lm_contract import ATTENTION_MASK, INPUT_IDS, LOGITS, POSITION_IDS, cache_names
+from app.core.causal_lm_contract import ATTENTION_MASK, INPUT_IDS, LOGITS, POSITION_IDS, cache_layout, cache_names
 
 OPSET = 17
 
 
 def layers_of(model: nn.Module) -> int:
-    config = model.config
-    return int(getattr(config, "num_hidden_layers", None) or config.n_layer)
+    return cache_layout(model.config.to_dict())[0]
 
 
 def cache_shape(model: nn.Module) -> tuple[int, int]:
     """(key/value heads, head width) of the model's cache."""
-    config = model.config
-    heads = int(getattr(config, "num_attention_heads", None) or config.n_head)
-    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
-    hidden = int(getattr(config, "hidden_size", None) or config.n_embd)
-    head_dim = getattr(config, "head_dim", None) or hidden // heads
-    return kv_heads, int(head_dim)
+    _, kv_heads, head_dim = cache_layout(model.config.to_dict())
+    return kv_heads, head_dim
 
 
 class Step(nn.Module):

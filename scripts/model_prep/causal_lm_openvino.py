@@ -19,6 +19,7 @@ token.
 
 from __future__ import annotations
 
+import json
 import shutil
 import warnings
 from pathlib import Path
@@ -27,7 +28,19 @@ import numpy as np
 import torch
 from torch import nn
 
-from app.core.causal_lm_contract import IR_FILE, MIN_AGREEMENT, PRECISE, WEIGHTS_KEY
+from app.core.causal_lm_contract import (
+    CACHE_GB_PARAMETER,
+    GIB,
+    IR_FILE,
+    MIN_AGREEMENT,
+    PRECISE,
+    WEIGHTS_KEY,
+    cache_bytes_per_token,
+    cache_gb,
+    cache_layout,
+    cache_tokens,
+    context_length,
+)
 from app.triton.causal_lm_openvino import ending
 from scripts.model_prep import causal_lm_checks as checks
 
@@ -185,7 +198,25 @@ def prepare(spec, model: nn.Module, folder: Path, seed: int, want: list[list[int
             raise checks.refusal(spec, f"OpenVINO GenAI cannot run its IR ({checks.first_line(error)})") from None
         if got != want:
             raise checks.refusal(spec, f"its OpenVINO IR does not equal generate (tokens {got} against {want})")
-    return {WEIGHTS_KEY: weights, **(quantized(spec, folder, step) if weights == "int8" else {})}
+    return {WEIGHTS_KEY: weights, **cache_line(spec), **(quantized(spec, folder, step) if weights == "int8" else {})}
+
+
+def cache_line(spec) -> dict:
+    """What the key/value cache of one token and of the whole context take, and the kv_cache_gb the
+    served model defaults to, printed; the bytes a token kept in the report."""
+    config = json.loads((spec.text.folder / "config.json").read_text(encoding="utf-8"))
+    per_token = cache_bytes_per_token(config)
+    context = min(n for n in (context_length(config), spec.text.sequence_length) if n)
+    gb = cache_gb(per_token, context)
+    layers, kv_heads, head_dim = cache_layout(config)
+    print(
+        f"[{spec.name}] key/value cache: {per_token:,} bytes a token ({layers} layers x {kv_heads} heads x "
+        f"{head_dim} x keys and values x float32); the {context:,}-token context takes "
+        f"{per_token * context / GIB:.2f} GB a row: {CACHE_GB_PARAMETER} {gb} by default, "
+        f"{cache_tokens(gb, per_token):,} tokens",
+        flush=True,
+    )
+    return {"kv_cache_bytes_per_token": per_token, "kv_cache_gb": gb}
 
 
 def quantized(spec, folder: Path, step) -> dict:

@@ -15,7 +15,6 @@ local stack's PayloadParts (cut small) as it reads SageMaker's."""
 from __future__ import annotations
 
 import json
-import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,6 +28,7 @@ from tests.causal_serving import (
     assert_greedy_is_generate,
     generate,
     long_copy,
+    open_stream,
     references_of,
     result,
     streamed,
@@ -194,16 +194,8 @@ def test_a_short_request_joins_a_long_generation_instead_of_waiting(stack):
 
 def test_a_caller_that_leaves_ends_its_generation_in_triton(stack):
     before = triton_metric(stack, "cancelled", LONG)
-    body = json.dumps({"modelname": LONG, "payload": {"text": "hello", "max_new_tokens": 1000, "stream": True}})
-    with socket.create_connection(("127.0.0.1", stack.port), timeout=30) as connection:
-        head = f"POST /invocations HTTP/1.1\r\nHost: local\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-        connection.sendall(head.encode() + body.encode())
-        received = b""
-        while b"data: " not in received:  # the headers may come alone, the first event after them
-            chunk = connection.recv(4096)
-            assert chunk, received
-            received += chunk
-        # the stream has begun; the caller goes away
+    with open_stream(stack, LONG, "hello", 1000):
+        pass  # the stream has begun; the caller goes away
     deadline = time.monotonic() + 20
     while triton_metric(stack, "cancelled", LONG) == before and time.monotonic() < deadline:
         time.sleep(0.1)

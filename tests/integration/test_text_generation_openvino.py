@@ -10,8 +10,6 @@ bad input is a 400 naming the field and the stack keeps serving."""
 
 from __future__ import annotations
 
-import json
-import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,25 +17,29 @@ from pathlib import Path
 import pytest
 import requests
 
+from app.core.causal_lm_contract import MAX_NEW_TOKENS, RUNNING_ROWS_PARAMETER, WAITING_PARAMETER
 from scripts.devtools import Stack
 from scripts.model_prep.small_models.sets import SETS, Built
 from tests.causal_serving import (
     assert_greedy_is_generate,
     generate,
     long_copy,
+    open_stream,
     references_of,
     result,
     streamed,
+    triton_lines,
     triton_metric,
 )
 from tests.references import served_copy
-from tests.support import assert_error, post
+from tests.support import assert_conforms, assert_error, post
 
 pytestmark = pytest.mark.integration
 
 MODELS = tuple(name for name in SETS["causal_openvino"].models if name.endswith("_openvino"))
 INT8 = "llama_int8"  # the trained Llama with int8 weights
 LONG = "llama_openvino_long"  # llama_openvino with 2,048 positions: a generation long enough to leave
+ONE_ROW = "llama_openvino_one_row"  # LONG with one running row and one waiting request at most
 PROMPTS = ("The quick brown fox", "Hello there, how are", "Le café est")
 
 
@@ -51,11 +53,20 @@ def stack(small_models: Built, tmp_path_factory, stopping: list[Stack]):
     shared = small_models.repository("causal_openvino")
     repository = served_copy(shared, (*MODELS, INT8), tmp_path_factory.mktemp("repository"))
     long_copy(shared, repository, "llama_openvino", LONG, 2048)
+    one_row = long_copy(shared, repository, "llama_openvino", ONE_ROW, 2048) / "config.pbtxt"
+    one_row.write_text(one_row.read_text() + one_row_parameters())
     started = Stack(repository).start(tmp_path_factory.mktemp("openvino-stack-logs"))
     stopping.append(started)
     started.wait_healthy()
     yield started
     started.begin_stop()
+
+
+def one_row_parameters() -> str:
+    return "".join(
+        f'parameters {{ key: "{key}" value: {{ string_value: "1" }} }}\n'
+        for key in (RUNNING_ROWS_PARAMETER, WAITING_PARAMETER)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -129,15 +140,8 @@ def test_a_seeded_sample_repeats_itself_whoever_it_runs_beside(stack):
 def test_a_caller_that_leaves_ends_its_generation_in_triton(stack):
     model = LONG
     before = triton_metric(stack, "cancelled", model)
-    body = json.dumps({"modelname": model, "payload": {"text": "hello", "max_new_tokens": 1000, "stream": True}})
-    with socket.create_connection(("127.0.0.1", stack.port), timeout=30) as connection:
-        head = f"POST /invocations HTTP/1.1\r\nHost: local\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-        connection.sendall(head.encode() + body.encode())
-        received = b""
-        while b"data: " not in received:
-            chunk = connection.recv(4096)
-            assert chunk, received
-            received += chunk
+    with open_stream(stack, model, "hello", 1000):
+        pass  # the stream has begun; the caller goes away
     deadline = time.monotonic() + 20
     while triton_metric(stack, "cancelled", model) == before and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -146,16 +150,47 @@ def test_a_caller_that_leaves_ends_its_generation_in_triton(stack):
     events, _, _ = streamed(stack, {"modelname": model, "payload": {"text": "hi", "max_new_tokens": 5, "stream": True}})
     assert len(events) == 5
     # the engine's gauges: nothing running or waiting once the last stream ended, its cache's use a share
-    text = requests.get(f"http://127.0.0.1:{stack.triton_ports[2]}/metrics", timeout=10).text
-    gauges = {
-        line.split("{")[0] + ("/" + line.split('state="')[1].split('"')[0] if "state=" in line else ""): float(
-            line.split()[-1]
-        )
-        for line in text.splitlines()
-        if f'model="{model}"' in line and line.startswith(("text_generation_requests_now", "text_generation_kv_cache"))
-    }
-    assert gauges["text_generation_requests_now/running"] == 0 and gauges["text_generation_requests_now/waiting"] == 0
-    assert 0 <= gauges["text_generation_kv_cache_usage_ratio"] <= 1, gauges
+    gauges = triton_lines(stack, model, "text_generation_requests_now") | triton_lines(
+        stack, model, "text_generation_kv"
+    )
+    assert [gauges[now(model, state)] for state in ("running", "waiting")] == [0, 0], gauges
+    assert 0 <= gauges[f'text_generation_kv_cache_usage_ratio{{model="{model}"}}'] <= 1, gauges
+
+
+def now(model: str, state: str) -> str:
+    return f'text_generation_requests_now{{model="{model}",state="{state}"}}'
+
+
+def test_a_request_past_the_waiting_bound_is_a_429_and_the_stack_keeps_serving(stack):
+    """``ONE_ROW``: one running row and one waiting request (its config.pbtxt's parameters). While one
+    long generation runs and another waits for its row, a third caller is answered 429 at once, nothing
+    generated; Triton counts the refusal and each started request's wait; the stack serves on."""
+    model, gauges = ONE_ROW, "text_generation_requests_now"
+    running = open_stream(stack, model, "hello", MAX_NEW_TOKENS)  # its first token came: it has the row
+    waiting = open_stream(stack, model, "hi", MAX_NEW_TOKENS, began=False)
+    try:
+        deadline = time.monotonic() + 20
+        while triton_lines(stack, model, gauges).get(now(model, "waiting")) != 1:  # the second one queued
+            assert time.monotonic() < deadline, triton_lines(stack, model, gauges)
+            time.sleep(0.02)
+        refused = post(stack, {"modelname": model, "payload": {"text": "again", "max_new_tokens": 4}})
+        running_then = triton_lines(stack, model, gauges).get(now(model, "running"))
+    finally:
+        running.close()
+        waiting.close()
+    assert running_then == 1  # one row at most: the second generation still waited
+    assert_error(refused, 429, "model_overloaded", "waiting queue is full", "max_waiting_requests")
+    assert_conforms(refused, "/invocations", "POST")
+    assert requests.get(f"{stack.url}/ping", timeout=5).status_code == 200
+    deadline = time.monotonic() + 20  # both callers gone: their rows end at the next step
+    while any(triton_lines(stack, model, gauges).get(now(model, state)) for state in ("running", "waiting")):
+        assert time.monotonic() < deadline, triton_lines(stack, model, gauges)
+        time.sleep(0.02)
+    events, _, _ = streamed(stack, {"modelname": model, "payload": {"text": "hi", "max_new_tokens": 5, "stream": True}})
+    assert len(events) == 5
+    assert triton_metric(stack, "busy", model) == 1
+    waits = sum(triton_lines(stack, model, "text_generation_queue_duration_seconds_count").values())
+    assert waits >= 3, waits  # the warm-up's, the first generation's and the last one's
 
 
 @pytest.mark.parametrize(

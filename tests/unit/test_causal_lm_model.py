@@ -18,11 +18,13 @@ import pytest
 import torch
 
 from app.core.causal_lm_contract import (
+    BUSY_MARKER,
     GRAPH_FILE,
     INPUT_IDS,
     LOGPROB,
     RUNNING_ROWS_PARAMETER,
     TOKEN_ID,
+    WAITING_PARAMETER,
     inputs,
 )
 from app.core.generation_contract import DEADLINE_MARKER, TIMEOUT_MS
@@ -58,13 +60,13 @@ class FakeUtils:
 class FakeMetricFamily:
     """pb_utils.MetricFamily: each metric's labels and value, by the family's name."""
 
-    COUNTER = "COUNTER"
+    COUNTER, HISTOGRAM = "COUNTER", "HISTOGRAM"
     values: ClassVar[dict] = {}
 
     def __init__(self, name, description, kind):
         self.name = name
 
-    def Metric(self, labels):
+    def Metric(self, labels, buckets=None):
         key = (self.name, tuple(sorted(labels.items())))
         FakeMetricFamily.values[key] = 0
         values = FakeMetricFamily.values
@@ -72,6 +74,10 @@ class FakeMetricFamily:
         class Metric:
             def increment(self, added):
                 values[key] += added
+
+            def observe(self, value):  # a histogram: its count of observations
+                assert value >= 0
+                values[key] += 1
 
         return Metric()
 
@@ -125,7 +131,11 @@ def initialized(folder: Path, repository: Path):
     patch.setattr("clients.families.load_spec", lambda _: SimpleNamespace(text=SimpleNamespace(folder=folder)))
     config = {
         "input": inputs(),
-        "parameters": {"ort_intra_op_threads": {"string_value": "1"}, RUNNING_ROWS_PARAMETER: {"string_value": "4"}},
+        "parameters": {
+            "ort_intra_op_threads": {"string_value": "1"},
+            RUNNING_ROWS_PARAMETER: {"string_value": "4"},
+            WAITING_PARAMETER: {"string_value": "8"},
+        },
     }
     served = backend.TritonPythonModel()
     served.initialize(
@@ -157,7 +167,8 @@ def generate(causal_lms, prompt, **settings) -> list[int]:
 
 
 def test_initialize_reads_its_parameters_and_warms_up(model):
-    assert model.scheduler.max_rows == 4 and model.scheduler.thread.is_alive()
+    assert model.scheduler.max_rows == 4 and model.scheduler.max_waiting == 8 and model.scheduler.thread.is_alive()
+    assert metric("text_generation_queue_duration_seconds") >= 1  # the warm-up's wait for its first step
     # greedy by default: the warm-up runs the step loop; beam search's generate is loaded at its first request
     assert model.scheduler.counts["finished"] == 1 and model.scheduler.beams.counts["finished"] == 0
 
@@ -235,6 +246,16 @@ def test_a_request_past_its_deadline_ends_unavailable(model):
     response, flags = slow.sent[-1]
     assert flags == FINAL and response.error.code == "UNAVAILABLE" and DEADLINE_MARKER in response.error.message
     assert 1 <= len(slow.tokens()) < 50
+
+
+def test_a_request_past_the_waiting_bound_ends_unavailable_naming_the_queue(model, monkeypatch):
+    monkeypatch.setattr(model.scheduler, "max_waiting", 0)  # none may wait: the next one is refused
+    before = metric("text_generation_requests_total", outcome="busy")
+    sender = Sender()
+    model.execute([triton_request([1, 2, 3], sender, max_new_tokens=5)])
+    ((response, flags),) = sender.sent
+    assert flags == FINAL and response.error.code == "UNAVAILABLE" and BUSY_MARKER in response.error.message
+    assert metric("text_generation_requests_total", outcome="busy") == before + 1
 
 
 def test_a_cancelled_request_ends_at_the_next_step(model, causal_lms):

@@ -6,6 +6,7 @@ cancelling, closing and refusals end requests as the ONNX Runtime loop ends them
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -13,13 +14,21 @@ import numpy as np
 import pytest
 import torch
 
-from app.core.causal_lm_contract import GRAPH_FILE, IR_FILE
+from app.core.causal_lm_contract import GRAPH_FILE, IR_FILE, cache_bytes_per_token
 from app.core.generation_contract import DEADLINE_MARKER
-from app.triton.causal_lm_openvino import OpenVinoScheduler, open_pipeline
+from app.triton.causal_lm_openvino import OpenVinoScheduler, open_pipeline, sized_cache
 from app.triton.causal_lm_requests import Cancelled, Closed, Refused
 from app.triton.causal_lm_session import Graph, open_session
 from scripts.model_prep.small_models.sets import OPENVINO_ARCHITECTURES, Built
-from tests.causal_scheduling import Collect, drawn, generate, prompts, request, turns_until_done
+from tests.causal_scheduling import (
+    Collect,
+    check_the_waiting_bound,
+    drawn,
+    generate,
+    prompts,
+    request,
+    turns_until_done,
+)
 
 KINDS = tuple(OPENVINO_ARCHITECTURES)
 SAMPLING = {"do_sample": True, "temperature": 0.7, "top_k": 40, "top_p": 0.9, "max_new_tokens": 16}
@@ -155,6 +164,13 @@ def test_an_end_of_sequence_token_ends_its_row_and_is_sent(models, tmp_path):
     assert ended.tokens[-1] == end and len(ended.tokens) < 12 and ended.lasts[-1]
 
 
+def test_a_request_past_the_waiting_bound_is_refused_at_once_and_the_others_are_served(models):
+    """Those in the pipeline without a first token wait too (GenAI runs one row: max_rows 1)."""
+    clock = [0.0]
+    steps = scheduler(models, "llama", clock=lambda: clock[0], max_rows=1, max_waiting=1)
+    check_the_waiting_bound(steps, models("llama")[2], clock)
+
+
 def test_deadlines_cancelling_refusals_and_closing_end_requests_and_the_others_go_on(models):
     model = models("gpt2")[2]
     clock = [0.0]
@@ -176,3 +192,25 @@ def test_deadlines_cancelling_refusals_and_closing_end_requests_and_the_others_g
     assert isinstance(waiting.error, Closed)
     with pytest.raises(Closed):
         steps.submit(request([3, 4], Collect()))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_cache_s_bytes_a_token_are_those_of_the_graph_s_cache_tensors(models, kind):
+    hf, version, _ = models(kind)
+    graph = Graph(open_session(version / GRAPH_FILE, 1))
+    config = json.loads((hf / "config.json").read_text())
+    assert cache_bytes_per_token(config) == len(graph.past_names) * graph.kv_heads * graph.head_dim * 4  # float32
+    assert sized_cache(hf, None, 0) == 1  # a tiny model's whole context: the 1 GB floor
+
+
+def test_a_cache_set_under_one_row_of_the_context_fails_the_load_naming_what_fits(tmp_path):
+    """A Llama 3.1 70B's shape (80 layers, 8 key/value heads of 128: 655,360 bytes a token in float32)
+    and its 131,072 positions: 80 GB a row."""
+    config = {"model_type": "llama", "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8}
+    config |= {"hidden_size": 8192, "max_position_embeddings": 131_072}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert cache_bytes_per_token(config) == 655_360
+    assert sized_cache(tmp_path, None, 0) == 80 and sized_cache(tmp_path, 10_000, 0) == 7  # 6.1 GB, rounded up
+    with pytest.raises(ValueError, match=r"kv_cache_gb 8 holds 13,107 tokens .* set it to 80, or .* to 13107"):
+        sized_cache(tmp_path, None, 8)
+    assert sized_cache(tmp_path, 13_107, 8) == 8  # what it holds, taken

@@ -59,6 +59,12 @@ def test_the_engine_s_check_is_printed_and_a_second_preparation_reads_the_cache(
     assert code == 0, err
     assert "converting the model to a stateful OpenVINO IR" in out
     assert "checking the IR (OpenVINO GenAI's continuous batching, float32, greedy vs generate)" in out
+    config = json.loads((small_models.models("causal") / "gpt2_random" / "hf" / "config.json").read_text())
+    layers, heads, width = config["n_layer"], config["n_head"], config["n_embd"] // config["n_head"]
+    per_token = 2 * layers * heads * width * 4  # keys and values, float32
+    assert f"key/value cache: {per_token:,} bytes a token ({layers} layers x {heads} heads x {width} x" in out
+    assert f"the {config['n_positions']:,}-token context takes 0.00 GB a row: kv_cache_gb 1 by default, " in out
+    assert f"{2**30 // per_token:,} tokens" in out
     from scripts.model_prep import cli
 
     argv = ["--source", str(tmp_path / "models"), "--repository", str(tmp_path / "again"), "--cache-dir"]

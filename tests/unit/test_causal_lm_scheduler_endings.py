@@ -15,7 +15,15 @@ from app.core.generation_contract import DEADLINE_MARKER
 from app.triton.causal_lm_requests import Cancelled, Closed, Refused
 from app.triton.causal_lm_scheduler import Batch, Row, Scheduler
 from app.triton.causal_lm_session import Graph, Turns
-from tests.causal_scheduling import WAIT_S, Collect, generate, request, scheduler, turns_until_done
+from tests.causal_scheduling import (
+    WAIT_S,
+    Collect,
+    check_the_waiting_bound,
+    generate,
+    request,
+    scheduler,
+    turns_until_done,
+)
 
 
 def test_a_request_past_its_deadline_fails_and_the_others_finish(causal_lms, graphs):
@@ -34,6 +42,12 @@ def test_a_request_past_its_deadline_fails_and_the_others_finish(causal_lms, gra
         assert sinks[i].error is None
         assert sinks[i].tokens == generate(model, given[i][0], max_new_tokens=10, do_sample=False)
     assert steps.counts["late"] == 2 and steps.counts["finished"] == 2
+
+
+def test_a_request_past_the_waiting_bound_is_refused_at_once_and_the_others_are_served(causal_lms, graphs):
+    clock = [0.0]
+    steps = scheduler(causal_lms, graphs, max_rows=1, max_waiting=1, clock=lambda: clock[0])
+    check_the_waiting_bound(steps, causal_lms("llama")[1], clock)
 
 
 def test_a_cancelled_request_stops_within_a_step_and_the_others_are_unaffected(causal_lms, graphs):

@@ -16,11 +16,13 @@ import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from app.core.causal_lm_contract import BUSY_MARKER
 from app.core.errors import (
     InferenceTimeout,
     InsufficientMemory,
     InvalidInput,
     ModelNotReady,
+    ModelOverloaded,
     TritonUnavailable,
     UnknownModel,
 )
@@ -90,6 +92,12 @@ class FakeRpcError(grpc.RpcError):
             "7",
             InvalidInput,
             "version '7' of model 'resnet' is not served",
+        ),
+        (
+            server_error("INTERNAL", f"{BUSY_MARKER}: 64 requests wait for their first token"),
+            None,
+            ModelOverloaded,
+            "model 'resnet': the model's waiting queue is full",
         ),
         (FakeRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"), None, InferenceTimeout, "resnet"),
         (FakeRpcError(grpc.StatusCode.UNAVAILABLE, "failed to connect"), None, TritonUnavailable, "failed to connect"),

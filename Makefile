@@ -25,6 +25,10 @@ TEST_SMALL_MODELS ?= build/small-models
 # the order tests/conftest.py gives them (--no-loadscope-reorder: the benchmarks' smoke runs first);
 # every run prints its slowest tests (pyproject.toml's addopts: --durations).
 PYTEST_ARGS ?= -n 3 --dist loadfile --no-loadscope-reorder
+# The whole pytest run's limit (a test's own is pyproject.toml's timeout): where a pytest process dies,
+# xdist's scheduler can wait forever for its modules; past the limit the run is interrupted (SIGINT),
+# and prints what it has, the dead process's test named, instead of running into CI's own limit.
+PYTEST_LIMIT_S ?= 2400
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 # The commands make runs keep the bytecode they compile (Python's default), even where the caller's
@@ -139,7 +143,8 @@ test: test-base
 	wait $$image || { tail -n 40 $(IMAGE_BUILD_LOG); echo "the image build failed: $(IMAGE_BUILD_LOG)"; exit 1; }; \
 	grep -A 6 '^built ' $(IMAGE_BUILD_LOG)
 	TEST_MODEL_REPOSITORY=$(abspath $(TEST_REPOSITORY)) TEST_FULL_MODEL_REPOSITORY=$(abspath $(TEST_FULL_REPOSITORY)) \
-		TEST_SMALL_MODELS=$(abspath $(TEST_SMALL_MODELS)) $(PY) -m pytest tests $(PYTEST_ARGS)
+		TEST_SMALL_MODELS=$(abspath $(TEST_SMALL_MODELS)) timeout --signal=INT --kill-after=60 $(PYTEST_LIMIT_S) \
+		$(PY) -m pytest tests $(PYTEST_ARGS)
 
 # The layers contracts in pyproject.toml: router | serve | triton -> clients -> app.core, no Flask below the router.
 # ruff, configured in pyproject.toml ([tool.ruff]): the linter and the formatter, both clean.

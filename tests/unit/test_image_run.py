@@ -1,7 +1,13 @@
 """``python -m scripts.image run`` stopped by a signal, with a fake engine and a fake ``run`` client:
 which commands the stop sends, in which order, the exit status, the handlers put back, and what a
 second signal, an ignored one and a client that outlives its container do. The real container,
-stopped by real signals, is tests/container/test_image_run_signals.py."""
+stopped by real signals sent to the script's own process, is
+tests/container/test_image.py::test_image_run_stops_and_removes_its_container_on_a_signal.
+
+The signals here are handed to the handlers the script installs (``deliver``), not sent to the test's
+own process: a real SIGTERM that finds its default disposition ends the pytest-xdist worker and every
+test it was to run (in one whole run, the worker running this module's first test ended there without
+a traceback, and xdist's scheduler then waited forever for it)."""
 
 from __future__ import annotations
 
@@ -16,6 +22,17 @@ from scripts.image import cli, engine
 from scripts.image.engine import Engine
 
 NAME = "multi-model-8123"
+
+
+def deliver(signum: int) -> None:
+    """``signum`` handed to this process's handler for it, as Python runs a handler when the signal
+    arrives: an ignored one does nothing; one at its default fails the test, naming it."""
+    handler = signal.getsignal(signum)
+    if handler is signal.SIG_IGN:
+        return
+    if not callable(handler):
+        pytest.fail(f"{signal.Signals(signum).name} has no handler (it is {handler!r}): it would end the process")
+    handler(signum, None)
 
 
 class FakeEngine(Engine):
@@ -45,7 +62,7 @@ class FakeClient:
     def wait(self, timeout: float | None = None) -> int:
         self.waits.append(timeout)
         if len(self.waits) == 1 and self.signum is not None:
-            signal.raise_signal(self.signum)
+            deliver(self.signum)
         if self.outlives and not self.killed and timeout is not None:
             raise subprocess.TimeoutExpired("podman run", timeout)
         return self.code
@@ -119,7 +136,7 @@ def test_without_a_signal_the_containers_status_is_the_scripts(start):
 
 
 def test_a_second_signal_during_the_stop_is_swallowed(start):
-    fake = FakeEngine(during_stop=lambda: signal.raise_signal(signal.SIGINT))
+    fake = FakeEngine(during_stop=lambda: deliver(signal.SIGINT))
     status, _ = start(fake, FakeClient(signal.SIGTERM))
     assert status == 128 + signal.SIGTERM
     assert [args[0] for args, _ in fake.commands] == ["stop", "rm"]

@@ -67,6 +67,11 @@ IR_WEIGHTS = "openvino_model.bin"
 # OpenVINO's CPU properties for float32 answers: by default it computes in bf16 where the CPU has it
 # and compresses the key/value cache to u8, which changes greedy tokens.
 PRECISE = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+# [export] precision (the openvino engine only): "fp32" (the default, PRECISE: greedy answers equal to
+# generate's), or "bf16": bf16 arithmetic where the CPU has it (AMX, AVX-512 BF16; else OpenVINO keeps
+# f32) and the key/value cache in bf16, held to float32 at preparation as int8 weights are (MIN_AGREEMENT).
+PRECISION_KEY = "precision"
+PRECISIONS = {"fp32": PRECISE, "bf16": {"INFERENCE_PRECISION_HINT": "bf16", "KV_CACHE_PRECISION": "bf16"}}
 # The key/value cache the openvino engine allocates (GB, the config.pbtxt parameter kv_cache_gb), its
 # prefix cache within it, and the tokens one step may run (max_batched_tokens): the running batch is
 # bounded by both, a request beyond them waits in order.

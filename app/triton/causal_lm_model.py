@@ -39,6 +39,8 @@ from app.core.causal_lm_contract import (
     MAX_RUNNING_ROWS,
     MAX_TIMEOUT_MS,
     MAX_WAITING,
+    PRECISION_KEY,
+    PRECISIONS,
     RUNNING_ROWS_PARAMETER,
     SETTINGS,
     TOKEN_ID,
@@ -249,8 +251,8 @@ class TritonPythonModel:
 
         volunteer_for_the_oom_killer()
         config = json.loads(args["model_config"])
-        text = load_spec(Path(args["model_repository"])).text
-        folder = text.folder
+        spec = load_spec(Path(args["model_repository"]))
+        text, folder = spec.text, spec.text.folder
         parameters = config.get("parameters", {})
 
         def parameter(name: str, default: int) -> int:
@@ -269,9 +271,9 @@ class TritonPythonModel:
 
             cache_gb = sized_cache(folder, text.sequence_length, parameter(CACHE_GB_PARAMETER, 0))
             LOG.info("the openvino engine's key/value cache: up to %d GB (%s)", cache_gb, CACHE_GB_PARAMETER)
-            pipeline = open_pipeline(
-                version, threads, cache_gb, parameter(BATCHED_TOKENS_PARAMETER, BATCHED_TOKENS), rows
-            )
+            precision = PRECISIONS[spec.export.get(PRECISION_KEY, "fp32")]  # checked at preparation
+            tokens = parameter(BATCHED_TOKENS_PARAMETER, BATCHED_TOKENS)
+            pipeline = open_pipeline(version, threads, cache_gb, tokens, rows, precision)
             self.scheduler = OpenVinoScheduler(folder, pipeline, graph, rows, max_waiting=waiting)
             self.scheduler.show = triton_gauges(args["model_name"])
         else:

@@ -95,8 +95,9 @@ def sized_cache(folder: Path, sequence_length: int | None, given: int) -> int:
     return given or needed
 
 
-def open_pipeline(version: Path, threads: int, cache_gb: int, batched_tokens: int, max_rows: int):
-    """GenAI's pipeline over ``version``'s IR on the CPU, in float32, with a prefix cache."""
+def open_pipeline(version: Path, threads: int, cache_gb: int, batched_tokens: int, max_rows: int, precision=PRECISE):
+    """GenAI's pipeline over ``version``'s IR on the CPU, with a prefix cache, computing with OpenVINO's
+    ``precision`` properties (float32 unless model.toml's ``[export] precision`` says bf16)."""
     import openvino_genai
 
     scheduler = openvino_genai.SchedulerConfig()
@@ -104,7 +105,7 @@ def open_pipeline(version: Path, threads: int, cache_gb: int, batched_tokens: in
     scheduler.enable_prefix_caching = True
     scheduler.max_num_batched_tokens = batched_tokens
     scheduler.max_num_seqs = max_rows
-    properties = dict(PRECISE, **({"INFERENCE_NUM_THREADS": threads} if threads else {}))
+    properties = dict(precision, **({"INFERENCE_NUM_THREADS": threads} if threads else {}))
     return openvino_genai.ContinuousBatchingPipeline(str(version), scheduler, "CPU", properties)
 
 

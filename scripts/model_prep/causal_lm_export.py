@@ -44,6 +44,8 @@ from app.core.causal_lm_contract import (
     IR_WEIGHTS,
     LOGITS,
     POSITION_IDS,
+    PRECISION_KEY,
+    PRECISIONS,
     WEIGHT_FORMATS,
     WEIGHTS_KEY,
     cache_names,
@@ -129,20 +131,22 @@ def graph_files(folder: Path) -> list[str]:
     return [GRAPH_FILE, *(name for name in optional if (folder / name).is_file())]
 
 
-def engine_of(spec: ModelSpec) -> tuple[str, str]:
-    """``[export] engine`` and ``weights``: what steps the running batch (``ENGINES``; onnxruntime when
-    not said) and the weights' format (``WEIGHT_FORMATS``; fp32, the only one ONNX Runtime's takes)."""
+def engine_of(spec: ModelSpec) -> tuple[str, str, str]:
+    """``[export] engine``, ``weights`` and ``precision``: what steps the running batch (``ENGINES``;
+    onnxruntime when not said), the weights' format (``WEIGHT_FORMATS``) and the arithmetic
+    (``PRECISIONS``); ONNX Runtime's engine takes fp32 alone."""
     engine = spec.export.get(ENGINE_KEY, ENGINES[0])
     if engine not in ENGINES:
         raise ExportError(f"[{spec.name}] [export] {ENGINE_KEY} = {engine!r}: one of {', '.join(map(repr, ENGINES))}")
-    formats = WEIGHT_FORMATS if engine == "openvino" else WEIGHT_FORMATS[:1]
-    given = spec.export.get(WEIGHTS_KEY, WEIGHT_FORMATS[0])
-    if given not in formats:
-        needs = f' with [export] {ENGINE_KEY} = "openvino"' if given in WEIGHT_FORMATS else ""
-        raise ExportError(
-            f"[{spec.name}] [export] {WEIGHTS_KEY} = {given!r}: one of {', '.join(map(repr, WEIGHT_FORMATS))}{needs}"
-        )
-    return engine, given
+    chosen = []
+    for key, values in ((WEIGHTS_KEY, WEIGHT_FORMATS), (PRECISION_KEY, tuple(PRECISIONS))):
+        taken = values if engine == "openvino" else values[:1]
+        given = spec.export.get(key, values[0])
+        if given not in taken:
+            needs = f' with [export] {ENGINE_KEY} = "openvino"' if given in values else ""
+            raise ExportError(f"[{spec.name}] [export] {key} = {given!r}: one of {', '.join(map(repr, values))}{needs}")
+        chosen.append(given)
+    return engine, chosen[0], chosen[1]
 
 
 def runtime_errors() -> tuple[type[Exception], ...]:
@@ -292,7 +296,7 @@ def cached(folder: Path) -> dict | None:
 
 def ensure_export(spec: ModelSpec, choice: weights.WeightsChoice, cache: Path, reexport: bool, step) -> dict:
     """The checked graph of (model, weights) in ``cache`` and its report (from the cache when there)."""
-    engine, formats = engine_of(spec)
+    engine, formats, precision = engine_of(spec)
     if engine == "openvino":
         from scripts.model_prep import causal_lm_openvino
 
@@ -315,7 +319,7 @@ def ensure_export(spec: ModelSpec, choice: weights.WeightsChoice, cache: Path, r
     if engine == "openvino":
         from scripts.model_prep import causal_lm_openvino
 
-        quantized = causal_lm_openvino.prepare(spec, model, partial, choice.seed, tokens, step, formats)
+        quantized = causal_lm_openvino.prepare(spec, model, partial, choice.seed, tokens, step, formats, precision)
     for name in graph_files(partial):
         (partial / name).replace(cache / name)
     shutil.rmtree(partial)

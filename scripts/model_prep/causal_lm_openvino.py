@@ -34,6 +34,8 @@ from app.core.causal_lm_contract import (
     IR_FILE,
     MIN_AGREEMENT,
     PRECISE,
+    PRECISION_KEY,
+    PRECISIONS,
     WEIGHTS_KEY,
     cache_bytes_per_token,
     cache_gb,
@@ -179,7 +181,9 @@ def unsupported(config: dict) -> str | None:
     return None
 
 
-def prepare(spec, model: nn.Module, folder: Path, seed: int, want: list[list[int]], step, weights: str) -> dict:
+def prepare(
+    spec, model: nn.Module, folder: Path, seed: int, want: list[list[int]], step, weights: str, precision: str = "fp32"
+) -> dict:
     """The IR into ``folder`` beside the checked graph, then its greedy tokens for the ONNX check's
     prompts (each alone, unpadded) held to ``want``, ``generate``'s; with int8 ``weights``, quantized
     and held to the float32 IR (``quantized``). A failure is the one-line refusal. What the report keeps."""
@@ -198,7 +202,13 @@ def prepare(spec, model: nn.Module, folder: Path, seed: int, want: list[list[int
             raise checks.refusal(spec, f"OpenVINO GenAI cannot run its IR ({checks.first_line(error)})") from None
         if got != want:
             raise checks.refusal(spec, f"its OpenVINO IR does not equal generate (tokens {got} against {want})")
-    return {WEIGHTS_KEY: weights, **cache_line(spec), **(quantized(spec, folder, step) if weights == "int8" else {})}
+    lowered = weights != "fp32" or precision != "fp32"
+    return {
+        WEIGHTS_KEY: weights,
+        PRECISION_KEY: precision,
+        **cache_line(spec),
+        **(quantized(spec, folder, step, weights, precision) if lowered else {}),
+    }
 
 
 def cache_line(spec) -> dict:
@@ -219,22 +229,28 @@ def cache_line(spec) -> dict:
     return {"kv_cache_bytes_per_token": per_token, "kv_cache_gb": gb}
 
 
-def quantized(spec, folder: Path, step) -> dict:
-    """``folder``'s IR with int8 weights, refused where its greedy next tokens agree with the float32
-    IR's less than ``MIN_AGREEMENT``; the agreement printed and kept in the report."""
+def quantized(spec, folder: Path, step, weights: str = "int8", precision: str = "fp32") -> dict:
+    """``folder``'s IR with int8 ``weights`` and/or run in bf16 ``precision``, refused where its greedy
+    next tokens agree with the float32 IR's in float32 less than ``MIN_AGREEMENT``; the agreement
+    printed and kept in the report (keys named by what was lowered: ``int8_``, ``bf16_``, ``int8_bf16_``)."""
     from scripts.model_prep import causal_lm_quantize as quantize
 
-    original = folder / "fp32"
-    with step(spec.name, "quantizing the matrix products' weights to int8 (per output channel)"):
-        quantize.quantize(folder, original)
-    with step(spec.name, f"checking int8 against float32 ({len(quantize.SENTENCES)} sentences, teacher-forced)"):
+    lowered = [part for part in (weights, precision) if part != "fp32"]
+    what = " weights in ".join(lowered) + (" weights" if lowered == ["int8"] else " arithmetic")
+    original = folder / "fp32" if weights == "int8" else folder
+    if weights == "int8":
+        with step(spec.name, "quantizing the matrix products' weights to int8 (per output channel)"):
+            quantize.quantize(folder, original)
+    with step(spec.name, f"checking {what} against float32 ({len(quantize.SENTENCES)} sentences, teacher-forced)"):
         prompts = quantize.encoded_sentences(spec.text.folder)
         continuations = greedy(original, prompts, quantize.CONTINUATION, ())
-        found = quantize.agreement(original, folder, prompts, continuations)
-    shutil.rmtree(original)
-    print(f"[{spec.name}] int8 weights: {found.line()} (at least {100 * MIN_AGREEMENT:.0f}% taken)", flush=True)
+        found = quantize.agreement(original, folder, prompts, continuations, PRECISIONS[precision])
+    if original != folder:
+        shutil.rmtree(original)
+    print(f"[{spec.name}] {what}: {found.line()} (at least {100 * MIN_AGREEMENT:.0f}% taken)", flush=True)
     if found.ratio < MIN_AGREEMENT:
         raise checks.refusal(
-            spec, f"its int8 weights answer too far from float32: {found.line()}, under {100 * MIN_AGREEMENT:.0f}%"
+            spec, f"its {what} answer too far from float32: {found.line()}, under {100 * MIN_AGREEMENT:.0f}%"
         )
-    return {"int8_agreement": found.ratio, "int8_mean_abs_logprob_diff": found.mean_abs_logprob_diff}
+    label = "_".join(lowered)
+    return {f"{label}_agreement": found.ratio, f"{label}_mean_abs_logprob_diff": found.mean_abs_logprob_diff}

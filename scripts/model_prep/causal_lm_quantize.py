@@ -99,13 +99,12 @@ def quantize(folder: Path, original: Path) -> int:
     return count
 
 
-def log_probabilities(folder: Path, sequences: list[list[int]]) -> list[np.ndarray]:
-    """The IR's log-softmax over each whole sequence at once (``[positions, vocabulary]``), float32."""
+def log_probabilities(folder: Path, sequences: list[list[int]], properties=PRECISE) -> list[np.ndarray]:
+    """The IR's log-softmax over each whole sequence at once (``[positions, vocabulary]``), computed with
+    OpenVINO's CPU ``properties`` (float32 by default)."""
     import openvino as ov
 
-    compiled = ov.Core().compile_model(
-        str(folder / IR_FILE), "CPU", {"INFERENCE_PRECISION_HINT": PRECISE["INFERENCE_PRECISION_HINT"]}
-    )
+    compiled = ov.Core().compile_model(str(folder / IR_FILE), "CPU", dict(properties))
     request = compiled.create_infer_request()
     found = []
     for ids in sequences:
@@ -125,10 +124,13 @@ def log_probabilities(folder: Path, sequences: list[list[int]]) -> list[np.ndarr
     return found
 
 
-def agreement(original: Path, quantized: Path, prompts: list[list[int]], continuations: list[list[int]]) -> Agreement:
-    """The quantized IR against the original over each prompt and the original's greedy continuation."""
+def agreement(
+    original: Path, quantized: Path, prompts: list[list[int]], continuations: list[list[int]], properties=PRECISE
+) -> Agreement:
+    """The quantized IR (computed with ``properties``) against the original in float32, over each prompt
+    and the original's greedy continuation."""
     sequences = [prompt + continuation for prompt, continuation in zip(prompts, continuations)]
-    wanted, got = log_probabilities(original, sequences), log_probabilities(quantized, sequences)
+    wanted, got = log_probabilities(original, sequences), log_probabilities(quantized, sequences, properties)
     positions = agreeing = 0
     differences = []
     for prompt, continuation, ours, theirs in zip(prompts, continuations, wanted, got):

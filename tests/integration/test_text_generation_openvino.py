@@ -38,6 +38,7 @@ pytestmark = pytest.mark.integration
 
 MODELS = tuple(name for name in SETS["causal_openvino"].models if name.endswith("_openvino"))
 INT8 = "llama_int8"  # the trained Llama with int8 weights
+BF16 = "llama_bf16"  # the trained Llama in bf16 arithmetic
 LONG = "llama_openvino_long"  # llama_openvino with 2,048 positions: a generation long enough to leave
 ONE_ROW = "llama_openvino_one_row"  # LONG with one running row and one waiting request at most
 PROMPTS = ("The quick brown fox", "Hello there, how are", "Le café est")
@@ -51,7 +52,7 @@ def models(small_models: Built) -> Path:
 @pytest.fixture(scope="module")
 def stack(small_models: Built, tmp_path_factory, stopping: list[Stack]):
     shared = small_models.repository("causal_openvino")
-    repository = served_copy(shared, (*MODELS, INT8), tmp_path_factory.mktemp("repository"))
+    repository = served_copy(shared, (*MODELS, INT8, BF16), tmp_path_factory.mktemp("repository"))
     long_copy(shared, repository, "llama_openvino", LONG, 2048)
     one_row = long_copy(shared, repository, "llama_openvino", ONE_ROW, 2048) / "config.pbtxt"
     one_row.write_text(one_row.read_text() + one_row_parameters())
@@ -209,13 +210,43 @@ def test_bad_input_is_a_400_and_the_stack_keeps_serving(stack, payload, fragment
     assert result(stack, "llama_openvino", {"text": "hi", "max_new_tokens": 3})["generated_tokens"] == 3
 
 
-def test_the_int8_model_still_continues_its_trained_sentences(stack):
-    """The trained Llama learnt to finish a few sentences; with int8 weights it still finishes them (its
-    agreement with float32 was checked at preparation, at least MIN_AGREEMENT)."""
+@pytest.mark.parametrize("name", [INT8, BF16])
+def test_the_lowered_models_still_continue_their_trained_sentences(stack, name):
+    """The trained Llama learnt to finish a few sentences; with int8 weights, or in bf16 arithmetic, it
+    still finishes them (its agreement with float32 was checked at preparation, at least MIN_AGREEMENT)."""
     from scripts.model_prep.small_models.causal import SENTENCES
 
     for start in ("The quick brown fox", "Tokyo is the capital"):
-        found = result(stack, INT8, {"text": start, "max_new_tokens": 30, "do_sample": False})
+        found = result(stack, name, {"text": start, "max_new_tokens": 30, "do_sample": False})
         sentence = next(s for s in SENTENCES if s.startswith(start))
         assert f"{start} {found['generated_text']}".startswith(sentence[: len(start) + 12]), found
         assert found["finish_reason"] == "eos_token"
+
+
+def test_the_bf16_model_computes_in_bf16_where_the_cpu_has_it(stack, models):
+    """Its tokens' log-probabilities against ``generate``'s float32 log-softmax: apart by a bf16
+    rounding's size where the CPU has bf16 arithmetic (AVX-512 BF16, AMX), equal where it has not
+    (OpenVINO then computes in f32)."""
+    import torch
+
+    [(model, tokenizer)] = references_of(models, [BF16]).values()
+    prompt = "Hello there, how are"  # not a sentence it learnt: its next tokens are not near-certain
+    tgi = requests.post(
+        f"{stack.url}/invocations",
+        json={"inputs": prompt, "parameters": {"max_new_tokens": 8, "do_sample": False, "details": True}},
+        headers={"X-Amzn-SageMaker-Custom-Attributes": f"modelname={BF16}"},
+        timeout=60,
+    )
+    assert tgi.status_code == 200, tgi.text
+    tokens = tgi.json()[0]["details"]["tokens"]
+    ids = tokenizer(prompt).input_ids + [t["id"] for t in tokens]
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0, len(ids) - len(tokens) - 1 : -1].double()
+    wanted = torch.log_softmax(logits, -1)[range(len(tokens)), [t["id"] for t in tokens]]
+    apart = max(abs(t["logprob"] - float(w)) for t, w in zip(tokens, wanted))
+    flags = Path("/proc/cpuinfo").read_text().split()
+    print(f"bf16 arithmetic: the largest |logprob difference| from float32 over {len(tokens)} tokens {apart:.2e}")
+    if "avx512_bf16" in flags or "amx_bf16" in flags:
+        assert 1e-4 < apart < 0.5, apart  # float32 is held within 1e-4 (tests/unit/test_causal_lm_openvino.py)
+    else:
+        assert apart < 1e-4, apart

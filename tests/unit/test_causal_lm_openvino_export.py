@@ -112,9 +112,44 @@ def test_int8_weights_are_checked_against_float32_and_refused_under_the_threshol
         quantized()
 
 
-def test_int8_weights_without_the_openvino_engine_are_refused_naming_it(small_models: Built, tmp_path, capsys):
-    code, _, err = prepared(
-        tmp_path, capsys, small_models.models("causal"), "llama_random", "onnxruntime", 'weights = "int8"\n'
-    )
+@pytest.mark.parametrize("line", ['weights = "int8"', 'precision = "bf16"'])
+def test_int8_weights_or_bf16_without_the_openvino_engine_are_refused_naming_it(
+    small_models: Built, tmp_path, capsys, line
+):
+    code, _, err = prepared(tmp_path, capsys, small_models.models("causal"), "llama_random", "onnxruntime", line + "\n")
     assert code == 1 and len(err.splitlines()) == 1, err
-    assert "weights = 'int8'" in err and 'with [export] engine = "openvino"' in err
+    assert line.replace('"', "'") in err and 'with [export] engine = "openvino"' in err
+
+
+def test_bf16_arithmetic_is_checked_against_float32_and_refused_under_the_threshold(
+    small_models: Built, tmp_path, capsys, monkeypatch
+):
+    import contextlib
+
+    from clients.families import load_spec
+    from scripts.model_prep import causal_lm_openvino
+    from scripts.model_prep.onnx_export import ExportError
+
+    # the set's trained Llama in bf16: its agreement in the report
+    [report] = (small_models.cache / "onnx" / "llama_bf16").glob(f"*/{REPORT_FILE}")
+    found = json.loads(report.read_text())
+    assert found["precision"] == "bf16" and found["weights"] == "fp32" and 0.9 <= found["bf16_agreement"] <= 1, found
+    # the float32 IR checked in bf16: the figures printed (its weights left as they are), then refused
+    spec = load_spec(small_models.models("causal_openvino") / "llama_openvino")
+    fp32 = small_models.repository("causal_openvino") / "llama_openvino" / "1"
+    folder = tmp_path / "ir"
+    folder.mkdir()
+    for name in (IR_FILE, IR_WEIGHTS):
+        shutil.copy(fp32 / name, folder / name)
+
+    def checked():
+        return causal_lm_openvino.quantized(spec, folder, lambda *_: contextlib.nullcontext(), "fp32", "bf16")
+
+    capsys.readouterr()
+    figures = checked()
+    [line] = [line for line in capsys.readouterr().out.splitlines() if "bf16 arithmetic:" in line]
+    assert f"greedy next-token agreement with float32 {100 * figures['bf16_agreement']:.1f}%" in line, line
+    assert (folder / IR_WEIGHTS).read_bytes() == (fp32 / IR_WEIGHTS).read_bytes()
+    monkeypatch.setattr(causal_lm_openvino, "MIN_AGREEMENT", 1.01)
+    with pytest.raises(ExportError, match="its bf16 arithmetic answer too far from float32: .* under 101%"):
+        checked()

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.core.causal_lm_contract import ENGINES, MAX_NEW_TOKENS, WEIGHT_FORMATS
+from app.core.causal_lm_contract import ENGINES, MAX_NEW_TOKENS, PRECISIONS, WEIGHT_FORMATS
 from app.core.settings import PROJECT_ROOT
 from scripts.bench.constants import QUICK_HELP, QUICK_RUN
 from scripts.bench.generation.plan import env_entry
@@ -121,6 +121,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=WEIGHT_FORMATS[0],
         help="the weights' format (int8: --engine openvino)",
     )
+    add(
+        "--precision",
+        choices=tuple(PRECISIONS),
+        default="fp32",
+        help="the arithmetic ([export] precision; bf16: --engine openvino)",
+    )
     add("--seconds", type=positive(float), default=10.0, help="seconds of load per row per round")
     add("--rounds", type=positive(int), default=4, help="interleaved rounds (two moved the ratio by a quarter)")
     add("--warmup-seconds", type=positive(float, zero=True), default=2.0, help="unmeasured load per row first")
@@ -146,8 +152,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add("--timeout", type=float, default=120.0, help="seconds one request may take")
     add("--quick", action="store_true", help=QUICK_HELP)
     args = p.parse_args(argv)
-    if args.weights != WEIGHT_FORMATS[0] and args.engine != "openvino":
-        p.error(f"--weights {args.weights}: only with --engine openvino")
+    for option, value, default in (("weights", args.weights, WEIGHT_FORMATS[0]), ("precision", args.precision, "fp32")):
+        if value != default and args.engine != "openvino":
+            p.error(f"--{option} {value}: only with --engine openvino")
     if max(args.max_new_tokens, args.short_new_tokens, args.long_new_tokens) > MAX_NEW_TOKENS:
         p.error(f"new tokens: at most {MAX_NEW_TOKENS} (the family's bound)")
     args.rounds, args.seconds, args.warmup_seconds = (

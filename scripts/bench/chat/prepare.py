@@ -29,7 +29,7 @@ import shutil
 from functools import partial
 from pathlib import Path
 
-from app.core.causal_lm_contract import ENGINE_KEY, ENGINES, WEIGHT_FORMATS, WEIGHTS_KEY
+from app.core.causal_lm_contract import ENGINE_KEY, ENGINES, PRECISION_KEY, WEIGHT_FORMATS, WEIGHTS_KEY
 from app.core.spec import ModelSpec
 from clients.text_generation import FAMILY_NAME
 from scripts.bench import prepared
@@ -139,20 +139,26 @@ def llama_folder(folder: Path, shape: str = plan.SHAPES[0]) -> Path:
     return folder
 
 
-def serving_toml(engine: str, weights: str) -> str:
-    """model.toml's [export] lines for the engine and the weights (none for the defaults)."""
+def serving_toml(engine: str, weights: str, precision: str = "fp32") -> str:
+    """model.toml's [export] lines for the engine, the weights and the arithmetic (none for the defaults)."""
     lines = [f'{ENGINE_KEY} = "{engine}"'] if engine != ENGINES[0] else []
     lines += [f'{WEIGHTS_KEY} = "{weights}"'] if weights != WEIGHT_FORMATS[0] else []
+    lines += [f'{PRECISION_KEY} = "{precision}"'] if precision != "fp32" else []
     return "".join(f"{line}\n" for line in lines)
 
 
 def model_source(
-    models: Path, small: bool, shape: str = plan.SHAPES[0], engine: str = ENGINES[0], weights: str = "fp32"
+    models: Path,
+    small: bool,
+    shape: str = plan.SHAPES[0],
+    engine: str = ENGINES[0],
+    weights: str = "fp32",
+    precision: str = "fp32",
 ):
-    """``models/bench_llama`` with its model.toml (the engine and weights asked for) and ``hf/`` folder
-    of ``shape``, built unless already there."""
+    """``models/bench_llama`` with its model.toml (the engine, weights and arithmetic asked for) and
+    ``hf/`` folder of ``shape``, built unless already there."""
     model = models / MODEL
-    extra = serving_toml(engine, weights)
+    extra = serving_toml(engine, weights, precision)
     if small:
         from scripts.model_prep.small_models.causal import causal_model_folder
 
@@ -173,7 +179,7 @@ def model_source(
 
 def prepare_repository(out: Path, repository: Path, small: bool, **serving: str) -> Path:
     """The model's source in ``out/models`` (its exports cached in ``out/cache``), prepared into
-    ``repository``; ``serving``: ``model_source``'s shape, engine and weights."""
+    ``repository``; ``serving``: ``model_source``'s shape, engine, weights and precision."""
     return prepared.prepare_repository(out, repository, MODEL, SEED, small, partial(model_source, **serving))
 
 

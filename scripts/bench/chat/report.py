@@ -36,6 +36,7 @@ SETTINGS += (
     "shape",
     "engine",
     "weights",
+    "precision",
 )  # the arguments results.json records
 
 

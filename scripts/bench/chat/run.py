@@ -84,11 +84,12 @@ class GenAI:
     prompts together, and counts their tokens up to an end-of-sequence id. The ceiling of the openvino
     engine: what the endpoint would make with no router, no Triton, no streams."""
 
-    def __init__(self, version: Path, generate: Generate) -> None:
-        from app.core.causal_lm_contract import BATCHED_TOKENS, CACHE_GB, MAX_RUNNING_ROWS
+    def __init__(self, version: Path, generate: Generate, precision: str = "fp32") -> None:
+        from app.core.causal_lm_contract import BATCHED_TOKENS, CACHE_GB, MAX_RUNNING_ROWS, PRECISIONS
         from app.triton.causal_lm_openvino import open_pipeline
 
-        self.pipeline = open_pipeline(version, 0, CACHE_GB, BATCHED_TOKENS, MAX_RUNNING_ROWS)
+        properties = PRECISIONS[precision]
+        self.pipeline = open_pipeline(version, 0, CACHE_GB, BATCHED_TOKENS, MAX_RUNNING_ROWS, properties)
         self.generate = generate
         self.tokens = 0
 
@@ -240,7 +241,7 @@ def measure(stack: Stack, rows, texts, generate: Generate, args) -> tuple[dict, 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = plan.parse_args(argv)
-    served_as = {"shape": args.shape, "engine": args.engine, "weights": args.weights}
+    served_as = {"shape": args.shape, "engine": args.engine, "weights": args.weights, "precision": args.precision}
     spec = prepare.ready(args.out.resolve(), args.repository, args.small, not args.no_prepare, **served_as)
     folder = prepared.sources(args.out.resolve(), args.small) / plan.MODEL / "hf"
     print(f"loading AutoModelForCausalLM({folder}) for the in-process side ...", flush=True)
@@ -255,7 +256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.long_new = plan.long_tokens(args.long_new_tokens, generate.positions, max(prompt_tokens))
     rows = plan.plan_rows(args.concurrency, args.engine)
     # the openvino engine's ceiling: its pipeline in this process (the rows' local side, as generate)
-    args.genai = GenAI(args.repository / plan.MODEL / "1", generate) if args.engine == "openvino" else None
+    version = args.repository / plan.MODEL / "1"
+    args.genai = GenAI(version, generate, args.precision) if args.engine == "openvino" else None
     with serving(args.repository, args.out, args.env) as stack:
         cells, counts, checks = measure(stack, rows, texts, generate, args)
         sizing = sizing_line(stack)

@@ -184,7 +184,7 @@ SETS = {
     "causal_openvino": ModelSet(
         'the tiny decoder-only models of the causal set on OpenVINO GenAI ([export] engine = "openvino"): '
         "each architecture whose attention spans the whole context (the causal set's Mistral has a sliding "
-        "window of 8, which the engine refuses), and the trained Llama with int8 weights",
+        "window of 8, which the engine refuses), and the trained Llama with int8 weights, and in bf16 arithmetic",
         {
             **{
                 f"{architecture}_openvino": (
@@ -193,18 +193,21 @@ SETS = {
                 )
                 for architecture, template in OPENVINO_ARCHITECTURES.items()
             },
-            "llama_int8": (
-                TEXT_GENERATION,
-                {
-                    "architecture": "llama",
-                    "trained": True,
-                    "hidden": 64,
-                    "chat_template": "llama2",
-                    "extra": OPENVINO_ENGINE + 'weights = "int8"\n',
-                },
-            ),
+            **{
+                f"llama_{lowered}": (
+                    TEXT_GENERATION,
+                    {
+                        "architecture": "llama",
+                        "trained": True,
+                        "hidden": 64,
+                        "chat_template": "llama2",
+                        "extra": OPENVINO_ENGINE + line,
+                    },
+                )
+                for lowered, line in (("int8", 'weights = "int8"\n'), ("bf16", 'precision = "bf16"\n'))
+            },
         },
-        seconds=17,
+        seconds=20,
     ),
 }
 

@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 from app.triton.causal_lm_requests import Cancelled, Closed, Counts, Late, Request
@@ -33,8 +34,8 @@ ENDINGS = {Late: "late", Cancelled: "cancelled", Closed: "closed"}
 class BeamSearch:
     """Beam-search requests (``num_beams`` > 1), answered whole, in the order they came."""
 
-    def __init__(self, folder: Path, graph: Graph, clock=time.monotonic) -> None:
-        self.folder, self.graph = folder, graph
+    def __init__(self, folder: Path, graph: Graph | Callable[[], Graph], clock=time.monotonic) -> None:
+        self.folder, self.graph = folder, graph  # or what opens it, at the first search
         self.clock = clock
         self._model = None  # causal_lm_hf.OnnxCausalLM, made at the first search
         self.closing = threading.Event()
@@ -85,7 +86,8 @@ class BeamSearch:
             imported_torch()  # on this instance's threads, before transformers imports it
             from app.triton.causal_lm_hf import OnnxCausalLM
 
-            self._model = OnnxCausalLM(self.folder, self.graph)
+            graph = self.graph if isinstance(self.graph, Graph) else self.graph()
+            self._model = OnnxCausalLM(self.folder, graph)
             LOG.info("beam search: Hugging Face's generate loaded in %.1f s", time.monotonic() - began)
         return self._model
 

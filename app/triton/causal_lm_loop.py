@@ -30,7 +30,7 @@ class Loop:
 
     ``folder``: the Hugging Face folder (config.json, generation_config.json: the end-of-sequence
     tokens, the positions, the vocabulary, beam search's defaults); ``graph``: its ``decoder.onnx``
-    (beam search runs ``generate`` over it); ``max_rows``: how many requests step together at most
+    (beam search runs ``generate`` over it), or what opens it at the first beam search; ``max_rows``: how many requests step together at most
     (beams are not counted: they run apart); ``max_waiting``: how many may wait for their first step
     beyond them (one more is refused, ``Busy``). ``waited`` is told, for each request, the seconds from
     its arrival to the start of the step that makes its first token (Triton's metrics)."""
@@ -40,14 +40,14 @@ class Loop:
     def __init__(
         self,
         folder: Path,
-        graph: Graph,
+        graph: Graph | Callable[[], Graph],
         max_rows: int = MAX_RUNNING_ROWS,
         clock=time.monotonic,
         max_waiting: int = MAX_WAITING,
     ) -> None:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
         self.ends = frozenset(end_ids(read_generation_config(folder), config))
-        self.vocabulary = graph.vocabulary or int(config["vocab_size"])
+        self.vocabulary = getattr(graph, "vocabulary", None) or int(config["vocab_size"])
         self.context = context_length(config)
         self.max_rows = max(1, max_rows)
         self.max_waiting = max(0, max_waiting)

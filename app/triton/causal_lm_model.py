@@ -265,8 +265,11 @@ class TritonPythonModel:
         threads = intra_op_threads(config)
         limit_torch_threads(threads)
         version = Path(args["model_repository"]) / args["model_version"]
-        graph = Graph(open_session(version / GRAPH_FILE, threads, [p for p in providers.split(",") if p]))
-        if (version / IR_FILE).is_file():  # [export] engine = "openvino"
+
+        def graph() -> Graph:
+            return Graph(open_session(version / GRAPH_FILE, threads, [p for p in providers.split(",") if p]))
+
+        if (version / IR_FILE).is_file():  # [export] engine = "openvino": the graph for beam search only
             from app.triton.causal_lm_openvino import OpenVinoScheduler, open_pipeline, sized_cache
 
             cache_gb = sized_cache(folder, text.sequence_length, parameter(CACHE_GB_PARAMETER, 0))
@@ -277,7 +280,7 @@ class TritonPythonModel:
             self.scheduler = OpenVinoScheduler(folder, pipeline, graph, rows, max_waiting=waiting)
             self.scheduler.show = triton_gauges(args["model_name"])
         else:
-            self.scheduler = Scheduler(folder, graph, rows, max_waiting=waiting)
+            self.scheduler = Scheduler(folder, graph(), rows, max_waiting=waiting)
         self.scheduler.counts.observe = self.scheduler.beams.counts.observe = triton_metrics(args["model_name"])
         self.scheduler.waited = triton_queue_time(args["model_name"])
         self.scheduler.start()

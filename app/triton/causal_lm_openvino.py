@@ -121,14 +121,21 @@ class Running:
 class OpenVinoScheduler(Loop):
     """Continuous batching on GenAI's pipeline (``causal_lm_loop.Loop``: the queue, the checks, beam
     search beside, the endings). ``pipeline``: ``open_pipeline``'s; ``graph``: ``decoder.onnx``, for
-    beam search only. At most ``max_rows`` requests are in the pipeline at once, the others wait in
+    beam search only, or what opens it at the first beam search (its weights are not held twice until
+    one is asked for). At most ``max_rows`` requests are in the pipeline at once, the others wait in
     order in the loop's queue: GenAI's own ``max_num_seqs`` bounds nothing under its dynamic split-fuse
     scheduling (the default), where only tokens and cache blocks limit a step."""
 
     thread_name = "openvino-steps"
 
     def __init__(
-        self, folder: Path, pipeline, graph: Graph, max_rows: int = MAX_RUNNING_ROWS, clock=time.monotonic, **loop
+        self,
+        folder: Path,
+        pipeline,
+        graph: Graph | Callable[[], Graph],
+        max_rows: int = MAX_RUNNING_ROWS,
+        clock=time.monotonic,
+        **loop,
     ):
         super().__init__(folder, graph, max_rows, clock, **loop)
         self.pipeline = pipeline

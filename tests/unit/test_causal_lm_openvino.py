@@ -21,6 +21,7 @@ from app.triton.causal_lm_requests import Cancelled, Closed, Refused
 from app.triton.causal_lm_session import Graph, open_session
 from scripts.model_prep.small_models.sets import OPENVINO_ARCHITECTURES, Built
 from tests.causal_scheduling import (
+    WAIT_S,
     Collect,
     check_the_waiting_bound,
     drawn,
@@ -214,3 +215,25 @@ def test_a_cache_set_under_one_row_of_the_context_fails_the_load_naming_what_fit
     with pytest.raises(ValueError, match=r"kv_cache_gb 8 holds 13,107 tokens .* set it to 80, or .* to 13107"):
         sized_cache(tmp_path, None, 8)
     assert sized_cache(tmp_path, 13_107, 8) == 8  # what it holds, taken
+
+
+def test_beam_search_opens_the_graph_at_its_first_search_and_answers_as_generate(models):
+    """The ONNX graph is for beam search alone on this engine: not held in memory until one is asked for."""
+    hf, version, model = models("llama")
+    opened = []
+
+    def graph() -> Graph:
+        opened.append(version)
+        return Graph(open_session(version / GRAPH_FILE, 1))
+
+    steps = OpenVinoScheduler(hf, open_pipeline(version, 1, 1, 256, 16), graph).start()
+    try:
+        greedy, beams = Collect(), Collect()
+        steps.submit(request([5, 6, 7], greedy, max_new_tokens=6))
+        assert greedy.done.wait(WAIT_S) and opened == []
+        steps.submit(request([4, 5, 6, 7], beams, num_beams=3, max_new_tokens=6))
+        assert beams.done.wait(WAIT_S)
+    finally:
+        steps.close()
+    assert opened == [version] and beams.error is None
+    assert beams.tokens == generate(model, [4, 5, 6, 7], num_beams=3, max_new_tokens=6, do_sample=False)

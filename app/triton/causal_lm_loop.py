@@ -19,7 +19,7 @@ from pathlib import Path
 from app.core.causal_lm_contract import MAX_RUNNING_ROWS, MAX_WAITING, context_length
 from app.core.generation_contract import end_ids, read_generation_config
 from app.triton.causal_lm_beams import BeamSearch
-from app.triton.causal_lm_requests import Busy, Cancelled, Closed, Counts, Request, check
+from app.triton.causal_lm_requests import Busy, Cancelled, Closed, Counts, Late, Request, check
 from app.triton.causal_lm_session import Graph
 
 LOG = logging.getLogger(__name__)
@@ -89,6 +89,25 @@ class Loop:
     def waiting_now(self) -> int:
         """How many requests wait for their first step (called holding ``condition``)."""
         return len(self.waiting)
+
+    def _newcomers(self, running: int, block: bool) -> list[Request] | None:
+        """The requests that join now, in order, as many as ``max_rows`` leaves room for beside
+        ``running`` rows: those past their deadline end (late) and those whose caller left are dropped,
+        wherever they are in the queue. Waits while nothing runs or waits (``block``); None once closing."""
+        with self.condition:
+            if block:
+                self.condition.wait_for(lambda: self.closing or self.waiting or running)
+            if self.closing:
+                return None
+            now = self.clock()
+            late = [request for request in self.waiting if request.deadline <= now]
+            if late:
+                self.waiting = deque(request for request in self.waiting if request.deadline > now)
+            free = max(0, self.max_rows - running)
+            taken = [self.waiting.popleft() for _ in range(min(free, len(self.waiting)))]
+        for request in late:
+            self._end(request, Late(0), "late")
+        return [request for request in taken if not self._cancelled(request)]
 
     def _started(self, request: Request, at: float) -> None:
         """``request``'s first step began ``at``: its wait told to ``waited``."""

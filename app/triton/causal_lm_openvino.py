@@ -146,13 +146,9 @@ class OpenVinoScheduler(Loop):
     def turn(self, block: bool = True) -> bool:
         """Newcomers handed to the pipeline, one step of it, every row's new tokens sent; waits for a
         request while nothing runs (``block``); False once closing."""
-        with self.condition:
-            if block:
-                self.condition.wait_for(lambda: self.closing or self.waiting or self.running)
-            if self.closing:
-                return False
-            free = max(0, self.max_rows - len(self.running))
-            taken = [self.waiting.popleft() for _ in range(min(free, len(self.waiting)))]
+        taken = self._newcomers(len(self.running), block)
+        if taken is None:
+            return False
         try:
             for request in taken:
                 self._add(request)
@@ -183,15 +179,12 @@ class OpenVinoScheduler(Loop):
         self.show("kv_cache_usage", found.cache_usage / 100.0)  # GenAI says it in percent
 
     def _add(self, request: Request) -> None:
-        if request.deadline <= self.clock():
-            self._end(request, Late(0), "late")
-        elif not self._cancelled(request):
-            self.ids += 1
-            ids = np.asarray(request.ids, np.int64)[None]
-            import openvino as ov
+        import openvino as ov
 
-            handle = self.pipeline.add_request(self.ids, ov.Tensor(ids), generation_config(request.settings, self.ends))
-            self.running[self.ids] = Running(request, handle)
+        self.ids += 1
+        ids = ov.Tensor(np.asarray(request.ids, np.int64)[None])
+        handle = self.pipeline.add_request(self.ids, ids, generation_config(request.settings, self.ends))
+        self.running[self.ids] = Running(request, handle)
 
     def _drop_ended(self) -> None:
         """Rows past their deadline or whose caller went away leave the pipeline before its step."""

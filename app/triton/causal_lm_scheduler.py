@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,21 +143,9 @@ class Scheduler(Loop):
 
     def _take(self, block: bool) -> list[Request] | None:
         """The newcomers of this step (waits while nothing runs, if ``block``); None when closing."""
-        with self.condition:
-            if block:
-                self.condition.wait_for(lambda: self.closing or self.waiting or self.batch.rows)
-            if self.closing:
-                return None
-            now = self.clock()
-            late = [request for request in self.waiting if request.deadline <= now]
-            if late:
-                self.waiting = deque(request for request in self.waiting if request.deadline > now)
-            free = self.max_rows - len(self.batch.rows)
-            taken = [self.waiting.popleft() for _ in range(min(free, len(self.waiting)))]
-        for request in late:
-            self._end(request, Late(0), "late")
-        taken = [request for request in taken if not self._cancelled(request)]
-        for request in taken:
+        taken = self._newcomers(len(self.batch.rows), block)
+        now = self.clock()
+        for request in taken or ():
             self._started(request, now)
         return taken
 

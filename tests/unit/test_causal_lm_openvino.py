@@ -237,3 +237,18 @@ def test_beam_search_opens_the_graph_at_its_first_search_and_answers_as_generate
         steps.close()
     assert opened == [version] and beams.error is None
     assert beams.tokens == generate(model, [4, 5, 6, 7], num_beams=3, max_new_tokens=6, do_sample=False)
+
+
+def test_a_request_waiting_for_a_row_past_its_deadline_ends_while_the_row_is_taken(models):
+    clock = [0.0]
+    steps = scheduler(models, "llama", clock=lambda: clock[0], max_rows=1)
+    running, waiting = Collect(), Collect()
+    steps.submit(request([5, 6, 7], running, max_new_tokens=8))
+    steps.submit(request([8, 9], waiting, deadline=2.5, max_new_tokens=8))
+    for _ in range(4):  # a turn a second: the first row runs on, the second's deadline passes in the queue
+        steps.turn(block=False)
+        clock[0] += 1
+    assert DEADLINE_MARKER in str(waiting.error) and waiting.tokens == [] and not running.done.is_set()
+    turns_until_done(steps, [running])
+    assert running.error is None and len(running.tokens) == 8 and steps.counts["late"] == 1
+    steps.close()

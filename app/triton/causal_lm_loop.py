@@ -30,9 +30,9 @@ class Loop:
 
     ``folder``: the Hugging Face folder (config.json, generation_config.json: the end-of-sequence
     tokens, the positions, the vocabulary, beam search's defaults); ``graph``: its ``decoder.onnx``
-    (beam search runs ``generate`` over it), or what opens it at the first beam search; ``max_rows``: how many requests step together at most
-    (beams are not counted: they run apart); ``max_waiting``: how many may wait for their first step
-    beyond them (one more is refused, ``Busy``). ``waited`` is told, for each request, the seconds from
+    (beam search runs ``generate`` over it), or what opens it at the first beam search; ``max_rows``:
+    how many requests step together at most (beams are not counted: they run apart); ``max_waiting``:
+    how many may wait for a row beyond them (one more is refused, ``Busy``). ``waited`` is told, for each request, the seconds from
     its arrival to the start of the step that makes its first token (Triton's metrics)."""
 
     thread_name = "causal-lm-steps"
@@ -79,16 +79,11 @@ class Loop:
         with self.condition:
             if self.closing:
                 raise Closed("the model is unloading")
-            waiting = self.waiting_now()
-            if waiting >= self.max_waiting:
+            if len(self.waiting) >= self.max_waiting:
                 self.counts["busy"] += 1
-                raise Busy(waiting)
+                raise Busy(len(self.waiting))
             self.waiting.append(replace(request, arrived=self.clock()))
             self.condition.notify()
-
-    def waiting_now(self) -> int:
-        """How many requests wait for their first step (called holding ``condition``)."""
-        return len(self.waiting)
 
     def _newcomers(self, running: int, block: bool) -> list[Request] | None:
         """The requests that join now, in order, as many as ``max_rows`` leaves room for beside

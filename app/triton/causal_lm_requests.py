@@ -55,7 +55,7 @@ class Busy(RuntimeError):
     """A request refused on arrival: as many wait already as the model lets wait (the caller retries)."""
 
     def __init__(self, waiting: int) -> None:
-        super().__init__(f"{BUSY_MARKER}: {waiting} requests wait for their first token ({WAITING_PARAMETER}); retry")
+        super().__init__(f"{BUSY_MARKER}: {waiting} requests wait for a row ({WAITING_PARAMETER}); retry")
 
 
 class Sink(Protocol):

@@ -57,12 +57,18 @@ GRAPH_FILE = "decoder.onnx"
 ENGINE_KEY = "engine"
 ENGINES = ("onnxruntime", "openvino")
 IR_FILE = "openvino_model.xml"
-# [export] weights (the openvino engine only): "fp32" (the default), or "int8": the matrix products'
-# weights quantized per output channel at preparation (scripts/model_prep/causal_lm_quantize.py), which
-# refuses them where fewer than MIN_AGREEMENT of their greedy next tokens are float32's on its sentences.
+# [export] weights (the openvino engine only): "fp32" (the default), "int8" (the matrix products'
+# weights quantized per output channel) or "int4" (in groups of INT4_GROUPS' first size that cuts a
+# product's inputs in two or more, the language-model head kept int8) at preparation
+# (scripts/model_prep/causal_lm_quantize.py), which refuses them where fewer than MIN_AGREEMENT of their
+# greedy next tokens are float32's on its sentences.
 WEIGHTS_KEY = "weights"
-WEIGHT_FORMATS = ("fp32", "int8")
+WEIGHT_FORMATS = ("fp32", "int8", "int4")
+INT4_GROUPS = (128, 64, 32)  # inputs sharing one int4 scale, the largest first
 MIN_AGREEMENT = 0.9
+# [export] min_agreement: the agreement asked for instead, 0 to 1 (a folder whose domain the check's
+# sentences miss, or random weights, whose nearly flat logits int4 reorders)
+MIN_AGREEMENT_KEY = "min_agreement"
 IR_WEIGHTS = "openvino_model.bin"
 # OpenVINO's CPU properties for float32 answers: by default it computes in bf16 where the CPU has it
 # and compresses the key/value cache to u8, which changes greedy tokens.

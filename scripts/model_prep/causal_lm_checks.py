@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from app.core.causal_lm_contract import ARCHITECTURES
+from app.core.causal_lm_contract import ARCHITECTURES, MIN_AGREEMENT, MIN_AGREEMENT_KEY
 from app.core.spec import ModelSpec
 from scripts.model_prep.onnx_export import ExportError
 
@@ -84,3 +84,14 @@ def end_ids(spec: ModelSpec, model: nn.Module) -> tuple[tuple[int, ...], int]:
     ends = tuple(int(i) for i in (found if isinstance(found, (list, tuple)) else [found] if found is not None else []))
     pad = settings.pad_token_id if settings.pad_token_id is not None else (ends[0] if ends else 0)
     return ends, int(pad)
+
+
+def min_agreement(spec: ModelSpec) -> float:
+    """The agreement with float32 that lowered weights or arithmetic need: ``[export] min_agreement``
+    (0 to 1), else the contract's ``MIN_AGREEMENT``."""
+    given = spec.export.get(MIN_AGREEMENT_KEY)
+    if given is None:
+        return MIN_AGREEMENT
+    if isinstance(given, bool) or not isinstance(given, int | float) or not 0 <= given <= 1:
+        raise ExportError(f"[{spec.name}] [export] {MIN_AGREEMENT_KEY} = {given!r}: a number from 0 to 1")
+    return float(given)

@@ -58,6 +58,7 @@ from scripts.model_prep.causal_lm_checks import (
     end_ids,
     first_line,
     greedy_generate,
+    min_agreement,
     positions,
     prompts,
     refusal,
@@ -146,6 +147,7 @@ def engine_of(spec: ModelSpec) -> tuple[str, str, str]:
             needs = f' with [export] {ENGINE_KEY} = "openvino"' if given in values else ""
             raise ExportError(f"[{spec.name}] [export] {key} = {given!r}: one of {', '.join(map(repr, values))}{needs}")
         chosen.append(given)
+    min_agreement(spec)  # refused now, not after the export
     return engine, chosen[0], chosen[1]
 
 

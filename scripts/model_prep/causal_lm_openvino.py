@@ -32,7 +32,7 @@ from app.core.causal_lm_contract import (
     CACHE_GB_PARAMETER,
     GIB,
     IR_FILE,
-    MIN_AGREEMENT,
+    MIN_AGREEMENT_KEY,
     PRECISE,
     PRECISION_KEY,
     PRECISIONS,
@@ -185,7 +185,7 @@ def prepare(
     spec, model: nn.Module, folder: Path, seed: int, want: list[list[int]], step, weights: str, precision: str = "fp32"
 ) -> dict:
     """The IR into ``folder`` beside the checked graph, then its greedy tokens for the ONNX check's
-    prompts (each alone, unpadded) held to ``want``, ``generate``'s; with int8 ``weights``, quantized
+    prompts (each alone, unpadded) held to ``want``, ``generate``'s; with int8 or int4 ``weights``, quantized
     and held to the float32 IR (``quantized``). A failure is the one-line refusal. What the report keeps."""
     with step(spec.name, "converting the model to a stateful OpenVINO IR (SDPA attention, the cache as state)"):
         try:
@@ -229,28 +229,33 @@ def cache_line(spec) -> dict:
     return {"kv_cache_bytes_per_token": per_token, "kv_cache_gb": gb}
 
 
+QUANTIZED_AS = {"int8": "per output channel", "int4": "in groups of inputs, the head int8"}
+
+
 def quantized(spec, folder: Path, step, weights: str = "int8", precision: str = "fp32") -> dict:
-    """``folder``'s IR with int8 ``weights`` and/or run in bf16 ``precision``, refused where its greedy
-    next tokens agree with the float32 IR's in float32 less than ``MIN_AGREEMENT``; the agreement
-    printed and kept in the report (keys named by what was lowered: ``int8_``, ``bf16_``, ``int8_bf16_``)."""
+    """``folder``'s IR with int8 or int4 ``weights`` and/or run in bf16 ``precision``, refused where its
+    greedy next tokens agree with the float32 IR's in float32 less than ``MIN_AGREEMENT`` (or its
+    ``[export] min_agreement``); the agreement printed and kept in the report (keys named by what was
+    lowered: ``int8_``, ``int4_``, ``bf16_``, ``int8_bf16_``, ``int4_bf16_``)."""
     from scripts.model_prep import causal_lm_quantize as quantize
 
     lowered = [part for part in (weights, precision) if part != "fp32"]
-    what = " weights in ".join(lowered) + (" weights" if lowered == ["int8"] else " arithmetic")
-    original = folder / "fp32" if weights == "int8" else folder
-    if weights == "int8":
-        with step(spec.name, "quantizing the matrix products' weights to int8 (per output channel)"):
-            quantize.quantize(folder, original)
+    what = " weights in ".join(lowered) + (" weights" if lowered == [weights] else " arithmetic")
+    original = folder / "fp32" if weights != "fp32" else folder
+    if weights != "fp32":
+        with step(spec.name, f"quantizing the matrix products' weights to {weights} ({QUANTIZED_AS[weights]})"):
+            quantize.quantize(folder, original, weights)
     with step(spec.name, f"checking {what} against float32 ({len(quantize.SENTENCES)} sentences, teacher-forced)"):
         prompts = quantize.encoded_sentences(spec.text.folder)
         continuations = greedy(original, prompts, quantize.CONTINUATION, ())
         found = quantize.agreement(original, folder, prompts, continuations, PRECISIONS[precision])
     if original != folder:
         shutil.rmtree(original)
-    print(f"[{spec.name}] {what}: {found.line()} (at least {100 * MIN_AGREEMENT:.0f}% taken)", flush=True)
-    if found.ratio < MIN_AGREEMENT:
-        raise checks.refusal(
-            spec, f"its {what} answer too far from float32: {found.line()}, under {100 * MIN_AGREEMENT:.0f}%"
-        )
+    needed = checks.min_agreement(spec)
+    said = f", [export] {MIN_AGREEMENT_KEY}" if MIN_AGREEMENT_KEY in spec.export else ""
+    taken = f"at least {100 * needed:.0f}% taken{said}"
+    print(f"[{spec.name}] {what}: {found.line()} ({taken})", flush=True)
+    if found.ratio < needed:
+        raise checks.refusal(spec, f"its {what} answer too far from float32: {found.line()}, under {100 * needed:.0f}%")
     label = "_".join(lowered)
     return {f"{label}_agreement": found.ratio, f"{label}_mean_abs_logprob_diff": found.mean_abs_logprob_diff}

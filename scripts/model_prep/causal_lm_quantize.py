@@ -1,17 +1,20 @@
-"""Quantized weights for a ``text_generation`` model on OpenVINO (``[export] weights = "int8"``), and
-the check that holds them to the float32 model (``app.core.causal_lm_contract``: ``MIN_AGREEMENT``).
+"""Quantized weights for a ``text_generation`` model on OpenVINO (``[export] weights = "int8"`` or
+``"int4"``), and the check that holds them to the float32 model (``app.core.causal_lm_contract``:
+``MIN_AGREEMENT``).
 
 ``int8``: every matrix product's float32 weight (each layer's projections and the language-model
 head) becomes int8 with one float32 scale per output channel (symmetric, the largest magnitude to
 127), decompressed in the graph (``Convert`` then ``Multiply``), the pattern OpenVINO's CPU plugin
 runs as an int8-weight product (NNCF's weight compression writes the same, with a zero point where it
-is asymmetric). Activations and the key/value cache stay float32; the token embedding's lookup keeps
-its float32 table.
+is asymmetric). ``int4``: each layer's projections become int4 with one float16 scale per output
+channel and group of inputs (``int4_group``; symmetric, the largest magnitude to 7), NNCF's
+``INT4_SYM`` pattern; the language-model head stays int8, as NNCF keeps the last layer by default.
+Activations and the key/value cache stay float32; the token embedding's lookup keeps its float32 table.
 
 The check, on ``SENTENCES`` encoded by the folder's tokenizer: the float32 IR's greedy continuation of
 each (``CONTINUATION`` tokens), then both IRs run over prompt and continuation at once (teacher
 forcing: each position sees the float32 model's own past, so one differing choice does not change
-every later one); at each continuation position, whether the int8 model's largest logit is the
+every later one); at each continuation position, whether the quantized model's largest logit is the
 float32 model's token (the agreement) and how far its log-probability of that token is from the
 float32 model's (the mean absolute difference).
 """
@@ -24,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.core.causal_lm_contract import IR_FILE, IR_WEIGHTS, PRECISE
+from app.core.causal_lm_contract import INT4_GROUPS, IR_FILE, IR_WEIGHTS, PRECISE
 
 SENTENCES = (
     "The quick brown fox jumps over the lazy dog.",
@@ -58,12 +61,9 @@ class Agreement:
         )
 
 
-def compress_int8(model) -> int:
-    """``model``'s float32 matrix-product weights as int8 with per-channel scales, in place; how many."""
-    import openvino as ov
-    from openvino import opset13
-
-    compressed = 0
+def products(model) -> list[tuple[object, np.ndarray]]:
+    """``model``'s matrix products over a float32 2-D constant: each ``MatMul`` and its weight's values."""
+    found = []
     for op in model.get_ordered_ops():
         if op.get_type_name() != "MatMul":
             continue
@@ -71,32 +71,99 @@ def compress_int8(model) -> int:
         if weight.get_type_name() != "Constant":
             continue
         values = weight.get_data()
-        if values.dtype != np.float32 or values.ndim != 2:
-            continue
-        reduced = 1 if op.get_transpose_b() else 0  # the input axis: one scale per output channel
-        scale = np.abs(values).max(axis=reduced, keepdims=True) / 127.0
-        scale[scale == 0] = 1.0
-        quantized = np.clip(np.round(values / scale), -127, 127).astype(np.int8)
-        decompressed = opset13.multiply(
-            opset13.convert(opset13.constant(quantized), ov.Type.f32), opset13.constant(scale.astype(np.float32))
-        )
+        if values.dtype == np.float32 and values.ndim == 2:
+            found.append((op, values))
+    return found
+
+
+def head_of(model):
+    """The matrix product that makes ``logits`` (the language-model head), or None."""
+    names = [output for output in model.outputs if "logits" in output.get_names()]
+    node = names[0].get_node().input_value(0).get_node() if names else None
+    while node is not None and node.get_type_name() != "MatMul":
+        node = node.input_value(0).get_node() if node.get_input_size() else None
+    return node
+
+
+def int8_channels(values: np.ndarray, transposed: bool):
+    """``values`` as int8 with one float32 scale per output channel (symmetric, the largest magnitude to
+    127), decompressed in the graph: ``Convert`` then ``Multiply``."""
+    import openvino as ov
+    from openvino import opset13
+
+    reduced = 1 if transposed else 0  # the input axis
+    scale = np.abs(values).max(axis=reduced, keepdims=True) / 127.0
+    scale[scale == 0] = 1.0
+    quantized = np.clip(np.round(values / scale), -127, 127).astype(np.int8)
+    return opset13.multiply(
+        opset13.convert(opset13.constant(quantized), ov.Type.f32), opset13.constant(scale.astype(np.float32))
+    )
+
+
+def int4_groups(values: np.ndarray, transposed: bool, group: int):
+    """``values`` as int4 with one float16 scale per output channel and ``group`` inputs (symmetric, the
+    largest magnitude to 7), decompressed in the graph as NNCF writes it: ``Convert``, ``Multiply``,
+    ``Reshape`` to the product's weight, ``Convert`` to float32 (OpenVINO's CPU plugin runs the pattern
+    as an int4-weight product)."""
+    import openvino as ov
+    from openvino import opset13
+
+    # [outputs, inputs], contiguous: OpenVINO takes a strided float16 array's constant as int16
+    rows = np.ascontiguousarray(values if transposed else values.T)
+    outputs, inputs = rows.shape
+    grouped = rows.reshape(outputs, inputs // group, group)
+    scale = np.abs(grouped).max(axis=2, keepdims=True) / 7.0
+    scale[scale == 0] = 1.0
+    scale = scale.astype(np.float16)
+    quantized = np.clip(np.round(grouped / scale.astype(np.float32)), -8, 7).astype(np.int8)
+    decompressed = opset13.multiply(
+        opset13.convert(opset13.constant(quantized, dtype=ov.Type.i4), ov.Type.f16), opset13.constant(scale)
+    )
+    weight = opset13.reshape(decompressed, opset13.constant(np.array([outputs, inputs], np.int64)), False)
+    weight = opset13.convert(weight, ov.Type.f32)
+    return weight if transposed else opset13.transpose(weight, opset13.constant(np.array([1, 0], np.int64)))
+
+
+def int4_group(inputs: int) -> int | None:
+    """The inputs that share one int4 scale: ``INT4_GROUPS``' first size that cuts ``inputs`` into two
+    groups or more (None: no size does, the product stays int8)."""
+    return next((size for size in INT4_GROUPS if inputs % size == 0 and inputs // size >= 2), None)
+
+
+def compress(model, weights: str = "int8") -> dict[str, int]:
+    """``model``'s float32 matrix-product weights in ``weights``' format, in place: ``int8`` per output
+    channel; ``int4`` in groups of inputs (``int4_group``), the language-model head and any product no
+    group size cuts kept int8 (as NNCF keeps the last layer).
+    How many products each format took."""
+    head = head_of(model) if weights == "int4" else None
+    kept = head.get_friendly_name() if head is not None else None  # the head, kept int8
+    counts = {"int8": 0, "int4": 0}
+    for op, values in products(model):
+        transposed = op.get_transpose_b()
+        inputs = values.shape[1 if transposed else 0]
+        group = int4_group(inputs) if weights == "int4" else None
+        if group is None or op.get_friendly_name() == kept:
+            decompressed = int8_channels(values, transposed)
+            counts["int8"] += 1
+        else:
+            decompressed = int4_groups(values, transposed, group)
+            counts["int4"] += 1
         op.input(1).replace_source_output(decompressed.output(0))
-        compressed += 1
     model.validate_nodes_and_infer_types()
-    return compressed
+    return counts
 
 
-def quantize(folder: Path, original: Path) -> int:
-    """``folder``'s IR moved to ``original``, then written again with int8 weights; the products compressed."""
+def quantize(folder: Path, original: Path, weights: str = "int8") -> dict[str, int]:
+    """``folder``'s IR moved to ``original``, then written again with ``weights``; the products compressed."""
     import openvino as ov
 
     original.mkdir(parents=True, exist_ok=True)
     for name in (IR_FILE, IR_WEIGHTS):
         shutil.move(folder / name, original / name)
     model = ov.Core().read_model(str(original / IR_FILE))
-    count = compress_int8(model)
+    counts = compress(model, weights)
     ov.save_model(model, str(folder / IR_FILE), compress_to_fp16=False)
-    return count
+    return counts
 
 
 def log_probabilities(folder: Path, sequences: list[list[int]], properties=PRECISE) -> list[np.ndarray]:

@@ -38,6 +38,7 @@ pytestmark = pytest.mark.integration
 
 MODELS = tuple(name for name in SETS["causal_openvino"].models if name.endswith("_openvino"))
 INT8 = "llama_int8"  # the trained Llama with int8 weights
+INT4 = "llama_int4"  # with int4 weights
 BF16 = "llama_bf16"  # the trained Llama in bf16 arithmetic
 LONG = "llama_openvino_long"  # llama_openvino with 2,048 positions: a generation long enough to leave
 ONE_ROW = "llama_openvino_one_row"  # LONG with one running row and one waiting request at most
@@ -52,7 +53,7 @@ def models(small_models: Built) -> Path:
 @pytest.fixture(scope="module")
 def stack(small_models: Built, tmp_path_factory, stopping: list[Stack]):
     shared = small_models.repository("causal_openvino")
-    repository = served_copy(shared, (*MODELS, INT8, BF16), tmp_path_factory.mktemp("repository"))
+    repository = served_copy(shared, (*MODELS, INT8, INT4, BF16), tmp_path_factory.mktemp("repository"))
     long_copy(shared, repository, "llama_openvino", LONG, 2048)
     one_row = long_copy(shared, repository, "llama_openvino", ONE_ROW, 2048) / "config.pbtxt"
     one_row.write_text(one_row.read_text() + one_row_parameters())
@@ -210,9 +211,9 @@ def test_bad_input_is_a_400_and_the_stack_keeps_serving(stack, payload, fragment
     assert result(stack, "llama_openvino", {"text": "hi", "max_new_tokens": 3})["generated_tokens"] == 3
 
 
-@pytest.mark.parametrize("name", [INT8, BF16])
+@pytest.mark.parametrize("name", [INT8, INT4, BF16])
 def test_the_lowered_models_still_continue_their_trained_sentences(stack, name):
-    """The trained Llama learnt to finish a few sentences; with int8 weights, or in bf16 arithmetic, it
+    """The trained Llama learnt to finish a few sentences; with int8 or int4 weights, or in bf16 arithmetic, it
     still finishes them (its agreement with float32 was checked at preparation, at least MIN_AGREEMENT)."""
     from scripts.model_prep.small_models.causal import SENTENCES
 

@@ -5,6 +5,7 @@ preparation with one line saying why and what to do instead."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -74,23 +75,26 @@ def test_the_engine_s_check_is_printed_and_a_second_preparation_reads_the_cache(
     assert (tmp_path / "again" / "gpt2_random" / "1" / IR_FILE).is_file()
 
 
-def test_int8_weights_are_checked_against_float32_and_refused_under_the_threshold(
-    small_models: Built, tmp_path, capsys, monkeypatch
+@pytest.mark.parametrize(("weights", "size"), [("int8", 0.6), ("int4", 0.45)])
+def test_quantized_weights_are_checked_against_float32_and_refused_under_the_threshold(
+    small_models: Built, tmp_path, capsys, monkeypatch, weights, size
 ):
     import contextlib
 
     from clients.families import load_spec
+    from scripts.model_prep import causal_lm_checks as checks
     from scripts.model_prep import causal_lm_openvino
     from scripts.model_prep.onnx_export import ExportError
 
-    # the set's int8 Llama: its weights a fraction of the float32 graph's, its agreement in the report
-    version = small_models.repository("causal_openvino") / "llama_int8" / "1"
+    # the set's quantized Llama: its weights a fraction of the float32 graph's (the float32 embedding
+    # table kept), its agreement in the report
+    version = small_models.repository("causal_openvino") / f"llama_{weights}" / "1"
     graph = small_models.repository("causal") / "llama_trained" / "1" / GRAPH_FILE
-    assert (version / IR_WEIGHTS).stat().st_size < 0.6 * graph.stat().st_size
-    [report] = (small_models.cache / "onnx" / "llama_int8").glob(f"*/{REPORT_FILE}")
+    assert (version / IR_WEIGHTS).stat().st_size < size * graph.stat().st_size
+    [report] = (small_models.cache / "onnx" / f"llama_{weights}").glob(f"*/{REPORT_FILE}")
     found = json.loads(report.read_text())
-    assert found["weights"] == "int8" and 0.9 <= found["int8_agreement"] <= 1, found
-    assert 0 <= found["int8_mean_abs_logprob_diff"] < 0.1
+    assert found["weights"] == weights and 0.9 <= found[f"{weights}_agreement"] <= 1, found
+    assert 0 <= found[f"{weights}_mean_abs_logprob_diff"] < (0.1 if weights == "int8" else 0.3)
     # quantizing a float32 IR again: the figures printed, then refused where no agreement is enough
     spec = load_spec(small_models.models("causal_openvino") / "llama_openvino")
     fp32 = small_models.repository("causal_openvino") / "llama_openvino" / "1"
@@ -100,16 +104,23 @@ def test_int8_weights_are_checked_against_float32_and_refused_under_the_threshol
         folder.mkdir()
         for name in (IR_FILE, IR_WEIGHTS):
             shutil.copy(fp32 / name, folder / name)
-        return causal_lm_openvino.quantized(spec, folder, lambda *_: contextlib.nullcontext())
+        return causal_lm_openvino.quantized(spec, folder, lambda *_: contextlib.nullcontext(), weights)
 
     capsys.readouterr()
     figures = quantized()
-    [line] = [line for line in capsys.readouterr().out.splitlines() if "int8 weights:" in line]
+    [line] = [line for line in capsys.readouterr().out.splitlines() if f"{weights} weights:" in line]
     assert "greedy next-token agreement with float32" in line and "(at least 90% taken)" in line, line
-    assert f"{100 * figures['int8_agreement']:.1f}%" in line
-    monkeypatch.setattr(causal_lm_openvino, "MIN_AGREEMENT", 1.01)  # no agreement is enough
-    with pytest.raises(ExportError, match="its int8 weights answer too far from float32: .* under 101%"):
+    assert f"{100 * figures[f'{weights}_agreement']:.1f}%" in line
+    monkeypatch.setattr(checks, "MIN_AGREEMENT", 1.01)  # no agreement is enough
+    with pytest.raises(ExportError, match=f"its {weights} weights answer too far from float32: .* under 101%"):
         quantized()
+    # unless model.toml takes less: its [export] min_agreement named in the line
+    spec = dataclasses.replace(spec, export={**spec.export, "min_agreement": 0.5})
+    quantized()
+    assert "(at least 50% taken, [export] min_agreement)" in capsys.readouterr().out
+    for wrong in (1.5, "high", True):
+        with pytest.raises(ExportError, match=rf"\[export\] min_agreement = {wrong!r}: a number from 0 to 1"):
+            checks.min_agreement(dataclasses.replace(spec, export={**spec.export, "min_agreement": wrong}))
 
 
 @pytest.mark.parametrize("line", ['weights = "int8"', 'precision = "bf16"'])
@@ -127,6 +138,7 @@ def test_bf16_arithmetic_is_checked_against_float32_and_refused_under_the_thresh
     import contextlib
 
     from clients.families import load_spec
+    from scripts.model_prep import causal_lm_checks as checks
     from scripts.model_prep import causal_lm_openvino
     from scripts.model_prep.onnx_export import ExportError
 
@@ -150,6 +162,6 @@ def test_bf16_arithmetic_is_checked_against_float32_and_refused_under_the_thresh
     [line] = [line for line in capsys.readouterr().out.splitlines() if "bf16 arithmetic:" in line]
     assert f"greedy next-token agreement with float32 {100 * figures['bf16_agreement']:.1f}%" in line, line
     assert (folder / IR_WEIGHTS).read_bytes() == (fp32 / IR_WEIGHTS).read_bytes()
-    monkeypatch.setattr(causal_lm_openvino, "MIN_AGREEMENT", 1.01)
+    monkeypatch.setattr(checks, "MIN_AGREEMENT", 1.01)
     with pytest.raises(ExportError, match="its bf16 arithmetic answer too far from float32: .* under 101%"):
         checked()

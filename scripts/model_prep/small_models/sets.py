@@ -184,7 +184,8 @@ SETS = {
     "causal_openvino": ModelSet(
         'the tiny decoder-only models of the causal set on OpenVINO GenAI ([export] engine = "openvino"): '
         "each architecture whose attention spans the whole context (the causal set's Mistral has a sliding "
-        "window of 8, which the engine refuses), and the trained Llama with int8 weights, and in bf16 arithmetic",
+        "window of 8, which the engine refuses), and the trained Llama with int8 weights, with int4 weights, "
+        "and in bf16 arithmetic",
         {
             **{
                 f"{architecture}_openvino": (
@@ -204,7 +205,11 @@ SETS = {
                         "extra": OPENVINO_ENGINE + line,
                     },
                 )
-                for lowered, line in (("int8", 'weights = "int8"\n'), ("bf16", 'precision = "bf16"\n'))
+                for lowered, line in (
+                    ("int8", 'weights = "int8"\n'),
+                    ("int4", 'weights = "int4"\n'),
+                    ("bf16", 'precision = "bf16"\n'),
+                )
             },
         },
         seconds=20,

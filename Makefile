@@ -199,7 +199,8 @@ bench-generation: $(VENV)/.serving $(VENV)/.models nginx
 
 # The text_generation family (prepares build/bench-chat/: a Llama of about 34M parameters, random
 # weights; starts and stops its own stack on free ports): BENCH_CHAT_ARGS="--quick" for a smoke run,
-# "--env TRITON_THREADS=bench_llama=2" for another sizing. Results: build/bench-chat/.
+# "--env TRITON_THREADS=bench_llama=2" for another sizing, "--llama-cpp DIR" (or LLAMA_CPP_DIR) for
+# llama.cpp's server beside it (docs/performance-generation.md). Results: build/bench-chat/.
 BENCH_CHAT_ARGS ?=
 bench-chat: $(VENV)/.serving $(VENV)/.models nginx
 	$(PY) -m scripts.bench.chat $(BENCH_CHAT_ARGS)

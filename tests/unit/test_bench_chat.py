@@ -193,3 +193,54 @@ def test_results_are_plain_json_and_the_table_and_verdict_lines():
     assert lines[-1].endswith("the whole answer's text: False; tokens (generate, whole, streamed): 64, 64, 64")
     label = report.progress_label(0, 2, rows[3], cells[rows[3].key][0], made)
     assert label.startswith("round 1/2 stream/c8 (256 tokens/s, TTFT p50 55.0 ms")
+
+
+def test_llama_cpp_s_rows_join_where_its_tree_is_given_and_are_held_to_the_endpoint():
+    keys = [row.key for row in plan.plan_rows(8, "openvino", peer=True)]
+    assert keys[-4:] == ["llama.cpp/c8", "llama.cpp/c1", "llama.cpp-stream/c8", "llama.cpp-follow-up"]
+    found = {
+        **by_key(300.0, 100.0, 90.0, 30.0),
+        "stream/c8": {"ttft_p50_ms": 80.0, "label": "stream"},
+        "follow-up": {"ttft_p50_ms": 40.0, "label": "turn"},
+        "llama.cpp/c8": {"tokens_per_s": 250.0, "label": "llama c8"},
+        "llama.cpp/c1": {"tokens_per_s": 80.0, "label": "llama c1"},
+        "llama.cpp-stream/c8": {"ttft_p50_ms": 100.0, "label": "llama stream"},
+        "llama.cpp-follow-up": {"ttft_p50_ms": 40.0, "label": "llama turn"},
+    }
+    peers = report.verdicts(found, 8)[-4:]
+    assert [(v["goal"], v["passed"]) for v in peers] == [(">= 1.00", False), (">= 1.00", True), ("<= 1.00", True)] + [
+        ("<= 1.00", True)
+    ]
+    assert peers[0]["value"] == 75.0 / 80.0 and peers[0]["detail"] == "75.0 vs 80.0 tokens/s"
+    assert peers[2]["name"].endswith("ms, first token p50") and peers[2]["detail"] == "80.0 vs 100.0 ms"
+    assert len(report.verdicts(by_key(300.0, 100.0, 90.0, 30.0), 8)) == 3  # no tree: no peer lines
+
+
+def test_llama_cpp_s_stream_counts_the_tokens_an_event_held_back(tmp_path, monkeypatch):
+    from scripts.bench.chat import llama_cpp
+
+    def sent(made: int, tokens: list[int], content: str, stop: bool = False) -> bytes:
+        body = {"content": content, "tokens": tokens, "stop": stop, "tokens_predicted": made}
+        return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+    # the second and third tokens are one character's bytes: the third event brings both, listing one
+    stream = sent(1, [5], "a") + sent(3, [7], "\u00e9") + sent(4, [8], "b") + sent(4, [], "", stop=True)
+    caller = llama_cpp.LlamaCaller(1, [[1, 2, 3]], 4, True, 5.0)
+    found = caller.streamed(iter([stream[:40], stream[40:]]), 0.0)
+    assert len(found.arrivals) == 4 and found.text == "a\u00e9b" and found.ids == (5, 7, 8)
+    assert json.loads(caller.bodies[0]) == {
+        "prompt": [1, 2, 3],
+        "n_predict": 4,
+        "temperature": 0.0,
+        "ignore_eos": True,
+        "cache_prompt": False,
+        "return_tokens": True,
+        "stream": True,
+    }
+    assert llama_cpp.gguf_type("fp32") == "f32" and llama_cpp.gguf_type("int4") == "q8_0"
+    # no tree given or in the environment: no peer; a tree without its server: one line naming it
+    monkeypatch.delenv(llama_cpp.ENV, raising=False)
+    assert llama_cpp.located(None) is None
+    (tmp_path / llama_cpp.CONVERTER).write_text("")
+    with pytest.raises(SystemExit, match="no build/bin/llama-server in .*: build it with cmake"):
+        llama_cpp.located(tmp_path)

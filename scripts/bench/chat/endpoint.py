@@ -63,14 +63,27 @@ def timed_events(parts: Iterator[bytes], began: float) -> Streamed:
 class Caller:
     """Calls through the public port on one keep-alive connection per thread, each call the next
     prompt. Whole answers (``stream`` False) record their tokens; streamed ones their ``Streamed``.
-    ``records`` only grows (an append is atomic): a step reads what it added."""
+    ``records`` only grows (an append is atomic): a step reads what it added. A peer server's caller
+    changes ``path``, the bodies and how an answer is read (``scripts.bench.chat.llama_cpp``)."""
+
+    path = "/invocations"
 
     def __init__(self, port: int, texts: Sequence[str], max_new_tokens: int, stream: bool, timeout_s: float) -> None:
         self.port, self.stream, self.timeout_s = port, stream, timeout_s
-        self.bodies = [body(text, max_new_tokens, stream) for text in texts]
+        self.bodies = self.make_bodies(texts, max_new_tokens)
         self.turn = itertools.count()
         self.local = threading.local()
         self.records: list = []
+
+    def make_bodies(self, texts: Sequence, max_new_tokens: int) -> list[bytes]:
+        return [body(text, max_new_tokens, self.stream) for text in texts]
+
+    def whole(self, answer: http.client.HTTPResponse) -> dict:
+        """A whole answer's ``result`` (``generated_tokens`` counted)."""
+        return json.loads(answer.read())["result"]
+
+    def streamed(self, parts: Iterator[bytes], began: float) -> Streamed:
+        return timed_events(parts, began)
 
     def __call__(self) -> None:
         self.records.append(self.send(self.bodies[next(self.turn) % len(self.bodies)]))
@@ -91,7 +104,7 @@ class Caller:
     def response(self, payload: bytes) -> tuple[http.client.HTTPResponse, float]:
         conn, began = self.connection(), time.perf_counter()
         try:
-            conn.request("POST", "/invocations", body=payload, headers=JSON_HEADERS)
+            conn.request("POST", self.path, body=payload, headers=JSON_HEADERS)
             answer = conn.getresponse()
         except (OSError, http.client.HTTPException):
             self.close()
@@ -108,8 +121,8 @@ class Caller:
         answer, began = self.response(payload)
         try:
             if not self.stream:
-                return json.loads(answer.read())["result"]
-            return timed_events(self.parts(answer, stop), began)
+                return self.whole(answer)
+            return self.streamed(self.parts(answer, stop), began)
         except (OSError, http.client.HTTPException, ValueError, RuntimeError):
             self.close()
             raise

@@ -18,12 +18,17 @@ from scripts.terminal import positive
 
 DEFAULT_OUT = PROJECT_ROOT / "build" / "bench-chat"
 MODEL = "bench_llama"  # the model's name in the benchmark's repository
-SHAPES = ("llama-34m", "smollm2-135m")  # --shape: scripts.bench.chat.prepare.SHAPES
+SHAPES = ("llama-34m", "smollm2-135m", "llama-580m-32k")  # --shape: scripts.bench.chat.prepare.SHAPES
 GENERATE, ENDPOINT, STREAM, SHORT_ALONE, SHORT_LOADED = "generate", "endpoint", "stream", "short-alone", "short-loaded"
 GENAI = "genai"  # --engine openvino: OpenVINO GenAI's pipeline in this process over the served IR, the ceiling
 LOCAL = (GENERATE, GENAI)  # the sides that run in this process, the stack idle
 FOLLOW_UP = "follow-up"  # a conversation's next turn: a long prompt whose start every earlier call sent
-PROBES = (SHORT_ALONE, SHORT_LOADED, FOLLOW_UP)  # the rows that send one short streamed request at a time
+# llama.cpp's server, where a tree is at hand (scripts.bench.chat.llama_cpp): whole answers, streamed, the next turn
+LLAMA, LLAMA_STREAM, LLAMA_FOLLOW_UP = "llama.cpp", "llama.cpp-stream", "llama.cpp-follow-up"
+PEERS = (LLAMA, LLAMA_STREAM, LLAMA_FOLLOW_UP)
+PROBES = (SHORT_ALONE, SHORT_LOADED, FOLLOW_UP, LLAMA_FOLLOW_UP)  # one short streamed request at a time
+WHOLE = (ENDPOINT, LLAMA)  # the sides whose calls answer whole (their tokens counted), the others stream
+GOAL_PEER = 1.0  # the endpoint against llama.cpp's server: its tokens/s at least, its first token's wait at most
 FOLLOW_UP_SEEN, FOLLOW_UP_NEW = 768, 24  # its tokens sent before (the earlier turns), and the turn's own
 TEXTS, TEXT_TOKENS = 32, 24  # the prompts every row cycles through, and their tokens (<s> included)
 MAX_NEW = 64  # tokens generated a prompt (random weights never end one early: prepare)
@@ -61,22 +66,29 @@ class Row:
             return f"endpoint, whole answers, c={self.concurrency}, {max_new} tokens"
         if self.side == STREAM:
             return f"endpoint, streamed, c={self.concurrency}, {max_new} tokens"
+        if self.side == LLAMA:
+            return f"llama.cpp server, whole answers, c={self.concurrency}, {max_new} tokens"
+        if self.side == LLAMA_STREAM:
+            return f"llama.cpp server, streamed, c={self.concurrency}, {max_new} tokens"
         if self.side == SHORT_ALONE:
             return f"short request alone, streamed, {short_new} tokens"
-        if self.side == FOLLOW_UP:
+        if self.side in (FOLLOW_UP, LLAMA_FOLLOW_UP):
             return (
-                f"a conversation's next turn ({FOLLOW_UP_SEEN} tokens sent before, {FOLLOW_UP_NEW} new), "
-                f"streamed, {short_new} tokens"
+                f"{'llama.cpp server, ' if self.side == LLAMA_FOLLOW_UP else ''}a conversation's next turn "
+                f"({FOLLOW_UP_SEEN} tokens sent before, {FOLLOW_UP_NEW} new), streamed, {short_new} tokens"
             )
         return f"short request beside {self.concurrency} of {long_new} tokens, streamed, {short_new} tokens"
 
 
-def plan_rows(concurrency: int, engine: str = ENGINES[0]) -> list[Row]:
+def plan_rows(concurrency: int, engine: str = ENGINES[0], peer: bool = False) -> list[Row]:
     """``generate`` at batch 1; the endpoint at ``concurrency`` and at 1; streamed at ``concurrency``;
     the short request alone and beside ``concurrency - 1`` long generations (``concurrency`` requests
-    in all, as the streamed row); a conversation's next turn, alone; on the openvino engine, its pipeline in this process with 1 and
-    ``concurrency`` prompts at once."""
+    in all, as the streamed row); a conversation's next turn, alone; on the openvino engine, its
+    pipeline in this process with 1 and ``concurrency`` prompts at once; with ``peer``, llama.cpp's
+    server as the endpoint is called: whole at 1 and ``concurrency``, streamed, the next turn."""
     ceiling = [Row(GENAI, 1), Row(GENAI, concurrency)] if engine == "openvino" else []
+    if peer:
+        ceiling += [Row(LLAMA, concurrency), Row(LLAMA, 1), Row(LLAMA_STREAM, concurrency), Row(LLAMA_FOLLOW_UP)]
     rows = [
         Row(GENERATE),
         Row(ENDPOINT, concurrency),
@@ -98,6 +110,16 @@ def goal_rows(concurrency: int) -> dict[str, tuple[Row, Row]]:
     }
 
 
+def peer_rows(concurrency: int) -> list[tuple[str, Row, Row]]:
+    """The comparisons with llama.cpp's server (goal ``GOAL_PEER``): (what is compared, the endpoint's
+    row, the peer's)."""
+    return [
+        *(("tokens_per_s", Row(ENDPOINT, c), Row(LLAMA, c)) for c in dict.fromkeys((1, concurrency))),
+        ("ttft_p50_ms", Row(STREAM, concurrency), Row(LLAMA_STREAM, concurrency)),
+        ("ttft_p50_ms", Row(FOLLOW_UP), Row(LLAMA_FOLLOW_UP)),
+    ]
+
+
 def long_tokens(asked: int, positions: int | None, prompt_tokens: int) -> int:
     """The long generations' tokens: as asked, unless the model's positions hold fewer after the
     longest prompt (the small model's 128)."""
@@ -113,13 +135,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add("--repository", type=Path, help="the repository to prepare and serve (default: OUT/repository)")
     add("--no-prepare", action="store_true", help=f"serve --repository as it is (it holds {MODEL})")
     add("--small", action="store_true", help="a tiny Llama (scripts.model_prep.small_models): a smoke run")
-    add("--shape", choices=SHAPES, default=SHAPES[0], help="the benchmark Llama's sizes (smollm2-135m: SmolLM2-135M's)")
+    add(
+        "--shape",
+        choices=SHAPES,
+        default=SHAPES[0],
+        help="the benchmark Llama's sizes (smollm2-135m: SmolLM2-135M's; llama-580m-32k: over 2 GB, 32k positions)",
+    )
     add("--engine", choices=ENGINES, default=ENGINES[0], help="what steps the running batch ([export] engine)")
     add(
         "--weights",
         choices=WEIGHT_FORMATS,
         default=WEIGHT_FORMATS[0],
-        help="the weights' format (int8: --engine openvino)",
+        help="the weights' format (int8, int4: --engine openvino)",
     )
     add(
         "--precision",
@@ -148,6 +175,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=[],
         metavar="NAME=VALUE",
         help="an environment variable for serve",
+    )
+    add(
+        "--llama-cpp",
+        type=Path,
+        metavar="DIR",
+        help="a llama.cpp source tree with build/bin/llama-server, run as a peer (default: $LLAMA_CPP_DIR; "
+        "neither: no peer rows)",
     )
     add("--timeout", type=float, default=120.0, help="seconds one request may take")
     add("--quick", action="store_true", help=QUICK_HELP)

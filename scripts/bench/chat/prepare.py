@@ -29,7 +29,14 @@ import shutil
 from functools import partial
 from pathlib import Path
 
-from app.core.causal_lm_contract import ENGINE_KEY, ENGINES, PRECISION_KEY, WEIGHT_FORMATS, WEIGHTS_KEY
+from app.core.causal_lm_contract import (
+    ENGINE_KEY,
+    ENGINES,
+    MIN_AGREEMENT_KEY,
+    PRECISION_KEY,
+    WEIGHT_FORMATS,
+    WEIGHTS_KEY,
+)
 from app.core.spec import ModelSpec
 from clients.text_generation import FAMILY_NAME
 from scripts.bench import prepared
@@ -65,7 +72,19 @@ SMOLLM2 = {
     "tie_word_embeddings": True,
     "rope_theta": 100000.0,
 }
-SHAPES = dict(zip(plan.SHAPES, ((ARCHITECTURE, VOCABULARY), (SMOLLM2, 49_152))))  # (sizes, vocabulary) by --shape
+# --shape llama-580m-32k: real sizes (weights over 2 GB in float32, a 32,768-token context), 580M parameters
+LLAMA_580M = {
+    "hidden_size": 1536,
+    "intermediate_size": 4096,
+    "num_hidden_layers": 20,
+    "num_attention_heads": 12,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "max_position_embeddings": 32_768,
+    "tie_word_embeddings": True,
+    "rope_theta": 1_000_000.0,
+}
+SHAPES = dict(zip(plan.SHAPES, ((ARCHITECTURE, VOCABULARY), (SMOLLM2, 49_152), (LLAMA_580M, 49_152))))
 
 
 def build_of(shape: str) -> str:
@@ -82,7 +101,7 @@ def padded_vocabulary(trained: dict[str, int], size: int = VOCABULARY) -> dict[s
     return found | {DUMMY.format(i): len(found) + i for i in range(size - len(found))}
 
 
-def llama_tokenizer(size: int = VOCABULARY):
+def llama_tokenizer(size: int = VOCABULARY, positions: int = ARCHITECTURE["max_position_embeddings"]):
     """LlamaTokenizerFast on a byte-fallback BPE trained on ``corpus()``, padded to ``size`` pieces."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import LlamaTokenizerFast
@@ -103,7 +122,7 @@ def llama_tokenizer(size: int = VOCABULARY):
         merges=merges,
         add_bos_token=True,
         add_eos_token=False,
-        model_max_length=ARCHITECTURE["max_position_embeddings"],  # the same in every shape
+        model_max_length=positions,
     )
 
 
@@ -115,7 +134,7 @@ def llama_folder(folder: Path, shape: str = plan.SHAPES[0]) -> Path:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     architecture, vocabulary = SHAPES[shape]
-    tokenizer = llama_tokenizer(vocabulary)
+    tokenizer = llama_tokenizer(vocabulary, architecture["max_position_embeddings"])
     tokenizer.pad_token = tokenizer.unk_token
     config = LlamaConfig(
         vocab_size=len(tokenizer),
@@ -140,10 +159,13 @@ def llama_folder(folder: Path, shape: str = plan.SHAPES[0]) -> Path:
 
 
 def serving_toml(engine: str, weights: str, precision: str = "fp32") -> str:
-    """model.toml's [export] lines for the engine, the weights and the arithmetic (none for the defaults)."""
+    """model.toml's [export] lines for the engine, the weights and the arithmetic (none for the defaults);
+    with int4 weights, no agreement with float32 asked for."""
     lines = [f'{ENGINE_KEY} = "{engine}"'] if engine != ENGINES[0] else []
     lines += [f'{WEIGHTS_KEY} = "{weights}"'] if weights != WEIGHT_FORMATS[0] else []
     lines += [f'{PRECISION_KEY} = "{precision}"'] if precision != "fp32" else []
+    if weights == "int4":  # random weights' flat logits: int4 flips many of their greedy choices (42% kept)
+        lines += [f"{MIN_AGREEMENT_KEY} = 0.0  # random weights: the agreement is printed, not asked for"]
     return "".join(f"{line}\n" for line in lines)
 
 
@@ -166,7 +188,7 @@ def model_source(
             causal_model_folder(models, MODEL, "llama", seed=SEED)
         write_model_toml(model, FAMILY_NAME, extra=extra)
         return model
-    size = "about 34M" if shape == plan.SHAPES[0] else "about 135M (SmolLM2-135M's shape)"
+    size = dict(zip(plan.SHAPES, ("about 34M", "about 135M (SmolLM2-135M's shape)", "about 580M")))[shape]
     prepared.kept_or_built(
         model,
         build_of(shape),

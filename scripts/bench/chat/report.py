@@ -11,13 +11,16 @@ from scripts.bench.chat.plan import (
     ENDPOINT,
     GENAI,
     GENERATE,
+    GOAL_PEER,
     GOAL_TOKENS,
     GOAL_TTFT,
     LOCAL,
+    PEERS,
     PROBES,
     PROG,
     Row,
     goal_rows,
+    peer_rows,
 )
 from scripts.bench.report import Cell
 from scripts.bench.tables import calls, cell, markdown
@@ -82,10 +85,10 @@ def figures(row: Row, rounds: Sequence[Cell], counts: Sequence[Mapping[str, Any]
         "itl_p50_ms": _ms(gaps, 50),
         "itl_p99_ms": _ms(gaps, 99),
         "first_tokens": len(ttft),
-        # the stack idles while generate runs: its CPU is not generate's
+        # the stack idles while generate or the peer runs: its CPU is not theirs
         **{
             f"{role}_cpu_ms_per_token": None
-            if probe or (row.side in LOCAL and role != "own")
+            if probe or (row.side in (*LOCAL, *PEERS) and role != "own")
             else _per(spent, generated)
             for role, spent in cpu.items()
         },
@@ -161,6 +164,31 @@ def verdicts(by_key: Mapping[str, Mapping[str, Any]], concurrency: int) -> list[
                 f"{value:.1f} vs {reference:.1f} tokens/s" if ratio is not None else "not measured",
             )
         )
+    return found + peer_verdicts(by_key, concurrency)
+
+
+def peer_verdicts(by_key: Mapping[str, Mapping[str, Any]], concurrency: int) -> list[dict[str, Any]]:
+    """The endpoint against llama.cpp's server where it ran: tokens/s with 1 and ``concurrency`` callers
+    at least ``GOAL_PEER`` x, the first token's wait (p50) streamed at ``concurrency`` and on a
+    conversation's next turn at most ``GOAL_PEER`` x."""
+    found = []
+    for figure, ours, theirs in peer_rows(concurrency):
+        if theirs.key not in by_key:
+            continue
+        served, peer = by_key.get(ours.key, {}), by_key[theirs.key]
+        value, reference = served.get(figure), peer.get(figure)
+        ratio = value / reference if value is not None and reference else None
+        faster = figure == "tokens_per_s"
+        unit = "tokens/s" if faster else "ms, first token p50"
+        found.append(
+            _verdict(
+                f"{served.get('label', ours.key)} / {peer.get('label', theirs.key)}, {unit}",
+                ratio,
+                f"{'>=' if faster else '<='} {GOAL_PEER:.2f}",
+                None if ratio is None else (ratio >= GOAL_PEER if faster else ratio <= GOAL_PEER),
+                f"{value:.1f} vs {reference:.1f} {unit.split(',')[0]}" if ratio is not None else "not measured",
+            )
+        )
     return found
 
 
@@ -216,6 +244,12 @@ def format_verdicts(found: Sequence[Mapping[str, Any]], checks: Mapping[str, Any
         f"the whole answer's text: {checks['stream_same_as_whole']}; "
         f"tokens (generate, whole, streamed): {', '.join(map(str, checks['tokens_of_the_first_answer']))}"
     )
+    if "llama_cpp" in checks:
+        peer = checks["llama_cpp"]
+        lines.append(
+            f"info llama.cpp: {peer['server']} on {peer['gguf']}; its greedy tokens for the first prompt are "
+            f"generate's: {peer['same_as_generate']} ({peer['tokens']} tokens)"
+        )
     return "\n".join(lines)
 
 

@@ -10,6 +10,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,9 @@ import requests
 from app.core.causal_lm_contract import context_length
 from app.core.generation_contract import end_ids
 from scripts.bench import prepared
-from scripts.bench.chat import endpoint, plan, prepare, report
+from scripts.bench.chat import endpoint, llama_cpp, plan, prepare, report
 from scripts.bench.chat.endpoint import Caller, LongGenerations
+from scripts.bench.chat.llama_cpp import LlamaCaller, LlamaServer
 from scripts.bench.generation.run import in_main_thread, own_and_machine
 from scripts.bench.generation.stack_side import serving, sizing_line
 from scripts.bench.load import Load, Progress, run_load
@@ -127,6 +129,8 @@ def callers_of(stack: Stack, rows, texts, generate: Generate, args) -> tuple[dic
             callers[row.key] = Caller(port, texts, args.max_new_tokens, True, timeout)
         elif row.side == plan.FOLLOW_UP:
             callers[row.key] = Caller(port, args.follow_up_texts, args.short_new_tokens, True, timeout)
+        elif row.side in plan.PEERS:
+            callers[row.key] = peer_caller(row, texts, generate, args)
         elif row.side in plan.PROBES:
             callers[row.key] = Caller(port, texts, args.short_new_tokens, True, timeout)
     whole_caller, stream_caller = (
@@ -144,8 +148,46 @@ def callers_of(stack: Stack, rows, texts, generate: Generate, args) -> tuple[dic
         "stream_same_as_whole": streamed.text == whole["generated_text"],
         "tokens_of_the_first_answer": [len(generate.last), whole["generated_tokens"], len(streamed.ids)],
     }
+    if args.peer is not None:
+        peer = peer_caller(plan.Row(plan.LLAMA), texts, generate, args)
+        try:
+            ids = peer.send(peer.bodies[0])["ids"]
+        except (OSError, http.client.HTTPException, RuntimeError, KeyError, TypeError, ValueError) as error:
+            raise SystemExit(f"llama.cpp, the first prompt's answer: {error}") from None
+        checks["llama_cpp"] = {
+            "server": args.peer.describe(),
+            "gguf": args.peer_gguf,
+            "same_as_generate": ids == generate.last,
+            "tokens": len(ids),
+        }
     print(f"  the first prompt's answer: {json.dumps(checks)}", flush=True)
     return callers, checks
+
+
+def peer_caller(row: plan.Row, texts: Sequence[str], generate: Generate, args) -> LlamaCaller:
+    """llama.cpp's caller of ``row``: the same prompts as the router's tokenizer encodes them; the
+    conversation's next turn with its prompt cache on."""
+    port, timeout = args.peer.port, args.timeout
+    if row.side == plan.LLAMA_FOLLOW_UP:
+        prompts = [generate.tokenizer(text).input_ids for text in args.follow_up_texts]
+        return LlamaCaller(port, prompts, args.short_new_tokens, True, timeout, cache_prompt=True)
+    prompts = [generate.tokenizer(text).input_ids for text in texts]
+    return LlamaCaller(port, prompts, args.max_new_tokens, row.side == plan.LLAMA_STREAM, timeout)
+
+
+def peer_server(folder: Path, prompt_tokens: Sequence[int], generate: Generate, args) -> LlamaServer | None:
+    """llama.cpp's server over ``folder`` converted (its GGUF's type kept in ``args.peer_gguf``), where a
+    tree is at hand: one slot a caller, each holding the longest request (the model's positions at most)."""
+    tree = llama_cpp.located(args.llama_cpp)
+    if tree is None:
+        print(f"llama.cpp: no tree (--llama-cpp DIR or ${llama_cpp.ENV}): its rows are left out", flush=True)
+        return None
+    args.peer_gguf = llama_cpp.gguf_type(args.weights)
+    gguf = llama_cpp.converted(tree, folder, args.out.resolve(), args.peer_gguf)
+    follow_up = max(generate.count(text) for text in args.follow_up_texts) + args.short_new_tokens
+    longest = max(max(prompt_tokens) + args.max_new_tokens, follow_up)
+    context = min(generate.positions or longest, -(-(longest + 16) // 256) * 256)
+    return LlamaServer(tree, gguf, args.concurrency, context, args.out / "logs")
 
 
 def follow_up_texts(generate: Generate, new_tokens: int) -> list[str]:
@@ -202,7 +244,7 @@ def counted(row: plan.Row, call: Any, generate: Generate, since: int, args) -> d
     if row.side in plan.LOCAL:
         return {"tokens": local_side(row, generate, args).tokens - since}
     added = call.records[since:]
-    if row.side == plan.ENDPOINT:
+    if row.side in plan.WHOLE:
         return {"tokens": sum(result["generated_tokens"] for result in added)}
     return {
         "tokens": sum(len(record.arrivals) for record in added),
@@ -254,11 +296,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     prompt_tokens = [generate.count(text) for text in texts]
     args.follow_up_texts = follow_up_texts(generate, args.short_new_tokens)
     args.long_new = plan.long_tokens(args.long_new_tokens, generate.positions, max(prompt_tokens))
-    rows = plan.plan_rows(args.concurrency, args.engine)
+    args.peer = peer_server(folder, prompt_tokens, generate, args)
+    rows = plan.plan_rows(args.concurrency, args.engine, peer=args.peer is not None)
     # the openvino engine's ceiling: its pipeline in this process (the rows' local side, as generate)
     version = args.repository / plan.MODEL / "1"
     args.genai = GenAI(version, generate, args.precision) if args.engine == "openvino" else None
-    with serving(args.repository, args.out, args.env) as stack:
+    with serving(args.repository, args.out, args.env) as stack, args.peer.running() if args.peer else nullcontext():
         cells, counts, checks = measure(stack, rows, texts, generate, args)
         sizing = sizing_line(stack)
     found: dict[str, Any] = report.results(rows, cells, counts, args, stack.start_to_ping_s or 0.0)

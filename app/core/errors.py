@@ -29,6 +29,13 @@ class ApiError(Exception):
     def body(self) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": self.message}}
 
+    def openai_body(self) -> dict[str, Any]:
+        """The error in OpenAI's shape (the ``/v1/`` paths): its ``type`` the caller's mistake, a bound
+        reached or the server's; its ``code`` this endpoint's own."""
+        kind = "rate_limit_error" if self.status == 429 else "invalid_request_error"
+        kind = "server_error" if self.status >= 500 else kind
+        return {"error": {"message": self.message, "type": kind, "param": None, "code": self.code}}
+
     def json(self) -> str:
         return json.dumps(self.body(), ensure_ascii=False)
 

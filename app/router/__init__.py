@@ -5,7 +5,8 @@ only wires: parsing is ``app.router.parsing`` (no Flask), the error bodies ``app
 metrics and logs ``app.router.observability``, running the parsed calls ``app.router.batches``.
 Besides the contract's two paths it answers ``GET /execution-parameters`` (Batch Transform's
 question), ``GET /openapi.json`` (the contract as OpenAPI 3, built from the model families at
-start: ``app.router.openapi``) and ``GET /metrics``.
+start: ``app.router.openapi``), ``GET /metrics`` and, for local use, OpenAI's ``/v1/chat/completions``
+and ``/v1/models`` (``app.router.openai_paths``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from app.router.handlers import json_bytes, json_response, register_error_handle
 from app.router.models_api import register as register_multi_model
 from app.router.observability import MIXED_MODELS, current
 from app.router.observability import install as install_observability
+from app.router.openai_paths import register as register_openai
 from app.router.openapi import openapi_document
 from app.router.parsing import (
     BINARY_JSON_TYPE,
@@ -184,6 +186,8 @@ def create_app(
         return Response(answer.body, content_type=f"{BINARY_JSON_TYPE};{JSON_HEADER_SIZE}={answer.json_size}")
 
     register_multi_model(app, loaded_models)
+    if loaded_models is None:  # OpenAI's paths name one served model each call: a single-model endpoint's
+        register_openai(app, lambda _: answer(served), lambda: {name: c.family for name, c in registry.items()})
     return app
 
 

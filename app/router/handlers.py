@@ -23,6 +23,8 @@ from app.core.settings import Settings
 from app.router.observability import TRACE_KEY
 from app.router.parsing import JSON_TYPE
 
+OPENAI_PREFIX = "/v1/"  # OpenAI's paths (app.router.openai_paths), whose errors take OpenAI's shape
+
 log = logging.getLogger("app.router")
 
 
@@ -46,7 +48,8 @@ def register_error_handlers(app: Flask, settings: Settings) -> None:
         trace = request.environ.get(TRACE_KEY)
         if trace is not None:
             trace.error_code = error.code
-        return json_response(error.body(), error.status)
+        openai = request.path.startswith(OPENAI_PREFIX)  # app.router.openai_paths: OpenAI's shape there
+        return json_response(error.openai_body() if openai else error.body(), error.status)
 
     @app.errorhandler(HTTPException)
     def http_error(error: HTTPException) -> Response:

@@ -307,3 +307,45 @@ def test_the_response_stream_path_answers_an_error_as_it_is(client):
     )
     assert response.status_code == 400
     assert "top_p" in response.get_json()["error"]["message"]
+
+
+def test_openai_s_paths_answer_as_invocations_does_and_err_in_openai_s_shape(client):
+    body = {"model": "chat", "messages": CHAT, "max_tokens": 20}
+    direct, v1 = client.post("/invocations", json=body).get_json(), client.post("/v1/chat/completions", json=body)
+    assert v1.status_code == 200
+    answer = v1.get_json()
+    assert answer["choices"] == direct["choices"] and answer["usage"] == direct["usage"]
+    assert client.get("/v1/models").get_json() == {
+        "object": "list",
+        "data": [
+            {"id": name, "object": "model", "created": 0, "owned_by": "text_generation"} for name in ("chat", "plain")
+        ],
+    }
+    # errors: OpenAI's shape on /v1/, this endpoint's own code in it; /invocations keeps its shape
+    for path, sent, status, code in (
+        ("/v1/chat/completions", {"model": "plain", "messages": CHAT}, 400, "invalid_input"),
+        ("/v1/chat/completions", {"modelname": "chat", "payload": {"text": "hi"}}, 400, "invalid_input"),
+        ("/v1/completions", {"model": "chat", "prompt": "hi"}, 404, "not_found"),
+    ):
+        r = client.post(path, json=sent)
+        assert r.status_code == status, r.get_data(as_text=True)
+        error = r.get_json()["error"]
+        assert set(error) == {"message", "type", "param", "code"} and error["type"] == "invalid_request_error"
+        assert error["code"] == code, error
+    assert "messages" in client.post("/v1/chat/completions", json={"prompt": "hi"}).get_json()["error"]["message"]
+    assert set(client.post("/invocations", json={"model": "plain", "messages": CHAT}).get_json()["error"]) == {
+        "code",
+        "message",
+    }
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"), [(400, "invalid_request_error"), (429, "rate_limit_error"), (503, "server_error")]
+)
+def test_an_error_in_openai_s_shape_says_whose_it_is(status, kind):
+    from app.core.errors import ApiError
+
+    error = ApiError.for_status(status, "some condition", "what happened")
+    assert error.openai_body() == {
+        "error": {"message": "what happened", "type": kind, "param": None, "code": "some_condition"}
+    }

@@ -46,6 +46,8 @@ CHAT_KEYS = (
     "max_completion_tokens",
     "temperature",
     "top_p",
+    "top_k",
+    "repetition_penalty",
     "stop",
     "seed",
     "stream",
@@ -185,9 +187,10 @@ def parse_tgi(document: Mapping[str, Any], client: TextGenerationClient) -> Gene
 
 
 def parse_chat(document: Mapping[str, Any], client: TextGenerationClient) -> GenerationCall:
-    """OpenAI's chat completions body. ``temperature`` 0 is greedy, above 0 samples; a ``top_p`` under 1
-    samples; neither given, the folder's generation config decides. The answer ends before the stop
-    sequence it stops at, as OpenAI's."""
+    """OpenAI's chat completions body, with vLLM's and TGI's ``top_k`` and ``repetition_penalty``.
+    ``temperature`` 0 is greedy, above 0 samples; a ``top_p`` under 1 or a ``top_k`` over 0 samples;
+    none given, the folder's generation config decides. The answer ends before the stop sequence it
+    stops at, as OpenAI's."""
     body = _given(document, CHAT_KEYS, "", "a chat completions body")
     if body.get("n", 1) != 1:
         raise InvalidInput("n must be 1: one choice is generated")
@@ -207,6 +210,13 @@ def parse_chat(document: Mapping[str, Any], client: TextGenerationClient) -> Gen
     if "top_p" in body:
         options["top_p"] = client.options["top_p"].parse(body["top_p"], "top_p")
         options["do_sample"] = options["do_sample"] or options["top_p"] < 1.0
+    if "top_k" in body:  # as vLLM and TGI take it: a top-k over 0 samples, as top_p under 1 does
+        options["top_k"] = client.options["top_k"].parse(body["top_k"], "top_k")
+        options["do_sample"] = options["do_sample"] or options["top_k"] > 0
+    if "repetition_penalty" in body:  # transformers' (and vLLM's): a setting of the greedy search too
+        options["repetition_penalty"] = client.options["repetition_penalty"].parse(
+            body["repetition_penalty"], "repetition_penalty"
+        )
     if "seed" in body:
         options["seed"] = client.options["seed"].parse(body["seed"], "seed")
     usage = body.get("stream_options", {})

@@ -349,3 +349,14 @@ def test_an_error_in_openai_s_shape_says_whose_it_is(status, kind):
     assert error.openai_body() == {
         "error": {"message": "what happened", "type": kind, "param": None, "code": "some_condition"}
     }
+
+
+def test_a_chat_body_takes_top_k_and_repetition_penalty_as_vllm_does(client, triton):
+    body = {"model": "chat", "messages": CHAT, "max_tokens": 4}
+    assert client.post("/invocations", json={**body, "top_k": 5}).status_code == 200
+    assert client.post("/invocations", json={**body, "repetition_penalty": 1.3, "temperature": 0}).status_code == 200
+    (_, sampled, _), (_, penalised, _) = triton.streams[-2:]
+    assert sampled["top_k"].tolist() == [5] and sampled["do_sample"].tolist() == [True]  # a top-k samples
+    assert penalised["repetition_penalty"].tolist() == [1.3] and penalised["do_sample"].tolist() == [False]
+    for wrong, field in (({"top_k": -1}, "top_k"), ({"repetition_penalty": 0}, "repetition_penalty")):
+        assert_error(client.post("/invocations", json={**body, **wrong}), 400, "invalid_input", field)

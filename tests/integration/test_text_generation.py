@@ -113,6 +113,16 @@ def test_a_chat_is_the_folders_template_then_generate(stack, references, name):
     assert all(e["object"] == "chat.completion.chunk" for e in events[:-1])
     text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events[:-1])
     assert text == answer["choices"][0]["message"]["content"]
+    # vLLM's and TGI's repetition_penalty in a chat body: generate's processor, greedy (under 1 it
+    # favours what was said: llama_random's answer changes, qwen2_random's does not)
+    with torch.no_grad():
+        new = model.generate(
+            ids, max_new_tokens=8, do_sample=False, repetition_penalty=0.2, pad_token_id=tokenizer.pad_token_id or 0
+        )
+    body = {"model": name, "messages": messages, "max_tokens": 8, "temperature": 0, "repetition_penalty": 0.2}
+    penalised = post(stack, body).json()["choices"][0]["message"]["content"]
+    assert penalised == tokenizer.decode(new[0, ids.shape[1] :], skip_special_tokens=True)
+    assert (penalised != answer["choices"][0]["message"]["content"]) == (name == "llama_random")
 
 
 def test_a_folder_without_a_chat_template_refuses_messages(stack):

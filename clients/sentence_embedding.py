@@ -52,6 +52,12 @@ class SentenceEmbeddingClient(TextClient[None]):
     def option_choices(self) -> Mapping[str, tuple[str, ...]]:
         return {"prompt_name": tuple(self.prompts)}
 
+    def token_count(self, text: str) -> int:
+        """The tokens the model reads for ``text`` with the default options: its default prompt before
+        it, special tokens included, cut to the sequence length (OpenAI's ``usage.prompt_tokens``)."""
+        prompt = self.prompts.get(self.text.default_prompt_name) or ""
+        return len(self.encode(prompt + text, None, "input", True))
+
     def preprocess(self, item: Any, where: str, options: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], None]:
         text = self.check_text(item, where)
         prompt = self.prompts.get(options["prompt_name"])  # None: no name given; "": a name with no text

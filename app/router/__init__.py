@@ -6,7 +6,7 @@ metrics and logs ``app.router.observability``, running the parsed calls ``app.ro
 Besides the contract's two paths it answers ``GET /execution-parameters`` (Batch Transform's
 question), ``GET /openapi.json`` (the contract as OpenAPI 3, built from the model families at
 start: ``app.router.openapi``), ``GET /metrics`` and, for local use, OpenAI's ``/v1/chat/completions``
-and ``/v1/models`` (``app.router.openai_paths``).
+``/v1/embeddings`` and ``/v1/models`` (``app.router.openai_paths``).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from app.router.handlers import json_bytes, json_response, register_error_handle
 from app.router.models_api import register as register_multi_model
 from app.router.observability import MIXED_MODELS, current
 from app.router.observability import install as install_observability
+from app.router.openai_paths import EmbeddingAsk
 from app.router.openai_paths import register as register_openai
 from app.router.openapi import openapi_document
 from app.router.parsing import (
@@ -43,6 +44,7 @@ from app.router.parsing import (
     is_jsonlines,
     is_v2,
     parse_custom_attributes,
+    parse_envelope,
     parse_invocation,
     parse_json_object,
     parse_lines,
@@ -53,6 +55,7 @@ from clients.base import ModelClient, timed
 from clients.families import FAMILIES, build_registry
 from clients.kserve import TritonHttp
 from clients.multimodel import MultiModelStore
+from clients.sentence_embedding import SentenceEmbeddingClient
 from clients.serving import Model, Registry
 from clients.triton import TritonClient
 from clients.v2_checks import check_request
@@ -185,9 +188,24 @@ def create_app(
             return Response(answer.body, mimetype=JSON_TYPE)
         return Response(answer.body, content_type=f"{BINARY_JSON_TYPE};{JSON_HEADER_SIZE}={answer.json_size}")
 
+    def embedded(ask: EmbeddingAsk) -> tuple[list[list[float]], int]:
+        """``/v1/embeddings``: the envelope's answer to ``{"text": input}`` of a sentence_embedding model,
+        and the tokens the model read."""
+        client = lookup(ask.model)
+        if not isinstance(client, SentenceEmbeddingClient):
+            raise InvalidInput(
+                f"model {ask.model!r} is a {client.family} model: /v1/embeddings is for "
+                f"{SentenceEmbeddingClient.family} models"
+            )
+        call = parse_envelope({"modelname": ask.model, "payload": {"text": list(ask.texts)}}, served.lookup)
+        deadline = time.monotonic() + settings.server_timeout_s
+        [found] = run_invocations([call], numbered=False, timings=current().timings, deadline=deadline)
+        return found["result"], sum(client.token_count(text) for text in ask.texts)
+
     register_multi_model(app, loaded_models)
     if loaded_models is None:  # OpenAI's paths name one served model each call: a single-model endpoint's
-        register_openai(app, lambda _: answer(served), lambda: {name: c.family for name, c in registry.items()})
+        families = {name: client.family for name, client in registry.items()}
+        register_openai(app, lambda _: answer(served), embedded, lambda: families)
     return app
 
 

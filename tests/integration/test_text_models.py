@@ -272,3 +272,28 @@ def test_a_text_model_archive_loads_answers_and_unloads_on_a_multi_model_endpoin
     assert requests.delete(f"{stack.url}/models/hsent", timeout=60).status_code == 200
     gone = requests.post(f"{stack.url}/models/hsent/invoke", json={"payload": {"text": "a"}}, timeout=60)
     assert gone.status_code == 404, gone.text
+
+
+def test_the_openai_package_s_embeddings_are_the_envelope_s(text_stack, models):
+    """``OpenAI(base_url=".../v1").embeddings.create``: the vectors sentence-transformers makes, as
+    floats or base64; the tokens read in ``usage``; a model of another family a 400 in OpenAI's shape."""
+    import openai
+    from sentence_transformers import SentenceTransformer
+
+    client = openai.OpenAI(base_url=f"{text_stack.url}/v1", api_key="unused", max_retries=0, timeout=60)
+    model = SentenceTransformer(str(models / "embed_bert_mean" / "hf"), device="cpu")
+    texts = list(CORPUS[:3])
+    found = client.embeddings.create(model="embed_bert_mean", input=texts, encoding_format="float")
+    assert [item.index for item in found.data] == [0, 1, 2] and found.model == "embed_bert_mean"
+    np.testing.assert_allclose([item.embedding for item in found.data], model.encode(texts), rtol=0, atol=ATOL)
+    tokens = sum(len(model.tokenizer(text).input_ids) for text in texts)
+    assert found.usage.prompt_tokens == found.usage.total_tokens == tokens
+    # the package's default asks for base64 and decodes it: the same vectors
+    decoded = client.embeddings.create(model="embed_bert_mean", input=texts[0])
+    np.testing.assert_allclose(decoded.data[0].embedding, found.data[0].embedding, rtol=0, atol=1e-7)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.embeddings.create(model="sentiment_bert", input="hi")
+    assert "is a text_classification model" in refused.value.body["message"]
+    assert {model.id: model.owned_by for model in client.models.list()}["embed_bert_mean"] == "sentence_embedding"
+    r = requests.post(f"{text_stack.url}/v1/embeddings", json={"model": "embed_bert_mean", "input": [1, 2]}, timeout=30)
+    assert r.status_code == 400 and "token ids are not taken" in r.json()["error"]["message"]

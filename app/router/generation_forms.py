@@ -8,32 +8,29 @@ Three forms reach a text_generation model on ``/invocations`` (docs/reference/ap
   ``[{"generated_text"}]`` (with ``details``: TGI's details); told apart from a KServe v2 body by its
   ``inputs``, a string where v2's is a list of tensors;
 - OpenAI's chat completions, ``{"model"?, "messages", "max_tokens", ...}``, answered a
-  ``chat.completion``; the prompt is the folder's chat template.
+  ``chat.completion``; the prompt is the folder's chat template;
+- OpenAI's (legacy) completions, ``{"model"?, "prompt": str | [str], "max_tokens", ...}``, answered a
+  ``text_completion``, a choice a prompt; the prompt is the text as the envelope encodes it.
 
-A TGI or chat body names its model with the custom attribute ``modelname=`` or (chat) ``model``;
-without either, the one text_generation model served answers it. Streamed, each answers events
-(``events``): TGI's ``{"token", "generated_text", "details"}`` for the first two forms,
-``chat.completion.chunk`` then ``[DONE]`` for chat (``app.router.streaming`` sends them). A ``null``
-value is read as not given, as the clients of both send them.
+A TGI, chat or completions body names its model with the custom attribute ``modelname=`` or (OpenAI's)
+``model``; without either, the one text_generation model served answers it. Streamed, each answers
+events (``app.router.generation_answers``): TGI's ``{"token", "generated_text", "details"}`` for the
+first two forms, ``chat.completion.chunk`` or ``text_completion`` chunks then ``[DONE]`` for OpenAI's
+(``app.router.streaming`` sends them). A ``null`` value is read as not given, as their clients send them.
 """
 
 from __future__ import annotations
 
-import math
-import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from app.core.errors import InvalidInput
 from clients.base import ModelClient
-from clients.generation import EOS, LENGTH, Generation, Token
 from clients.options import Option
 from clients.text_generation import FAMILY_NAME, TextGenerationClient, parse_stop
 
-ENVELOPE, TGI, CHAT = "envelope", "tgi", "chat"
-DONE = "[DONE]"
+ENVELOPE, TGI, CHAT, COMPLETION = "envelope", "tgi", "chat", "completion"
 # TGI's parameters that are settings; those taken at their neutral value only (huggingface_hub sends them).
 TGI_SETTINGS = ("max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "repetition_penalty", "seed")
 TGI_OTHERS = ("stop", "return_full_text", "details", "truncate")
@@ -55,15 +52,20 @@ CHAT_KEYS = (
     "n",
     "user",
 )
+# OpenAI's completions: the chat body's settings, a prompt for messages; n, best_of, echo and logprobs
+# at their neutral value only, suffix refused
+COMPLETION_KEYS = (*(key for key in CHAT_KEYS if key not in ("messages", "max_completion_tokens")), "prompt")
+COMPLETION_NEUTRAL = {"n": 1, "best_of": 1, "echo": False, "logprobs": 0}
 CHAT_TEMPERATURE = Option("temperature", float, 0.0, 2.0)  # OpenAI's range; 0: greedy
-CHAT_FINISH = {EOS: "stop", LENGTH: "length", "stop_sequence": "stop"}
+MAX_PROMPTS = 8  # a completions body's list of prompts: each its own row
 
 
 def is_generation_body(document: Mapping[str, Any]) -> bool:
-    """A TGI body (``inputs`` a string) or an OpenAI chat body (``messages``), without an envelope."""
+    """A TGI body (``inputs`` a string), an OpenAI chat body (``messages``) or completions body
+    (``prompt``), without an envelope."""
     if "modelname" in document:
         return False
-    return isinstance(document.get("inputs"), str) or "messages" in document
+    return isinstance(document.get("inputs"), str) or "messages" in document or "prompt" in document
 
 
 @dataclass(frozen=True)
@@ -116,10 +118,10 @@ def parse_body(
 ) -> GenerationCall:
     """A TGI or chat body (``is_generation_body``): its model (the custom attribute ``modelname``, a
     chat body's ``model``, else the one served), then the body as that model's client reads it."""
-    chat = "messages" in document
-    name = attributes.get("modelname") or (document.get("model") if chat else None)
+    form = CHAT if "messages" in document else COMPLETION if "prompt" in document else TGI
+    name = attributes.get("modelname") or (document.get("model") if form != TGI else None)
     client = generation_client(lookup(pick_model(name, served)))
-    return parse_chat(document, client) if chat else parse_tgi(document, client)
+    return {CHAT: parse_chat, COMPLETION: parse_completion, TGI: parse_tgi}[form](document, client)
 
 
 def streams(client: ModelClient, payload: Mapping[str, Any]) -> bool:
@@ -186,20 +188,11 @@ def parse_tgi(document: Mapping[str, Any], client: TextGenerationClient) -> Gene
     )
 
 
-def parse_chat(document: Mapping[str, Any], client: TextGenerationClient) -> GenerationCall:
-    """OpenAI's chat completions body, with vLLM's and TGI's ``top_k`` and ``repetition_penalty``.
-    ``temperature`` 0 is greedy, above 0 samples; a ``top_p`` under 1 or a ``top_k`` over 0 samples;
-    none given, the folder's generation config decides. The answer ends before the stop sequence it
-    stops at, as OpenAI's."""
-    body = _given(document, CHAT_KEYS, "", "a chat completions body")
-    if body.get("n", 1) != 1:
-        raise InvalidInput("n must be 1: one choice is generated")
-    if "user" in body and not isinstance(body["user"], str):
-        raise InvalidInput("user must be a string")
+def openai_options(body: Mapping[str, Any], client: TextGenerationClient, new_tokens: str) -> dict[str, Any]:
+    """The settings of an OpenAI chat or completions body, over the model's defaults: ``temperature``
+    0 is greedy, above 0 samples; a ``top_p`` under 1 or a ``top_k`` over 0 samples (vLLM's and TGI's
+    ``top_k`` and ``repetition_penalty``); none given, the folder's generation config decides."""
     options = {name: option.default for name, option in client.options.items()}
-    if "max_tokens" in body and "max_completion_tokens" in body:
-        raise InvalidInput("max_tokens and max_completion_tokens name the same limit: send one")
-    new_tokens = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
     if new_tokens in body:
         options["max_new_tokens"] = client.options["max_new_tokens"].parse(body[new_tokens], new_tokens)
     if "temperature" in body:
@@ -219,9 +212,68 @@ def parse_chat(document: Mapping[str, Any], client: TextGenerationClient) -> Gen
         )
     if "seed" in body:
         options["seed"] = client.options["seed"].parse(body["seed"], "seed")
+    if "user" in body and not isinstance(body["user"], str):
+        raise InvalidInput("user must be a string")
+    return options
+
+
+def stream_settings(body: Mapping[str, Any]) -> tuple[bool, bool]:
+    """An OpenAI body's ``stream`` and ``stream_options.include_usage``."""
     usage = body.get("stream_options", {})
     if not isinstance(usage, dict) or set(usage) - {"include_usage"}:
         raise InvalidInput("stream_options takes include_usage only")
+    stream = _flag(body.get("stream", False), "stream")
+    if "stream_options" in body and not stream:
+        raise InvalidInput("stream_options is only taken with stream true")
+    return stream, _flag(usage.get("include_usage", False), "stream_options.include_usage")
+
+
+def parse_completion(document: Mapping[str, Any], client: TextGenerationClient) -> GenerationCall:
+    """OpenAI's completions body: ``prompt`` a text or a list of texts (each its own row, generated
+    together, a choice each), the chat body's settings; ``suffix`` refused, ``n``, ``best_of``,
+    ``echo`` and ``logprobs`` at their neutral value only. Streamed, one prompt."""
+    if "suffix" in document and document["suffix"] is not None:
+        raise InvalidInput("suffix is not served: the prompt is continued, nothing is inserted before a suffix")
+    body = _given(document, (*COMPLETION_KEYS, *COMPLETION_NEUTRAL), "", "a completions body")
+    for key, neutral in COMPLETION_NEUTRAL.items():
+        if key in body and body[key] != neutral:
+            raise InvalidInput(f"{key} is not served (only {neutral!r})")
+    prompts = body.get("prompt")
+    prompts = [prompts] if isinstance(prompts, str) else prompts
+    if not isinstance(prompts, list) or not 1 <= len(prompts) <= MAX_PROMPTS:
+        raise InvalidInput(f"prompt must be a text or a list of 1 to {MAX_PROMPTS} texts")
+    options = openai_options(body, client, "max_tokens")
+    stops = parse_stop(body.get("stop"), "stop")
+    asks = tuple(
+        client.ask(
+            client.encode_text(prompt, f"prompt[{index}]" if len(prompts) > 1 else "prompt"),
+            options,
+            "prompt",
+            new_tokens="max_tokens",
+            given="max_tokens" in body,
+            stops=stops,
+            include_stop=False,
+        )
+        for index, prompt in enumerate(prompts)
+    )
+    stream, include_usage = stream_settings(body)
+    if stream and len(asks) > 1:
+        raise InvalidInput("stream takes one prompt: send a list of prompts unstreamed, or one call a prompt")
+    return GenerationCall(
+        client, COMPLETION, asks, tuple(prompts), single=len(asks) == 1, stream=stream, include_usage=include_usage
+    )
+
+
+def parse_chat(document: Mapping[str, Any], client: TextGenerationClient) -> GenerationCall:
+    """OpenAI's chat completions body, its settings as ``openai_options`` reads them. The answer ends
+    before the stop sequence it stops at, as OpenAI's."""
+    body = _given(document, CHAT_KEYS, "", "a chat completions body")
+    if body.get("n", 1) != 1:
+        raise InvalidInput("n must be 1: one choice is generated")
+    if "max_tokens" in body and "max_completion_tokens" in body:
+        raise InvalidInput("max_tokens and max_completion_tokens name the same limit: send one")
+    new_tokens = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+    options = openai_options(body, client, new_tokens)
     ask = client.ask(
         client.encode_chat(body.get("messages")),
         options,
@@ -231,17 +283,8 @@ def parse_chat(document: Mapping[str, Any], client: TextGenerationClient) -> Gen
         stops=parse_stop(body.get("stop"), "stop"),
         include_stop=False,
     )
-    stream = _flag(body.get("stream", False), "stream")
-    if "stream_options" in body and not stream:
-        raise InvalidInput("stream_options is only taken with stream true")
-    return GenerationCall(
-        client,
-        CHAT,
-        (ask,),
-        ("",),
-        stream=stream,
-        include_usage=_flag(usage.get("include_usage", False), "stream_options.include_usage"),
-    )
+    stream, include_usage = stream_settings(body)
+    return GenerationCall(client, CHAT, (ask,), ("",), stream=stream, include_usage=include_usage)
 
 
 def parse_streamed_envelope(client: TextGenerationClient, payload: Mapping[str, Any], version: str | None):
@@ -258,103 +301,3 @@ def parse_streamed_envelope(client: TextGenerationClient, payload: Mapping[str, 
         return_full_text=work.options["return_full_text"],
         version=version,
     )
-
-
-# -- answers ----------------------------------------------------------------------------------------
-
-
-def _logprob(value: float) -> float | None:
-    return value if math.isfinite(value) else None
-
-
-def tgi_token(token: Token) -> dict[str, Any]:
-    return {"id": token.id, "text": token.text, "logprob": _logprob(token.logprob), "special": token.special}
-
-
-def full_text(call: GenerationCall, generation: Generation, index: int = 0) -> str:
-    return call.prompts[index] + generation.text if call.return_full_text else generation.text
-
-
-def tgi_details(generation: Generation, tokens: bool = True) -> dict[str, Any]:
-    details: dict[str, Any] = {
-        "finish_reason": generation.finish_reason,
-        "generated_tokens": len(generation.tokens),
-        "seed": generation.seed,
-    }
-    if tokens:
-        details |= {"prefill": [], "tokens": [tgi_token(t) for t in generation.tokens]}
-    return details
-
-
-def tgi_answer(call: GenerationCall, generation: Generation) -> list[dict[str, Any]]:
-    """TGI's answer, a list of one ``{"generated_text"}`` (with ``details`` when asked)."""
-    answer: dict[str, Any] = {"generated_text": full_text(call, generation)}
-    if call.details:
-        answer["details"] = tgi_details(generation)
-    return [answer]
-
-
-def _chat_head(call: GenerationCall, ident: str, created: int, kind: str) -> dict[str, Any]:
-    return {"id": ident, "object": kind, "created": created, "model": call.client.name}
-
-
-def usage(generation: Generation) -> dict[str, int]:
-    completion = len(generation.tokens)
-    return {
-        "prompt_tokens": generation.prompt_tokens,
-        "completion_tokens": completion,
-        "total_tokens": generation.prompt_tokens + completion,
-    }
-
-
-def chat_answer(call: GenerationCall, generation: Generation) -> dict[str, Any]:
-    """OpenAI's ``chat.completion``: one choice, the assistant's message, its finish reason, the usage."""
-    choice = {
-        "index": 0,
-        "message": {"role": "assistant", "content": generation.text},
-        "logprobs": None,
-        "finish_reason": CHAT_FINISH[generation.finish_reason or LENGTH],
-    }
-    head = _chat_head(call, f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), "chat.completion")
-    return {**head, "choices": [choice], "usage": usage(generation)}
-
-
-def answer(call: GenerationCall, generation: Generation) -> Any:
-    """The whole answer of a TGI or chat call."""
-    return chat_answer(call, generation) if call.form == CHAT else tgi_answer(call, generation)
-
-
-def events(call: GenerationCall, generation: Generation, tokens: Iterator[Token]) -> Iterator[Any]:
-    """The streamed answer of ``generation`` whose ``tokens`` come (its iterator, perhaps begun),
-    event by event: dicts, and ``DONE`` (chat's last)."""
-    return chat_events(call, generation, tokens) if call.form == CHAT else tgi_events(call, generation, tokens)
-
-
-def tgi_events(call: GenerationCall, generation: Generation, tokens: Iterator[Token]) -> Iterator[dict[str, Any]]:
-    """TGI's: one event a token, the last carrying the whole text (and, asked, the details)."""
-    for index, token in enumerate(tokens):
-        last = token.last
-        yield {
-            "index": index,
-            "token": tgi_token(token),
-            "generated_text": full_text(call, generation) if last else None,
-            "details": tgi_details(generation, tokens=False) if last and call.details else None,
-        }
-
-
-def chat_events(call: GenerationCall, generation: Generation, tokens: Iterator[Token]) -> Iterator[Any]:
-    """OpenAI's: the assistant's role, a chunk a token that makes text, the finish reason (the usage,
-    asked), then ``[DONE]``."""
-    head = _chat_head(call, f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), "chat.completion.chunk")
-
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        return {**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
-
-    yield chunk({"role": "assistant", "content": ""})
-    for token in tokens:
-        if token.text:
-            yield chunk({"content": token.text})
-    yield chunk({}, CHAT_FINISH[generation.finish_reason or LENGTH])
-    if call.include_usage:
-        yield {**head, "choices": [], "usage": usage(generation)}
-    yield DONE

@@ -2,8 +2,8 @@
 OpenAI-compatible tool pointed at the stack (``base_url="http://localhost:8080/v1"``). SageMaker itself
 only sends ``/invocations``; these answer exactly as the same body there does.
 
-- ``POST /v1/chat/completions``: OpenAI's chat completions body (``model`` names the served model,
-  as on ``/invocations``), whole or streamed;
+- ``POST /v1/chat/completions`` and ``POST /v1/completions``: OpenAI's chat completions and
+  completions bodies (``model`` names the served model, as on ``/invocations``), whole or streamed;
 - ``POST /v1/embeddings``: OpenAI's ``{"input", "model", "encoding_format"}`` for a ``sentence_embedding``
   model, answered with the vectors the envelope's ``{"text": input}`` answers (``float``, or
   ``base64``: each vector's little-endian float32 bytes, as OpenAI's);
@@ -40,13 +40,13 @@ class EmbeddingAsk:
     encoding: str = "float"
 
 
-def chat_document(document: Any) -> Mapping[str, Any]:
-    """The body of ``/v1/chat/completions``: a JSON object with ``messages`` (other bodies belong on
-    ``/invocations``)."""
-    if not isinstance(document, Mapping) or "messages" not in document:
+def generation_document(document: Any, path: str, key: str) -> Mapping[str, Any]:
+    """The body of ``/v1/chat/completions`` (``key`` ``messages``) or ``/v1/completions`` (``prompt``):
+    a JSON object with ``key`` (other bodies belong on ``/invocations``)."""
+    if not isinstance(document, Mapping) or key not in document:
+        kind = "chat completions" if key == "messages" else "completions"
         raise InvalidInput(
-            "/v1/chat/completions takes OpenAI's chat completions body, a JSON object with messages; "
-            "send other bodies to /invocations"
+            f"{path} takes OpenAI's {kind} body, a JSON object with {key}; send other bodies to /invocations"
         )
     return document
 
@@ -108,13 +108,18 @@ def register(
     embed: Callable[[EmbeddingAsk], tuple[Sequence[Sequence[float]], int]],
     models: Callable[[], Mapping[str, str]],
 ) -> None:
-    """The paths on ``app``: ``chat`` answers a chat completions body (checked here first); ``embed``
+    """The paths on ``app``: ``chat`` answers a chat completions or completions body (checked here first,
+    then answered as ``/invocations`` answers it); ``embed``
     answers an embeddings ask with its vectors and the tokens read; ``models`` names the served models
     and their families."""
 
     @app.post("/v1/chat/completions")
     def chat_completions() -> Response:
-        return chat(chat_document(parse_json_object(request.get_data())))
+        return chat(generation_document(parse_json_object(request.get_data()), request.path, "messages"))
+
+    @app.post("/v1/completions")
+    def completions() -> Response:
+        return chat(generation_document(parse_json_object(request.get_data()), request.path, "prompt"))
 
     @app.post("/v1/embeddings")
     def embeddings() -> Response:

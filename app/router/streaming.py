@@ -1,4 +1,5 @@
-"""Answering a text_generation call (``app.router.generation_forms``): whole, or streamed as it is made.
+"""Answering a text_generation call (``app.router.generation_forms``, ``app.router.generation_answers``):
+whole, or streamed as it is made.
 
 Whole, the call's prompts are generated together and answered as JSON. Streamed (``"stream":
 true``), the answer is ``text/event-stream``: one ``data: <JSON>\\n\\n`` event at a time, written as
@@ -28,7 +29,8 @@ from flask import Response
 
 from app.core import access
 from app.core.errors import ApiError, InternalError
-from app.router.generation_forms import DONE, GenerationCall, answer, events
+from app.router.generation_answers import DONE, answer, events
+from app.router.generation_forms import GenerationCall
 from app.router.handlers import json_bytes, json_response
 from app.router.observability import Trace
 from clients.base import timed
@@ -47,12 +49,12 @@ def event(data: Any) -> bytes:
 
 
 def answer_generation(call: GenerationCall, deadline: float, trace: Trace) -> Response:
-    """The answer of a TGI or chat call, or of a streamed envelope."""
+    """The answer of a TGI, chat or completions call, or of a streamed envelope."""
     if not call.stream:
         with timed(trace.timings, "triton"):
             (generations,) = collect([[call.client.start(ask, deadline, call.version) for ask in call.asks]])
         account(trace.timings, generations)
-        return json_response(answer(call, generations[0]))
+        return json_response(answer(call, generations))
     generation = call.client.start(call.asks[0], deadline, call.version)
     tokens = iter(generation)
     try:

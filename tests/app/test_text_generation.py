@@ -325,7 +325,7 @@ def test_openai_s_paths_answer_as_invocations_does_and_err_in_openai_s_shape(cli
     for path, sent, status, code in (
         ("/v1/chat/completions", {"model": "plain", "messages": CHAT}, 400, "invalid_input"),
         ("/v1/chat/completions", {"modelname": "chat", "payload": {"text": "hi"}}, 400, "invalid_input"),
-        ("/v1/completions", {"model": "chat", "prompt": "hi"}, 404, "not_found"),
+        ("/v1/responses", {"model": "chat", "input": "hi"}, 404, "not_found"),
     ):
         r = client.post(path, json=sent)
         assert r.status_code == status, r.get_data(as_text=True)
@@ -360,3 +360,39 @@ def test_a_chat_body_takes_top_k_and_repetition_penalty_as_vllm_does(client, tri
     assert penalised["repetition_penalty"].tolist() == [1.3] and penalised["do_sample"].tolist() == [False]
     for wrong, field in (({"top_k": -1}, "top_k"), ({"repetition_penalty": 0}, "repetition_penalty")):
         assert_error(client.post("/invocations", json={**body, **wrong}), 400, "invalid_input", field)
+
+
+def test_openai_s_completions_a_choice_a_prompt_whole_and_streamed(client, triton, tokenizers):
+    """The legacy completions form on /invocations and /v1/completions: each prompt encoded as the
+    envelope's text (its own row), a text_completion choice each in order, streamed as chunks."""
+    body = {"model": "plain", "prompt": ["Capital of France?", "Hello"], "max_tokens": 5, "temperature": 0}
+    answer = client.post("/v1/completions", json=body).get_json()
+    assert answer["object"] == "text_completion" and answer["model"] == "plain"
+    assert [choice["index"] for choice in answer["choices"]] == [0, 1]
+    envelope = client.post(
+        "/invocations", json={"modelname": "plain", "payload": {"text": "Capital of France?", "max_new_tokens": 5}}
+    )
+    assert answer["choices"][0]["text"] == envelope.get_json()["result"]["generated_text"]
+    assert answer["choices"][0]["finish_reason"] == "length" and answer["usage"]["completion_tokens"] == 10
+    rows = [inputs["input_ids"].tolist() for _, inputs, _ in triton.streams[-3:-1]]
+    assert rows == [tokenizers["plain"].encode(text).ids for text in body["prompt"]]
+    whole = client.post("/invocations", json={**body, "prompt": "Hello"}).get_json()["choices"][0]["text"]
+    streamed = client.post(
+        "/v1/completions", json={**body, "prompt": "Hello", "stream": True, "stream_options": {"include_usage": True}}
+    )
+    events = [line[6:] for line in streamed.get_data(as_text=True).split("\n\n") if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert all(c["object"] == "text_completion" for c in chunks) and chunks[-1]["usage"]["completion_tokens"] == 5
+    assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == whole
+    for wrong, fragment in (
+        ({"suffix": "!"}, "suffix is not served"),
+        ({"n": 2}, "n is not served"),
+        ({"echo": True}, "echo is not served"),
+        ({"logprobs": 2}, "logprobs is not served"),
+        ({"stream": True}, "stream takes one prompt"),
+        ({"prompt": ["a"] * 9}, "a list of 1 to 8 texts"),
+        ({"prompt": 5}, "prompt must be a text"),
+        ({"frequency_penalty": 1}, "frequency_penalty is not taken"),
+    ):
+        assert_error(client.post("/invocations", json={**body, **wrong}), 400, "invalid_input", fragment)

@@ -315,9 +315,27 @@ def test_the_openai_package_calls_the_local_stack_as_it_calls_openai(stack):
         client.chat.completions.create(model="gpt2_random", messages=messages)
     assert refused.value.body["code"] == "invalid_input" and "chat template" in refused.value.body["message"]
     assert refused.value.response.json()["error"]["type"] == "invalid_request_error"
-    with pytest.raises(openai.NotFoundError):
-        client.completions.create(model="qwen2_random", prompt="hi")  # not served yet: a 404 in OpenAI's shape
+    with pytest.raises(openai.NotFoundError):  # a path not served: a 404 in OpenAI's shape
+        client.post("/responses", body={"model": "qwen2_random", "input": "hi"}, cast_to=object)
     r = requests.post(f"{stack.url}/v1/chat/completions", json={"modelname": "qwen2_random", "payload": {}}, timeout=60)
     assert r.status_code == 400 and set(r.json()["error"]) == {"message", "type", "param", "code"}
     assert "messages" in r.json()["error"]["message"]
     assert requests.get(f"{stack.url}/ping", timeout=10).status_code == 200
+
+
+def test_the_openai_package_s_completions_are_generate_s_a_choice_a_prompt(stack, references):
+    """``client.completions.create``: each prompt of a list its own row, its text ``generate``'s for that
+    prompt alone; streamed, the chunks joined are the whole text."""
+    import openai
+
+    client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key="unused", max_retries=0, timeout=60)
+    found = client.completions.create(model="llama_random", prompt=list(PROMPTS[:2]), max_tokens=8, temperature=0)
+    assert found.object == "text_completion" and [choice.index for choice in found.choices] == [0, 1]
+    for prompt, choice in zip(PROMPTS, found.choices):
+        assert choice.text == generate(references, "llama_random", prompt, max_new_tokens=8, do_sample=False)[1]
+        assert choice.finish_reason == "length"
+    assert found.usage.completion_tokens == 16
+    chunks = client.completions.create(
+        model="llama_random", prompt=PROMPTS[0], max_tokens=8, temperature=0, stream=True
+    )
+    assert "".join(chunk.choices[0].text for chunk in chunks if chunk.choices) == found.choices[0].text

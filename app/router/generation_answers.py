@@ -62,20 +62,34 @@ def usage(generation: Generation) -> dict[str, int]:
     }
 
 
-def chat_answer(call: GenerationCall, generation: Generation) -> dict[str, Any]:
-    """OpenAI's ``chat.completion``: one choice, the assistant's message, its finish reason, the usage."""
-    choice = {
-        "index": 0,
-        "message": {"role": "assistant", "content": generation.text},
-        "logprobs": None,
-        "finish_reason": OPENAI_FINISH[generation.finish_reason or LENGTH],
-    }
+def choices_usage(call: GenerationCall, generations: Sequence[Generation]) -> dict[str, int]:
+    """OpenAI's usage of a call's choices: each prompt's tokens once (its ``n`` choices share it), every
+    choice's tokens."""
+    n = len(generations) // len(call.prompts)
+    prompt = sum(generation.prompt_tokens for generation in generations[::n])
+    completion = sum(len(generation.tokens) for generation in generations)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def chat_answer(call: GenerationCall, generations: Sequence[Generation]) -> dict[str, Any]:
+    """OpenAI's ``chat.completion``: a choice a row (``n``), the assistant's message, its finish reason;
+    the usage."""
+    choices = [
+        {
+            "index": index,
+            "message": {"role": "assistant", "content": generation.text},
+            "logprobs": None,
+            "finish_reason": OPENAI_FINISH[generation.finish_reason or LENGTH],
+        }
+        for index, generation in enumerate(generations)
+    ]
     head = _chat_head(call, f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), "chat.completion")
-    return {**head, "choices": [choice], "usage": usage(generation)}
+    return {**head, "choices": choices, "usage": choices_usage(call, generations)}
 
 
 def completion_answer(call: GenerationCall, generations: Sequence[Generation]) -> dict[str, Any]:
-    """OpenAI's ``text_completion``: a choice a prompt, in order, and the usage of them all."""
+    """OpenAI's ``text_completion``: a choice a row (a prompt's ``n`` choices together, the prompts in
+    order), and the usage of them all."""
     choices = [
         {
             "index": index,
@@ -86,15 +100,14 @@ def completion_answer(call: GenerationCall, generations: Sequence[Generation]) -
         for index, generation in enumerate(generations)
     ]
     head = _chat_head(call, f"cmpl-{uuid.uuid4().hex}", int(time.time()), "text_completion")
-    used = [usage(generation) for generation in generations]
-    return {**head, "choices": choices, "usage": {key: sum(u[key] for u in used) for key in used[0]}}
+    return {**head, "choices": choices, "usage": choices_usage(call, generations)}
 
 
 def answer(call: GenerationCall, generations: Sequence[Generation]) -> Any:
     """The whole answer of a TGI, chat or completions call (a generation a prompt)."""
     if call.form == COMPLETION:
         return completion_answer(call, generations)
-    return chat_answer(call, generations[0]) if call.form == CHAT else tgi_answer(call, generations[0])
+    return chat_answer(call, generations) if call.form == CHAT else tgi_answer(call, generations[0])
 
 
 def events(call: GenerationCall, generation: Generation, tokens: Iterator[Token]) -> Iterator[Any]:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.core.causal_lm_contract import NO_SEED
 from app.core.errors import InvalidInput
 from clients.base import ModelClient
 from clients.options import Option
@@ -55,9 +56,11 @@ CHAT_KEYS = (
 # OpenAI's completions: the chat body's settings, a prompt for messages; n, best_of, echo and logprobs
 # at their neutral value only, suffix refused
 COMPLETION_KEYS = (*(key for key in CHAT_KEYS if key not in ("messages", "max_completion_tokens")), "prompt")
-COMPLETION_NEUTRAL = {"n": 1, "best_of": 1, "echo": False, "logprobs": 0}
+COMPLETION_NEUTRAL = {"best_of": 1, "echo": False, "logprobs": 0}
 CHAT_TEMPERATURE = Option("temperature", float, 0.0, 2.0)  # OpenAI's range; 0: greedy
 MAX_PROMPTS = 8  # a completions body's list of prompts: each its own row
+MAX_CHOICES = 8  # OpenAI's n: choices of one prompt, each its own row
+CHOICES = Option("n", int, 1, MAX_CHOICES)
 
 
 def is_generation_body(document: Mapping[str, Any]) -> bool:
@@ -217,6 +220,17 @@ def openai_options(body: Mapping[str, Any], client: TextGenerationClient, new_to
     return options
 
 
+def choices(body: Mapping[str, Any], options: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The settings of each of OpenAI's ``n`` choices of one prompt, each its own row: with a ``seed``,
+    choice ``i`` draws with ``seed + i`` (the same body answers the same choices); without one, each
+    draws its own; greedy, the ``n`` choices are the same answer, as OpenAI's."""
+    n = int(CHOICES.parse(body.get("n", 1), "n"))
+    seed = options.get("seed")
+    if seed is None or seed == NO_SEED:
+        return [dict(options)] * n
+    return [{**options, "seed": int(seed) + index} for index in range(n)]
+
+
 def stream_settings(body: Mapping[str, Any]) -> tuple[bool, bool]:
     """An OpenAI body's ``stream`` and ``stream_options.include_usage``."""
     usage = body.get("stream_options", {})
@@ -229,9 +243,10 @@ def stream_settings(body: Mapping[str, Any]) -> tuple[bool, bool]:
 
 
 def parse_completion(document: Mapping[str, Any], client: TextGenerationClient) -> GenerationCall:
-    """OpenAI's completions body: ``prompt`` a text or a list of texts (each its own row, generated
-    together, a choice each), the chat body's settings; ``suffix`` refused, ``n``, ``best_of``,
-    ``echo`` and ``logprobs`` at their neutral value only. Streamed, one prompt."""
+    """OpenAI's completions body: ``prompt`` a text or a list of texts, ``n`` choices each (``choices``:
+    each choice its own row, generated together; a prompt's choices together, in order), the chat
+    body's settings; ``suffix`` refused, ``best_of``, ``echo`` and ``logprobs`` at their neutral value
+    only. Streamed, one prompt and one choice."""
     if "suffix" in document and document["suffix"] is not None:
         raise InvalidInput("suffix is not served: the prompt is continued, nothing is inserted before a suffix")
     body = _given(document, (*COMPLETION_KEYS, *COMPLETION_NEUTRAL), "", "a completions body")
@@ -242,49 +257,45 @@ def parse_completion(document: Mapping[str, Any], client: TextGenerationClient) 
     prompts = [prompts] if isinstance(prompts, str) else prompts
     if not isinstance(prompts, list) or not 1 <= len(prompts) <= MAX_PROMPTS:
         raise InvalidInput(f"prompt must be a text or a list of 1 to {MAX_PROMPTS} texts")
-    options = openai_options(body, client, "max_tokens")
+    each = choices(body, openai_options(body, client, "max_tokens"))
     stops = parse_stop(body.get("stop"), "stop")
     asks = tuple(
         client.ask(
-            client.encode_text(prompt, f"prompt[{index}]" if len(prompts) > 1 else "prompt"),
-            options,
-            "prompt",
-            new_tokens="max_tokens",
-            given="max_tokens" in body,
-            stops=stops,
-            include_stop=False,
+            ids, options, "prompt", new_tokens="max_tokens", given="max_tokens" in body, stops=stops, include_stop=False
         )
-        for index, prompt in enumerate(prompts)
+        for ids in (
+            client.encode_text(prompt, f"prompt[{index}]" if len(prompts) > 1 else "prompt")
+            for index, prompt in enumerate(prompts)
+        )
+        for options in each
     )
     stream, include_usage = stream_settings(body)
     if stream and len(asks) > 1:
-        raise InvalidInput("stream takes one prompt: send a list of prompts unstreamed, or one call a prompt")
+        raise InvalidInput("stream takes one prompt and one choice: send several unstreamed, or one call each")
     return GenerationCall(
         client, COMPLETION, asks, tuple(prompts), single=len(asks) == 1, stream=stream, include_usage=include_usage
     )
 
 
 def parse_chat(document: Mapping[str, Any], client: TextGenerationClient) -> GenerationCall:
-    """OpenAI's chat completions body, its settings as ``openai_options`` reads them. The answer ends
-    before the stop sequence it stops at, as OpenAI's."""
+    """OpenAI's chat completions body, its settings as ``openai_options`` reads them, ``n`` choices
+    (``choices``; streamed, one). The answer ends before the stop sequence it stops at, as OpenAI's."""
     body = _given(document, CHAT_KEYS, "", "a chat completions body")
-    if body.get("n", 1) != 1:
-        raise InvalidInput("n must be 1: one choice is generated")
     if "max_tokens" in body and "max_completion_tokens" in body:
         raise InvalidInput("max_tokens and max_completion_tokens name the same limit: send one")
     new_tokens = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
-    options = openai_options(body, client, new_tokens)
-    ask = client.ask(
-        client.encode_chat(body.get("messages")),
-        options,
-        "messages",
-        new_tokens=new_tokens,
-        given=new_tokens in body,
-        stops=parse_stop(body.get("stop"), "stop"),
-        include_stop=False,
+    each = choices(body, openai_options(body, client, new_tokens))
+    ids, stops = client.encode_chat(body.get("messages")), parse_stop(body.get("stop"), "stop")
+    asks = tuple(
+        client.ask(
+            ids, options, "messages", new_tokens=new_tokens, given=new_tokens in body, stops=stops, include_stop=False
+        )
+        for options in each
     )
     stream, include_usage = stream_settings(body)
-    return GenerationCall(client, CHAT, (ask,), ("",), stream=stream, include_usage=include_usage)
+    if stream and len(asks) > 1:
+        raise InvalidInput("stream takes one choice: send n over 1 unstreamed")
+    return GenerationCall(client, CHAT, asks, ("",), stream=stream, include_usage=include_usage)
 
 
 def parse_streamed_envelope(client: TextGenerationClient, payload: Mapping[str, Any], version: str | None):

@@ -387,7 +387,7 @@ def test_openai_s_completions_a_choice_a_prompt_whole_and_streamed(client, trito
     assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == whole
     for wrong, fragment in (
         ({"suffix": "!"}, "suffix is not served"),
-        ({"n": 2}, "n is not served"),
+        ({"n": 9}, "n must be"),
         ({"echo": True}, "echo is not served"),
         ({"logprobs": 2}, "logprobs is not served"),
         ({"stream": True}, "stream takes one prompt"),
@@ -395,4 +395,26 @@ def test_openai_s_completions_a_choice_a_prompt_whole_and_streamed(client, trito
         ({"prompt": 5}, "prompt must be a text"),
         ({"frequency_penalty": 1}, "frequency_penalty is not taken"),
     ):
+        assert_error(client.post("/invocations", json={**body, **wrong}), 400, "invalid_input", fragment)
+
+
+def test_openai_s_n_choices_are_rows_of_one_prompt_seeded_one_after_another(client, triton):
+    """``n``: each choice its own row of the same prompt; with a seed, choice i draws with seed + i (the
+    same body answers the same choices); the prompt's tokens counted once in the usage."""
+    body = {"model": "chat", "messages": CHAT, "max_tokens": 3, "temperature": 0.8, "seed": 40, "n": 3}
+    answer = client.post("/v1/chat/completions", json=body).get_json()
+    assert [choice["index"] for choice in answer["choices"]] == [0, 1, 2]
+    rows = triton.streams[-3:]
+    assert [inputs["seed"].tolist() for _, inputs, _ in rows] == [[40], [41], [42]]
+    assert len({tuple(inputs["input_ids"].tolist()) for _, inputs, _ in rows}) == 1
+    assert (
+        answer["usage"]["prompt_tokens"] == len(rows[0][1]["input_ids"]) and answer["usage"]["completion_tokens"] == 9
+    )
+    two = {"model": "plain", "prompt": ["Capital of France?", "Hello"], "max_tokens": 2, "n": 2, "temperature": 0}
+    found = client.post("/v1/completions", json=two).get_json()
+    assert [choice["index"] for choice in found["choices"]] == [0, 1, 2, 3]
+    prompts = [inputs["input_ids"].tolist() for _, inputs, _ in triton.streams[-4:]]
+    assert prompts[0] == prompts[1] != prompts[2] == prompts[3]  # a prompt's choices together, in order
+    assert found["usage"]["prompt_tokens"] == len(prompts[0]) + len(prompts[2])
+    for wrong, fragment in (({"n": 9}, "n must be"), ({"n": 2, "stream": True}, "stream takes one choice")):
         assert_error(client.post("/invocations", json={**body, **wrong}), 400, "invalid_input", fragment)

@@ -339,3 +339,16 @@ def test_the_openai_package_s_completions_are_generate_s_a_choice_a_prompt(stack
         model="llama_random", prompt=PROMPTS[0], max_tokens=8, temperature=0, stream=True
     )
     assert "".join(chunk.choices[0].text for chunk in chunks if chunk.choices) == found.choices[0].text
+
+
+def test_openai_s_n_seeded_choices_repeat_themselves_and_are_each_seed_s_own(stack):
+    """``n`` sampled choices with a seed: the same body answers the same choices, and choice i is what
+    one choice with seed + i answers (each choice its own row, whoever it runs beside)."""
+    import openai
+
+    client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key="unused", max_retries=0, timeout=60)
+    body = {"model": "llama_random", "prompt": PROMPTS[1], "max_tokens": 10, "temperature": 1.0, "seed": 5}
+    first = [choice.text for choice in client.completions.create(**body, n=3).choices]
+    assert [choice.text for choice in client.completions.create(**body, n=3).choices] == first
+    alone = [client.completions.create(**{**body, "seed": 5 + i}).choices[0].text for i in range(3)]
+    assert alone == first and len(set(first)) > 1  # three draws, not one thrice

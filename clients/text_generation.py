@@ -177,6 +177,11 @@ class TextGenerationClient(TextClient[None]):
         text = self.tokenizer.decode(list(ids), skip_special_tokens=True)
         return clean_up_tokenization(text) if self.clean_up else text
 
+    def token_text(self, token_id: int) -> str:
+        """One token alone, decoded with its special tokens (OpenAI's ``logprobs.content[].token``; a
+        token that holds part of a character's bytes decodes to U+FFFD)."""
+        return self.tokenizer.decode([int(token_id)], skip_special_tokens=False)
+
     def encode_text(self, text: Any, where: str) -> list[int]:
         """A text as ``tokenizer(text)`` encodes it (the tokenizer's special tokens, a BOS, included)."""
         return self.tokenizer.encode(self.check_text(text, where), add_special_tokens=True).ids

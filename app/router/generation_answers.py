@@ -15,6 +15,7 @@ from app.router.generation_forms import CHAT, COMPLETION, GenerationCall
 from clients.generation import EOS, LENGTH, Generation, Token
 
 DONE = "[DONE]"
+NO_LOGPROB = -9999.0  # OpenAI's log-probability of a token it cannot give one for
 OPENAI_FINISH = {EOS: "stop", LENGTH: "length", "stop_sequence": "stop"}
 
 
@@ -62,6 +63,24 @@ def usage(generation: Generation) -> dict[str, int]:
     }
 
 
+def logprob_entry(call: GenerationCall, token: Token) -> dict[str, Any]:
+    """One token of OpenAI's ``logprobs.content``: its text alone, its log-probability (OpenAI's -9999.0
+    for none), its text's UTF-8 bytes, no alternatives."""
+    text = call.client.token_text(token.id)
+    logprob = _logprob(token.logprob)
+    return {
+        "token": text,
+        "logprob": NO_LOGPROB if logprob is None else logprob,
+        "bytes": list(text.encode("utf-8")),
+        "top_logprobs": [],
+    }
+
+
+def chat_logprobs(call: GenerationCall, tokens: Sequence[Token]) -> dict[str, Any] | None:
+    """A chat choice's ``logprobs``: each token's entry, where the body asked for them."""
+    return {"content": [logprob_entry(call, token) for token in tokens]} if call.logprobs else None
+
+
 def choices_usage(call: GenerationCall, generations: Sequence[Generation]) -> dict[str, int]:
     """OpenAI's usage of a call's choices: each prompt's tokens once (its ``n`` choices share it), every
     choice's tokens."""
@@ -78,7 +97,7 @@ def chat_answer(call: GenerationCall, generations: Sequence[Generation]) -> dict
         {
             "index": index,
             "message": {"role": "assistant", "content": generation.text},
-            "logprobs": None,
+            "logprobs": chat_logprobs(call, generation.tokens),
             "finish_reason": OPENAI_FINISH[generation.finish_reason or LENGTH],
         }
         for index, generation in enumerate(generations)
@@ -135,13 +154,13 @@ def chat_events(call: GenerationCall, generation: Generation, tokens: Iterator[T
     asked), then ``[DONE]``."""
     head = _chat_head(call, f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), "chat.completion.chunk")
 
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        return {**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+    def chunk(delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> dict[str, Any]:
+        return {**head, "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]}
 
     yield chunk({"role": "assistant", "content": ""})
     for token in tokens:
-        if token.text:
-            yield chunk({"content": token.text})
+        if token.text or call.logprobs:  # asked, every token has its chunk: its log-probability
+            yield chunk({"content": token.text}, logprobs=chat_logprobs(call, [token]))
     yield chunk({}, OPENAI_FINISH[generation.finish_reason or LENGTH])
     if call.include_usage:
         yield {**head, "choices": [], "usage": usage(generation)}

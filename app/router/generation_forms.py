@@ -51,16 +51,22 @@ CHAT_KEYS = (
     "stream",
     "stream_options",
     "n",
+    "logprobs",
+    "top_logprobs",
     "user",
 )
 # OpenAI's completions: the chat body's settings, a prompt for messages; n, best_of, echo and logprobs
 # at their neutral value only, suffix refused
-COMPLETION_KEYS = (*(key for key in CHAT_KEYS if key not in ("messages", "max_completion_tokens")), "prompt")
+COMPLETION_KEYS = (
+    *(key for key in CHAT_KEYS if key not in ("messages", "max_completion_tokens", "logprobs", "top_logprobs")),
+    "prompt",
+)
 COMPLETION_NEUTRAL = {"best_of": 1, "echo": False, "logprobs": 0}
 CHAT_TEMPERATURE = Option("temperature", float, 0.0, 2.0)  # OpenAI's range; 0: greedy
 MAX_PROMPTS = 8  # a completions body's list of prompts: each its own row
 MAX_CHOICES = 8  # OpenAI's n: choices of one prompt, each its own row
 CHOICES = Option("n", int, 1, MAX_CHOICES)
+TOP_LOGPROBS = Option("top_logprobs", int, 0, 20)  # OpenAI's bound
 
 
 def is_generation_body(document: Mapping[str, Any]) -> bool:
@@ -85,6 +91,7 @@ class GenerationCall:
     return_full_text: bool = False
     details: bool = False
     include_usage: bool = False
+    logprobs: bool = False  # OpenAI's chat: each token's log-probability in the answer
     version: str | None = None
 
 
@@ -295,7 +302,21 @@ def parse_chat(document: Mapping[str, Any], client: TextGenerationClient) -> Gen
     stream, include_usage = stream_settings(body)
     if stream and len(asks) > 1:
         raise InvalidInput("stream takes one choice: send n over 1 unstreamed")
-    return GenerationCall(client, CHAT, asks, ("",), stream=stream, include_usage=include_usage)
+    logprobs = chat_logprobs(body)
+    return GenerationCall(client, CHAT, asks, ("",), stream=stream, include_usage=include_usage, logprobs=logprobs)
+
+
+def chat_logprobs(body: Mapping[str, Any]) -> bool:
+    """A chat body's ``logprobs`` (each chosen token's log-probability in the answer) and its
+    ``top_logprobs``: 0 to 20 as OpenAI's, given with ``logprobs`` true; over 0 not served yet."""
+    logprobs = _flag(body.get("logprobs", False), "logprobs")
+    if "top_logprobs" in body:
+        top = int(TOP_LOGPROBS.parse(body["top_logprobs"], "top_logprobs"))
+        if not logprobs:
+            raise InvalidInput("top_logprobs is taken with logprobs true")
+        if top > 0:
+            raise InvalidInput("top_logprobs over 0 is not served: each chosen token's log-probability is")
+    return logprobs
 
 
 def parse_streamed_envelope(client: TextGenerationClient, payload: Mapping[str, Any], version: str | None):

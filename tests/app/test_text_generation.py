@@ -418,3 +418,32 @@ def test_openai_s_n_choices_are_rows_of_one_prompt_seeded_one_after_another(clie
     assert found["usage"]["prompt_tokens"] == len(prompts[0]) + len(prompts[2])
     for wrong, fragment in (({"n": 9}, "n must be"), ({"n": 2, "stream": True}, "stream takes one choice")):
         assert_error(client.post("/invocations", json={**body, **wrong}), 400, "invalid_input", fragment)
+
+
+def test_a_chat_body_s_logprobs_are_each_chosen_token_s_whole_and_streamed(client, tokenizers):
+    body = {"model": "chat", "messages": CHAT, "max_tokens": 6, "logprobs": True}
+    answer = client.post("/invocations", json=body).get_json()
+    content = answer["choices"][0]["logprobs"]["content"]
+    assert len(content) == answer["usage"]["completion_tokens"] == 6
+    ids = tokenizers["chat"].encode(REPLY, add_special_tokens=False).ids[:6]
+    assert [entry["token"] for entry in content] == [
+        tokenizers["chat"].decode([i], skip_special_tokens=False) for i in ids
+    ]
+    assert all(entry["logprob"] == -0.25 and entry["top_logprobs"] == [] for entry in content)  # the stand-in's
+    assert all(bytes(entry["bytes"]).decode() == entry["token"] for entry in content)
+    assert client.post("/invocations", json={**body, "logprobs": False}).get_json()["choices"][0]["logprobs"] is None
+    streamed = client.post("/invocations", json={**body, "stream": True}).get_data(as_text=True)
+    chunks = [json.loads(line[6:]) for line in streamed.split("\n\n") if line.startswith("data: {")]
+    entries = [
+        e
+        for c in chunks
+        if c["choices"] and c["choices"][0]["logprobs"]
+        for e in c["choices"][0]["logprobs"]["content"]
+    ]
+    assert entries == content
+    for wrong, fragment in (
+        ({"top_logprobs": 2}, "top_logprobs over 0 is not served"),
+        ({"top_logprobs": 21}, "top_logprobs"),
+        ({"logprobs": False, "top_logprobs": 0}, "top_logprobs is taken with logprobs true"),
+    ):
+        assert_error(client.post("/invocations", json={**body, **wrong}), 400, "invalid_input", fragment)

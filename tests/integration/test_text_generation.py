@@ -19,6 +19,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 import requests
 
@@ -352,3 +353,26 @@ def test_openai_s_n_seeded_choices_repeat_themselves_and_are_each_seed_s_own(sta
     assert [choice.text for choice in client.completions.create(**body, n=3).choices] == first
     alone = [client.completions.create(**{**body, "seed": 5 + i}).choices[0].text for i in range(3)]
     assert alone == first and len(set(first)) > 1  # three draws, not one thrice
+
+
+def test_a_chat_s_logprobs_are_log_softmax_of_generate_s_logits(stack, references):
+    """OpenAI's ``logprobs: true`` through the openai package: each chosen token's log-probability is
+    ``log_softmax`` of the reference model's logits at its position (greedy), within 1e-4."""
+    import openai
+    import torch
+
+    model, tokenizer = references["llama_random"]
+    messages = [{"role": "user", "content": "Où est le café?"}]
+    prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=8, do_sample=False, output_logits=True, return_dict_in_generate=True)
+    new = out.sequences[0, ids.shape[1] :].tolist()
+    wanted = [torch.log_softmax(logits[0].double(), -1)[token].item() for logits, token in zip(out.logits, new)]
+    client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key="unused", max_retries=0, timeout=60)
+    answer = client.chat.completions.create(
+        model="llama_random", messages=messages, max_tokens=8, temperature=0, logprobs=True
+    )
+    content = answer.choices[0].logprobs.content
+    assert [entry.token for entry in content] == [tokenizer.decode([t]) for t in new]
+    np.testing.assert_allclose([entry.logprob for entry in content], wanted, rtol=0, atol=1e-4)

@@ -99,7 +99,7 @@ def translate_error(
         return InferenceTimeout(f"{subject}: {message} (the router's {TRITON_TIMEOUT} or {SERVER_TIMEOUT})")
     if status == "DEADLINE_EXCEEDED":
         within = f" within {timeout_s:g} s" if timeout_s else " before the deadline"
-        return InferenceTimeout(f"{subject} did not answer{within}")
+        return InferenceTimeout(f"{subject} did not answer{within} (the router's {TRITON_TIMEOUT} or {SERVER_TIMEOUT})")
     if status == "NOT_FOUND":
         # "'resnet' version 7 is not found": a version the repository does not hold
         if version and f"version {version} " in message:

@@ -50,7 +50,12 @@ class FakeRpcError(grpc.RpcError):
 @pytest.mark.parametrize(
     "error, version, expected, fragment",
     [
-        (server_error("DEADLINE_EXCEEDED", "Deadline Exceeded"), None, InferenceTimeout, "within 30 s"),
+        (
+            server_error("DEADLINE_EXCEEDED", "Deadline Exceeded"),
+            None,
+            InferenceTimeout,
+            "within 30 s (the router's TRITON_TIMEOUT_S or MODEL_SERVER_TIMEOUT)",
+        ),
         (
             server_error(
                 "UNAVAILABLE",

@@ -5,8 +5,8 @@ only wires: parsing is ``app.router.parsing`` (no Flask), the error bodies ``app
 metrics and logs ``app.router.observability``, running the parsed calls ``app.router.batches``.
 Besides the contract's two paths it answers ``GET /execution-parameters`` (Batch Transform's
 question), ``GET /openapi.json`` (the contract as OpenAPI 3, built from the model families at
-start: ``app.router.openapi``), ``GET /metrics`` and, for local use, OpenAI's ``/v1/chat/completions``
-``/v1/embeddings`` and ``/v1/models`` (``app.router.openai_paths``).
+start: ``app.router.openapi``), ``GET /metrics`` and, for local use, OpenAI's ``/v1/chat/completions``,
+``/v1/completions``, ``/v1/embeddings`` and ``/v1/models`` (``app.router.openai_paths``).
 """
 
 from __future__ import annotations
@@ -120,12 +120,14 @@ def create_app(
             content_type=request.headers.get("Content-Type", ""),
         )
 
-    def answer(served: Served) -> Response:
-        """The answer to an invocation of the model(s) ``served`` stands for."""
+    def answer(served: Served, parsed: Mapping[str, Any] | None = None) -> Response:
+        """The answer to an invocation of the model(s) ``served`` stands for; ``parsed``: its JSON body,
+        already parsed (OpenAI's paths check it first)."""
         deadline = time.monotonic() + settings.server_timeout_s
         asked = incoming()
         check_media_type(asked, served.content_types)
-        document = parse_json_object(asked.body) if asked.mimetype == JSON_TYPE else None
+        json_body = asked.mimetype == JSON_TYPE
+        document = (parse_json_object(asked.body) if parsed is None else parsed) if json_body else None
         if asked.mimetype == BINARY_JSON_TYPE or (document is not None and is_v2(document)):
             return passed_to_triton(
                 replace(asked, target_model=served.v2_model) if served.v2_model else asked, document, served.load
@@ -205,7 +207,7 @@ def create_app(
     register_multi_model(app, loaded_models)
     if loaded_models is None:  # OpenAI's paths name one served model each call: a single-model endpoint's
         families = {name: client.family for name, client in registry.items()}
-        register_openai(app, lambda _: answer(served), embedded, lambda: families)
+        register_openai(app, lambda document: answer(served, document), embedded, lambda: families)
     return app
 
 

@@ -54,15 +54,6 @@ def _chat_head(call: GenerationCall, ident: str, created: int, kind: str) -> dic
     return {"id": ident, "object": kind, "created": created, "model": call.client.name}
 
 
-def usage(generation: Generation) -> dict[str, int]:
-    completion = len(generation.tokens)
-    return {
-        "prompt_tokens": generation.prompt_tokens,
-        "completion_tokens": completion,
-        "total_tokens": generation.prompt_tokens + completion,
-    }
-
-
 def logprob_entry(call: GenerationCall, token: Token) -> dict[str, Any]:
     """One token of OpenAI's ``logprobs.content``: its text alone, its log-probability (OpenAI's -9999.0
     for none), its text's UTF-8 bytes, no alternatives."""
@@ -163,7 +154,7 @@ def chat_events(call: GenerationCall, generation: Generation, tokens: Iterator[T
             yield chunk({"content": token.text}, logprobs=chat_logprobs(call, [token]))
     yield chunk({}, OPENAI_FINISH[generation.finish_reason or LENGTH])
     if call.include_usage:
-        yield {**head, "choices": [], "usage": usage(generation)}
+        yield {**head, "choices": [], "usage": choices_usage(call, [generation])}
     yield DONE
 
 
@@ -180,5 +171,5 @@ def completion_events(call: GenerationCall, generation: Generation, tokens: Iter
             yield chunk(token.text)
     yield chunk("", OPENAI_FINISH[generation.finish_reason or LENGTH])
     if call.include_usage:
-        yield {**head, "choices": [], "usage": usage(generation)}
+        yield {**head, "choices": [], "usage": choices_usage(call, [generation])}
     yield DONE

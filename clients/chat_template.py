@@ -6,14 +6,19 @@ templates of which ``default`` is used, else the folder's ``chat_template.jinja`
 immutable sandbox with what transformers gives it: ``trim_blocks`` and ``lstrip_blocks``, the
 ``loopcontrols`` extension, the globals ``raise_exception``, ``strftime_now``, ``dict`` and
 ``namespace``, a ``tojson`` filter that keeps non-ASCII text, and the variables ``messages``,
-``tools`` and ``documents`` (None), ``add_generation_prompt`` and the tokenizer's named special tokens
+``tools`` (the caller's, else None) and ``documents`` (None), ``add_generation_prompt`` and the tokenizer's named special tokens
 (``bos_token``, ``eos_token``, ...). The rendered text is encoded without the tokenizer's own special
 tokens (``apply_chat_template(tokenize=True)`` encodes it with ``add_special_tokens=False``): the
 template writes them. transformers itself is never imported here.
 
 The messages are checked before rendering: a list of objects with a known ``role`` (``system``,
-``user``, ``assistant``, ``tool``) and a string ``content``; a template that refuses a conversation
-(``raise_exception``, a role order it does not take) is a 400 carrying its message.
+``user``, ``assistant``, ``tool``) and a string ``content``; an assistant's message may carry OpenAI's
+``tool_calls`` instead of content (their ``arguments``, a JSON string, reach the template as the object
+it holds, as vLLM passes them: the templates write them with ``tojson``), a ``tool`` message answers
+one by its ``tool_call_id``. The caller's ``tools`` (``clients.tool_calls``) reach the template as
+``apply_chat_template(messages, tools=tools)`` passes them; a template that never reads ``tools``
+refuses them. A template that refuses a conversation (``raise_exception``, a role order it does not
+take) is a 400 carrying its message.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any
 
 import jinja2
 import jinja2.ext
+import jinja2.meta
 from jinja2.exceptions import SecurityError, TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -34,8 +40,9 @@ from app.core.spec import SpecError
 
 TEMPLATE_FILE = "chat_template.jinja"
 ROLES = ("system", "user", "assistant", "tool")
-# The message keys passed to the template besides role and content (OpenAI's, strings).
+# The message keys passed to the template besides role and content (OpenAI's, strings), and tool_calls.
 MESSAGE_STRINGS = ("name", "tool_call_id")
+TOOL_CALLS = "tool_calls"
 MAX_MESSAGES = 1024
 # transformers' SPECIAL_TOKENS_ATTRIBUTES: the named special tokens every template may read.
 TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
@@ -129,11 +136,15 @@ class ChatTemplate:
     """A folder's chat template, compiled once; ``render`` is safe to call from many threads."""
 
     def __init__(self, source: str, tokens: Mapping[str, str], where: str = "chat template") -> None:
+        env = environment()
         try:
-            self.template = environment().from_string(source)
+            self.template = env.from_string(source)
+            read = jinja2.meta.find_undeclared_variables(env.parse(source))
         except TemplateError as error:
             raise SpecError(f"{where}: the chat template does not compile: {error}") from None
         self.tokens = dict(tokens)
+        self.source = source
+        self.takes_tools = "tools" in read  # a template that never reads tools cannot show them
 
     @classmethod
     def from_folder(cls, folder: Path) -> ChatTemplate | None:
@@ -145,20 +156,26 @@ class ChatTemplate:
         config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
         return cls(source, special_tokens(config), str(folder))
 
-    def render(self, messages: Sequence[Mapping[str, Any]], where: str = "messages") -> str:
-        """The prompt for ``messages`` (checked first) with the assistant's turn opened."""
+    def render(
+        self, messages: Sequence[Mapping[str, Any]], where: str = "messages", tools: list[Any] | None = None
+    ) -> str:
+        """The prompt for ``messages`` (checked first) with the assistant's turn opened, the ``tools``
+        (checked by the caller) shown to the model where given."""
         chat = check_messages(messages, where)
+        if tools and not self.takes_tools:
+            raise InvalidInput("tools: the model's chat template does not take tools (it never reads them)")
         try:
             return self.template.render(
-                messages=chat, tools=None, documents=None, add_generation_prompt=True, **self.tokens
+                messages=chat, tools=tools or None, documents=None, add_generation_prompt=True, **self.tokens
             )
         except TemplateError as error:
             raise InvalidInput(f"{where}: the model's chat template refused the conversation: {error}") from None
 
 
-def check_messages(messages: Any, where: str = "messages") -> list[dict[str, str]]:
+def check_messages(messages: Any, where: str = "messages") -> list[dict[str, Any]]:
     """OpenAI's messages, checked: a non-empty list of ``{"role", "content"}`` objects, the role one of
-    ``ROLES``, the content a string; ``name`` and ``tool_call_id`` (strings) pass along."""
+    ``ROLES``, the content a string; ``name`` (a string) passes along; an assistant's ``tool_calls``
+    (its content then may be null), a tool's ``tool_call_id`` (needed)."""
     if not isinstance(messages, list) or not messages:
         raise InvalidInput(f"{where} must be a non-empty list of {{role, content}} objects")
     if len(messages) > MAX_MESSAGES:
@@ -168,17 +185,54 @@ def check_messages(messages: Any, where: str = "messages") -> list[dict[str, str
         at = f"{where}[{index}]"
         if not isinstance(message, dict):
             raise InvalidInput(f"{at} must be an object with role and content")
-        unknown = sorted(set(message) - {"role", "content", *MESSAGE_STRINGS})
+        unknown = sorted(set(message) - {"role", "content", TOOL_CALLS, *MESSAGE_STRINGS})
         if unknown:
-            raise InvalidInput(f"{at}.{unknown[0]} is not taken (a message has role, content, name, tool_call_id)")
+            raise InvalidInput(
+                f"{at}.{unknown[0]} is not taken (a message has role, content, name, tool_calls, tool_call_id)"
+            )
         role = message.get("role")
         if role not in ROLES:
             raise InvalidInput(f"{at}.role must be one of {', '.join(ROLES)}, got {role!r}")
+        chat_message = dict(message)
+        if message.get(TOOL_CALLS) is not None:
+            if role != "assistant":
+                raise InvalidInput(f"{at}.tool_calls: only an assistant's message makes tool calls")
+            chat_message[TOOL_CALLS] = check_tool_calls(message[TOOL_CALLS], f"{at}.tool_calls")
         content = message.get("content")
-        if not isinstance(content, str):
+        if not isinstance(content, str) and not (content is None and chat_message.get(TOOL_CALLS)):
             raise InvalidInput(f"{at}.content must be a string, not {type(content).__name__}")
         for key in MESSAGE_STRINGS:
             if key in message and not isinstance(message[key], str):
                 raise InvalidInput(f"{at}.{key} must be a string")
-        chat.append({key: value for key, value in message.items()})
+        if role == "tool" and "tool_call_id" not in message:
+            raise InvalidInput(f"{at}.tool_call_id is needed: a tool message answers the call of that id")
+        chat.append(chat_message)
     return chat
+
+
+def check_tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
+    """An assistant message's OpenAI ``tool_calls``: ``{"id", "type": "function", "function": {"name",
+    "arguments"}}`` each, the arguments a JSON object as a string (or the object), passed to the template
+    as the object."""
+    if not isinstance(calls, list) or not calls:
+        raise InvalidInput(f"{where} must be a non-empty list of tool calls")
+    found = []
+    for index, call in enumerate(calls):
+        at = f"{where}[{index}]"
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or call.get("type", "function") != "function":
+            raise InvalidInput(f'{at} must be {{"id", "type": "function", "function": {{"name", "arguments"}}}}')
+        if not isinstance(call.get("id"), str):
+            raise InvalidInput(f"{at}.id must be a string")
+        if not isinstance(function.get("name"), str):
+            raise InvalidInput(f"{at}.function.name must be a string")
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                raise InvalidInput(f"{at}.function.arguments must be a JSON object (as a string)") from None
+        if not isinstance(arguments, dict):
+            raise InvalidInput(f"{at}.function.arguments must be a JSON object (as a string)")
+        found.append({**call, "type": "function", "function": {**function, "arguments": arguments}})
+    return found

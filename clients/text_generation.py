@@ -44,6 +44,7 @@ from clients.options import Option
 from clients.text import SPACES_BEFORE, TRUNCATION, TextClient, clean_up_tokenization, cleans_up_spaces, load_tokenizer
 from clients.text2text import require_generation_packages
 from clients.text_stream import TextStream, byte_fallback_tokens
+from clients.tool_calls import FORMAT_KEY, FORMATS, keeping_markup, tool_format
 
 FAMILY_NAME = "text_generation"
 DEADLINE_MARGIN_S = 0.25  # left between the end of a generation and the router's deadline: the way back
@@ -95,6 +96,7 @@ class Ask:
     settings: Mapping[str, Any]
     stops: tuple[str, ...] = ()
     include_stop: bool = True
+    tool_markup: bool = False  # the text keeps the tool-call markup's special tokens (clients.tool_calls)
 
 
 class TextGenerationClient(TextClient[None]):
@@ -140,6 +142,9 @@ class TextGenerationClient(TextClient[None]):
         self.special_ids = frozenset(index for index, token in added.items() if token.special)
         self.clean_up = cleans_up_spaces(spec.text, self.tokenizer)
         self.chat = ChatTemplate.from_folder(folder)
+        self.tool_format = tool_format(self.chat, spec.export.get(FORMAT_KEY), f"{spec.folder}/model.toml")
+        special = {token.content: index for index, token in added.items() if token.special}
+        self.keeping_markup = keeping_markup(self.decode, self.tool_format, special)
         self.sequence_length = self.context
         self.byte_tokens = byte_fallback_tokens(self.tokenizer)
 
@@ -186,15 +191,20 @@ class TextGenerationClient(TextClient[None]):
         """A text as ``tokenizer(text)`` encodes it (the tokenizer's special tokens, a BOS, included)."""
         return self.tokenizer.encode(self.check_text(text, where), add_special_tokens=True).ids
 
-    def encode_chat(self, messages: Any, where: str = "messages") -> list[int]:
-        """OpenAI's messages through the folder's chat template, encoded as
-        ``apply_chat_template(messages, add_generation_prompt=True)`` encodes them."""
+    def encode_chat(self, messages: Any, where: str = "messages", tools: list[Any] | None = None) -> list[int]:
+        """OpenAI's messages (and tools, checked by the caller) through the folder's chat template,
+        encoded as ``apply_chat_template(messages, tools=tools, add_generation_prompt=True)`` encodes them."""
         if self.chat is None:
             raise InvalidInput(
                 f"model {self.name!r} has no chat template (tokenizer_config.json chat_template, or "
                 "chat_template.jinja): send it a text (inputs, or payload.text) instead of messages"
             )
-        return self.tokenizer.encode(self.chat.render(messages, where), add_special_tokens=False).ids
+        if tools and self.chat.takes_tools and self.tool_format is None:
+            raise InvalidInput(
+                f"tools: model {self.name!r}'s tool-call markup is not known from its chat template: its "
+                f"model.toml names it ([export] {FORMAT_KEY} = one of {', '.join(FORMATS)})"
+            )
+        return self.tokenizer.encode(self.chat.render(messages, where, tools), add_special_tokens=False).ids
 
     def ask(
         self,
@@ -207,6 +217,7 @@ class TextGenerationClient(TextClient[None]):
         keep: int | None = None,
         stops: tuple[str, ...] = (),
         include_stop: bool = True,
+        tool_markup: bool = False,
     ) -> Ask:
         """A prompt's ids and settings checked against the context: ``keep`` tokens (its last) when the
         caller asks for truncation; ``new_tokens`` names max_new_tokens as the caller does, ``given``
@@ -232,7 +243,7 @@ class TextGenerationClient(TextClient[None]):
         settings["max_new_tokens"] = new
         if settings[SEED] is None:
             settings[SEED] = NO_SEED
-        return Ask(tuple(ids), settings, stops, include_stop)
+        return Ask(tuple(ids), settings, stops, include_stop, tool_markup)
 
     def truncation_keep(self, options: Mapping[str, Any]) -> int:
         """The tokens a prompt keeps under ``"truncation": true``: the context less max_new_tokens."""
@@ -253,7 +264,8 @@ class TextGenerationClient(TextClient[None]):
         milliseconds = max(1, int((budget - DEADLINE_MARGIN_S) * 1000))
         arrays[generation_contract.TIMEOUT_MS] = np.array([milliseconds], dtype=np.int64)
         held = [written for written, _ in SPACES_BEFORE] if self.clean_up else []
-        text = TextStream(self.decode, ask.stops, ask.include_stop, held, self.byte_tokens)
+        decode = self.keeping_markup if ask.tool_markup else self.decode
+        text = TextStream(decode, ask.stops, ask.include_stop, held, self.byte_tokens)
         stream = self.triton.stream(self.spec.triton_name, arrays, self.output_names, budget, version)
         seed = None if ask.settings[SEED] == NO_SEED else int(ask.settings[SEED])
         return Generation(

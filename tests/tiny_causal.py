@@ -5,6 +5,7 @@ SentencePiece-style BPE with byte fallback, Llama's kind), and a stand-in for Tr
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -99,3 +100,45 @@ class FakeGenerator:
 
     def server_live(self):
         return True
+
+
+# OpenAI's tools and a history of calls answered: the chat tests' with tools
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city, now.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    },
+    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}},
+]
+CALLED = [
+    {"role": "user", "content": "Weather in Paris, and the time?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+            {"id": "call_2", "type": "function", "function": {"name": "get_time", "arguments": "{}"}},
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": "18 °C, sunny"},
+    {"role": "tool", "tool_call_id": "call_2", "content": "14:05"},
+]
+
+
+def as_transformers_takes(messages: list[dict]) -> list[dict]:
+    """OpenAI's messages with each call's arguments the object its JSON string holds (what the
+    templates write with tojson; the router passes them so, as vLLM does)."""
+    found = []
+    for message in messages:
+        calls = message.get("tool_calls")
+        if calls:
+            calls = [
+                {**c, "function": {**c["function"], "arguments": json.loads(c["function"]["arguments"])}} for c in calls
+            ]
+            message = {**message, "tool_calls": calls}
+        found.append(message)
+    return found

@@ -13,10 +13,12 @@ from typing import Any
 
 from app.router.generation_forms import CHAT, COMPLETION, GenerationCall
 from clients.generation import EOS, LENGTH, Generation, Token
+from clients.tool_calls import ToolCall, ToolStream, openai_calls
 
 DONE = "[DONE]"
 NO_LOGPROB = -9999.0  # OpenAI's log-probability of a token it cannot give one for
 OPENAI_FINISH = {EOS: "stop", LENGTH: "length", "stop_sequence": "stop"}
+TOOL_CALLS = "tool_calls"  # OpenAI's finish reason of an answer that calls tools
 
 
 def _logprob(value: float) -> float | None:
@@ -81,18 +83,41 @@ def choices_usage(call: GenerationCall, generations: Sequence[Generation]) -> di
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
+def made_calls(call: GenerationCall, calls: Sequence[ToolCall]) -> list[ToolCall]:
+    """The calls answered: the first only where the body asked ``parallel_tool_calls: false``."""
+    return list(calls) if call.parallel_tool_calls else list(calls[:1])
+
+
+def finish_reason(generation: Generation, calls: Sequence[ToolCall] = ()) -> str:
+    return TOOL_CALLS if calls else OPENAI_FINISH[generation.finish_reason or LENGTH]
+
+
+def chat_message(call: GenerationCall, generation: Generation) -> tuple[dict[str, Any], list[ToolCall]]:
+    """The assistant's message: its text, and the tool calls read out of it where the body has tools."""
+    if call.tools is None:
+        return {"role": "assistant", "content": generation.text}, []
+    content, calls = call.tools.split(generation.text)
+    calls = made_calls(call, calls)
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        message[TOOL_CALLS] = openai_calls(calls, call.tools)
+    return message, calls
+
+
 def chat_answer(call: GenerationCall, generations: Sequence[Generation]) -> dict[str, Any]:
-    """OpenAI's ``chat.completion``: a choice a row (``n``), the assistant's message, its finish reason;
-    the usage."""
-    choices = [
-        {
-            "index": index,
-            "message": {"role": "assistant", "content": generation.text},
-            "logprobs": chat_logprobs(call, generation.tokens),
-            "finish_reason": OPENAI_FINISH[generation.finish_reason or LENGTH],
-        }
-        for index, generation in enumerate(generations)
-    ]
+    """OpenAI's ``chat.completion``: a choice a row (``n``), the assistant's message (its tool calls),
+    its finish reason; the usage."""
+    choices = []
+    for index, generation in enumerate(generations):
+        message, calls = chat_message(call, generation)
+        choices.append(
+            {
+                "index": index,
+                "message": message,
+                "logprobs": chat_logprobs(call, generation.tokens),
+                "finish_reason": finish_reason(generation, calls),
+            }
+        )
     head = _chat_head(call, f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), "chat.completion")
     return {**head, "choices": choices, "usage": choices_usage(call, generations)}
 
@@ -142,17 +167,28 @@ def tgi_events(call: GenerationCall, generation: Generation, tokens: Iterator[To
 
 def chat_events(call: GenerationCall, generation: Generation, tokens: Iterator[Token]) -> Iterator[Any]:
     """OpenAI's: the assistant's role, a chunk a token that makes text, the finish reason (the usage,
-    asked), then ``[DONE]``."""
+    asked), then ``[DONE]``. With tools, the text that may be a call's markup is held (``ToolStream``)
+    and the calls come at the end, a ``delta.tool_calls`` chunk each, as OpenAI streams them."""
     head = _chat_head(call, f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), "chat.completion.chunk")
+    split = ToolStream(call.tools) if call.tools is not None else None
 
     def chunk(delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> dict[str, Any]:
         return {**head, "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]}
 
     yield chunk({"role": "assistant", "content": ""})
     for token in tokens:
-        if token.text or call.logprobs:  # asked, every token has its chunk: its log-probability
-            yield chunk({"content": token.text}, logprobs=chat_logprobs(call, [token]))
-    yield chunk({}, OPENAI_FINISH[generation.finish_reason or LENGTH])
+        text = split.push(token.text) if split is not None else token.text
+        if text or call.logprobs:  # asked, every token has its chunk: its log-probability
+            yield chunk({"content": text}, logprobs=chat_logprobs(call, [token]))
+    calls: list[ToolCall] = []
+    if split is not None:
+        rest, found = split.finish()
+        calls = made_calls(call, found)
+        if rest:
+            yield chunk({"content": rest})
+        for index, made in enumerate(openai_calls(calls, call.tools)):
+            yield chunk({TOOL_CALLS: [{"index": index, **made}]})
+    yield chunk({}, finish_reason(generation, calls))
     if call.include_usage:
         yield {**head, "choices": [], "usage": choices_usage(call, [generation])}
     yield DONE

@@ -30,6 +30,7 @@ from app.core.errors import InvalidInput
 from clients.base import ModelClient
 from clients.options import Option
 from clients.text_generation import FAMILY_NAME, TextGenerationClient, parse_stop
+from clients.tool_calls import ToolFormat, check_tool_choice, check_tools
 
 ENVELOPE, TGI, CHAT, COMPLETION = "envelope", "tgi", "chat", "completion"
 # TGI's parameters that are settings; those taken at their neutral value only (huggingface_hub sends them).
@@ -37,6 +38,7 @@ TGI_SETTINGS = ("max_new_tokens", "do_sample", "temperature", "top_k", "top_p", 
 TGI_OTHERS = ("stop", "return_full_text", "details", "truncate")
 TGI_NEUTRAL = {"watermark": False, "decoder_input_details": False, "best_of": 1, "top_n_tokens": 0}
 TGI_KEYS = ("inputs", "parameters", "stream")
+TOOL_KEYS = ("tools", "tool_choice", "parallel_tool_calls")
 CHAT_KEYS = (
     "model",
     "messages",
@@ -54,11 +56,18 @@ CHAT_KEYS = (
     "logprobs",
     "top_logprobs",
     "user",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
 )
 # OpenAI's completions: the chat body's settings, a prompt for messages; n, best_of, echo and logprobs
 # at their neutral value only, suffix refused
 COMPLETION_KEYS = (
-    *(key for key in CHAT_KEYS if key not in ("messages", "max_completion_tokens", "logprobs", "top_logprobs")),
+    *(
+        key
+        for key in CHAT_KEYS
+        if key not in ("messages", "max_completion_tokens", "logprobs", "top_logprobs", *TOOL_KEYS)
+    ),
     "prompt",
 )
 COMPLETION_NEUTRAL = {"best_of": 1, "echo": False, "logprobs": 0}
@@ -92,6 +101,8 @@ class GenerationCall:
     details: bool = False
     include_usage: bool = False
     logprobs: bool = False  # OpenAI's chat: each token's log-probability in the answer
+    tools: ToolFormat | None = None  # OpenAI's chat with tools: the markup its answers' calls are read from
+    parallel_tool_calls: bool = True  # false: an answer's first call only
     version: str | None = None
 
 
@@ -292,18 +303,48 @@ def parse_chat(document: Mapping[str, Any], client: TextGenerationClient) -> Gen
         raise InvalidInput("max_tokens and max_completion_tokens name the same limit: send one")
     new_tokens = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
     each = choices(body, openai_options(body, client, new_tokens))
-    ids, stops = client.encode_chat(body.get("messages")), parse_stop(body.get("stop"), "stop")
+    tools, markup, parallel = chat_tools(body, client)
+    ids, stops = client.encode_chat(body.get("messages"), tools=tools), parse_stop(body.get("stop"), "stop")
     asks = tuple(
         client.ask(
-            ids, options, "messages", new_tokens=new_tokens, given=new_tokens in body, stops=stops, include_stop=False
+            ids, options, "messages", new_tokens=new_tokens, given=new_tokens in body, stops=stops, include_stop=False,
+            tool_markup=markup is not None,
         )
         for options in each
-    )
+    )  # fmt: skip
     stream, include_usage = stream_settings(body)
     if stream and len(asks) > 1:
         raise InvalidInput("stream takes one choice: send n over 1 unstreamed")
-    logprobs = chat_logprobs(body)
-    return GenerationCall(client, CHAT, asks, ("",), stream=stream, include_usage=include_usage, logprobs=logprobs)
+    return GenerationCall(
+        client,
+        CHAT,
+        asks,
+        ("",),
+        stream=stream,
+        include_usage=include_usage,
+        logprobs=chat_logprobs(body),
+        tools=markup,
+        parallel_tool_calls=parallel,
+    )
+
+
+def chat_tools(
+    body: Mapping[str, Any], client: TextGenerationClient
+) -> tuple[list[Any] | None, ToolFormat | None, bool]:
+    """A chat body's ``tools`` (checked, shown to the model through its template), the markup its
+    answers' calls are read from (none under ``tool_choice: "none"``: the answer is text) and
+    ``parallel_tool_calls``. ``"required"`` and a named function need generation constrained to a
+    call, which is not served yet."""
+    tools = check_tools(body["tools"]) if "tools" in body else []
+    choice = check_tool_choice(body.get("tool_choice", "auto" if tools else "none"), tools)
+    if choice not in ("auto", "none"):
+        raise InvalidInput(
+            f"tool_choice {choice!r}: a call the model must make needs generation constrained to the call, "
+            "not served yet; send tool_choice auto"
+        )
+    parallel = _flag(body.get("parallel_tool_calls", True), "parallel_tool_calls")
+    markup = client.tool_format if tools and choice == "auto" else None
+    return tools or None, markup, parallel
 
 
 def chat_logprobs(body: Mapping[str, Any]) -> bool:

@@ -31,6 +31,13 @@ failure object is printed, and the exit status is then 1.
     python -m scripts.caller invoke --endpoint-name mm-async --async s3://BUCKET/inputs/ \\
         --invocation-timeout 1800 --wait-timeout 3600 bert_base=sentence.txt
 
+--tools FILE.json asks each text_generation MODEL=FILE's text as an OpenAI chat body with the file's
+tools (OpenAI's function definitions) and prints the answer's text and the calls the model made
+(scripts/caller/invoke_chat.py):
+
+    python -m scripts.caller invoke --endpoint-url http://localhost:8080 --tools tools.json \
+        --option max_tokens=64 qwen=question.txt
+
 --target-model NAME.tar.gz calls that model of a multi-model endpoint (python -m scripts.sagemaker
 deploy --multi-model; TargetModel, the X-Amzn-SageMaker-Target-Model header), --inference-component
 NAME that component of an endpoint of inference components (python -m scripts.sagemaker deploy
@@ -56,6 +63,7 @@ from typing import Any
 from scripts.caller import invoke_async
 from scripts.caller.errors import error_lines, failure_lines, keep_error_bodies
 from scripts.caller.invoke_args import IMAGE_MODELS, TEXT_MODELS, add_arguments, check_arguments, route
+from scripts.caller.invoke_chat import chat_body, chat_lines, read_tools
 from scripts.caller.invoke_stream import invoke_streamed
 
 CONTENT_TYPES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png", ".txt": "text/plain; charset=utf-8"}
@@ -218,6 +226,13 @@ def invoke_queued(
     return answer_lines(model, outcome.body)
 
 
+def invoke_tools(client, args: argparse.Namespace, model: str, body: bytes) -> tuple[bool, list[str], Any]:
+    """A function-calling call (--tools): the text asked with the tools, the text and calls printed."""
+    body = chat_body(model, body.decode(), read_tools(args.tools), args.option)
+    ok, lines, answer = invoke(client, args.endpoint_name, model, body, "application/json", (), route(args))
+    return (ok, chat_lines(model, answer), answer) if ok and isinstance(answer, dict) else (ok, lines, answer)
+
+
 def _pairs(items: Sequence[str]) -> list[tuple[str, Path]]:
     pairs = []
     for item in items:
@@ -246,6 +261,8 @@ def caller(args: argparse.Namespace, client, s3) -> Callable[[str, bytes, str], 
     def call(model: str, body: bytes, ctype: str) -> tuple[bool, list[str], Any]:
         if args.async_prefix:
             return invoke_queued(client, s3, args, model, body, ctype)
+        if args.tools:
+            return invoke_tools(client, args, model, body)
         if args.stream:
             from botocore.exceptions import ClientError
 

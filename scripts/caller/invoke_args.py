@@ -56,6 +56,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         '{"modelname", "payload": {"text", "stream": true}} (with each --option), tokens printed as they arrive',
     )
     parser.add_argument(
+        "--tools",
+        type=Path,
+        metavar="FILE.json",
+        help="a text_generation model's function calling: each MODEL=FILE's text asked as an OpenAI chat body "
+        "with these tools (a JSON list; each --option a field of the body), its text and calls printed",
+    )
+    parser.add_argument(
         "--async",
         dest="async_prefix",
         type=s3_uri,
@@ -88,6 +95,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.stream and args.async_prefix:
         parser.error("--stream does not go with --async: an asynchronous endpoint writes its answer to S3 whole")
+    if args.tools and (args.stream or args.async_prefix or not args.calls):
+        parser.error(
+            "--tools needs MODEL=FILE pairs (a text_generation model and a text file), not --stream or --async"
+        )
     if args.stream and not args.calls:
         parser.error("--stream needs MODEL=FILE pairs: a text_generation model and a text file")
     if args.async_prefix and args.endpoint_url:

@@ -37,6 +37,7 @@ from tests.causal_serving import (
 )
 from tests.references import served_copy
 from tests.support import assert_error, post
+from tests.tiny_causal import CALLED, TOOLS, as_transformers_takes
 
 pytestmark = pytest.mark.integration
 
@@ -46,6 +47,7 @@ MODELS = (*(name for name in SETS["causal"].models if name.endswith("_random")),
 PROMPTS = ("The quick brown fox", "Hello there, how are", "Le café est")
 LONG = "llama_long"  # llama_random with more positions: the long generations of the streaming tests
 LONG_POSITIONS = 2048
+TOOLS_MODEL = "qwen2_tools"  # qwen2_random (Qwen's template with tools) with room for the tools' prompt
 PART_BYTES = 7  # the local response stream's PayloadParts, cut small
 
 
@@ -59,6 +61,7 @@ def stack(small_models: Built, tmp_path_factory, stopping: list[Stack]):
     shared = small_models.repository("causal")
     repository = served_copy(shared, MODELS, tmp_path_factory.mktemp("repository"))
     long_copy(shared, repository, "llama_random", LONG, LONG_POSITIONS)
+    long_copy(shared, repository, "qwen2_random", TOOLS_MODEL, LONG_POSITIONS)
     env = {"LOCAL_STREAM_PART_BYTES": str(PART_BYTES)}
     started = Stack(repository, env_extra=env).start(tmp_path_factory.mktemp("generation-stack-logs"))
     stopping.append(started)
@@ -310,7 +313,7 @@ def test_the_openai_package_calls_the_local_stack_as_it_calls_openai(stack):
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == answer.choices[0].message.content
 
     listed = {model.id: model.owned_by for model in client.models.list()}
-    assert listed == dict.fromkeys([*MODELS, LONG], "text_generation")
+    assert listed == dict.fromkeys([*MODELS, LONG, TOOLS_MODEL], "text_generation")
 
     with pytest.raises(openai.BadRequestError) as refused:
         client.chat.completions.create(model="gpt2_random", messages=messages)
@@ -376,3 +379,51 @@ def test_a_chat_s_logprobs_are_log_softmax_of_generate_s_logits(stack, reference
     content = answer.choices[0].logprobs.content
     assert [entry.token for entry in content] == [tokenizer.decode([t]) for t in new]
     np.testing.assert_allclose([entry.logprob for entry in content], wanted, rtol=0, atol=1e-4)
+
+
+def test_the_openai_package_s_tools_reach_the_model_as_transformers_renders_them(stack, references, tmp_path, capsys):
+    """Tools and a history of calls answered, through the openai package: the prompt is
+    ``apply_chat_template(messages, tools=tools)``'s (the calls' arguments as objects), the greedy
+    answer ``generate``'s from it (a random model calls no tool: its text is the answer, whole and
+    streamed, and ``scripts.caller invoke --tools`` prints it); a template without tools refuses
+    them, and the stack keeps serving."""
+    import openai
+    from transformers import AutoTokenizer
+
+    from scripts.caller import invoke
+
+    client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key="unused", max_retries=0, timeout=60)
+    tokenizer = AutoTokenizer.from_pretrained(references["qwen2_random"][1].name_or_path)
+    answers = []  # the question's alone first: what scripts.caller asks below
+    for messages in (CALLED[:1], CALLED):
+        prompt = tokenizer.apply_chat_template(
+            as_transformers_takes(messages), tools=TOOLS, add_generation_prompt=True, tokenize=False
+        )
+        body = {"model": TOOLS_MODEL, "messages": messages, "tools": TOOLS, "max_tokens": 8, "temperature": 0}
+        answer = client.chat.completions.create(**body)
+        ids = tokenizer(prompt, add_special_tokens=False).input_ids
+        assert answer.usage.prompt_tokens == len(ids) > 128  # past qwen2_random's context: the tools' prompt
+        wanted = generate_ids(references, "qwen2_random", ids, max_new_tokens=8)
+        answers.append(wanted)
+        assert answer.choices[0].message.content == wanted and answer.choices[0].message.tool_calls is None
+        chunks = list(client.chat.completions.create(**body, stream=True))
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == wanted
+    (tmp_path / "tools.json").write_text(json.dumps(TOOLS))
+    (tmp_path / "question.txt").write_text(CALLED[0]["content"])
+    options = ["--option", "max_tokens=8", "--option", "temperature=0", "--tools", str(tmp_path / "tools.json")]
+    assert invoke.main(["--endpoint-url", stack.url, *options, f"{TOOLS_MODEL}={tmp_path / 'question.txt'}"]) == 0
+    assert capsys.readouterr().out.startswith(f"{TOOLS_MODEL}:\n  {answers[0]}\n  finish_reason: ")
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model="llama_random", messages=CALLED[:1], tools=TOOLS)
+    assert "does not take tools" in refused.value.body["message"]
+    assert requests.get(f"{stack.url}/ping", timeout=10).status_code == 200
+
+
+def generate_ids(references, name: str, ids: list[int], **settings) -> str:
+    """``generate``'s greedy text after the prompt ``ids``."""
+    import torch
+
+    model, tokenizer = references[name]
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), do_sample=False, pad_token_id=tokenizer.pad_token_id or 0, **settings)
+    return tokenizer.decode(out[0, len(ids) :].tolist(), skip_special_tokens=True)

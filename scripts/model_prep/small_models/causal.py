@@ -67,10 +67,39 @@ LLAMA2_CHAT = (
     "{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
     "{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}"
 )
-CHAT_TEMPLATES = {"chatml": CHATML, "llama2": LLAMA2_CHAT}
+# ChatML with tools, as Qwen3's folders ship it (its thinking left out): the tools in the system turn,
+# a call as <tool_call>{"name", "arguments"}</tool_call>, the tools' answers in the user's turn
+QWEN_TOOLS = (
+    "{%- if tools %}{{- '<|im_start|>system\\n' }}{%- if messages[0].role == 'system' %}"
+    "{{- messages[0].content + '\\n\\n' }}{%- endif %}"
+    "{{- '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments "
+    'within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, '
+    '\\"arguments\\": <args-json-object>}\\n</tool_call><|im_end|>\\n\' }}'
+    "{%- elif messages[0].role == 'system' %}{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'user' or (message.role == 'system' and not loop.first) %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'assistant' %}{{- '<|im_start|>assistant' }}"
+    "{%- if message.content %}{{- '\\n' + message.content }}{%- endif %}"
+    "{%- for tool_call in message.tool_calls or [] %}"
+    "{%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}"
+    '{{- \'\\n<tool_call>\\n{\\"name\\": \\"\' + tool_call.name + \'\\", \\"arguments\\": \' }}'
+    "{{- tool_call.arguments | tojson }}{{- '}\\n</tool_call>' }}{%- endfor %}{{- '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'tool' %}"
+    "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+CHAT_TEMPLATES = {"chatml": CHATML, "llama2": LLAMA2_CHAT, "qwen_tools": QWEN_TOOLS}
 # each architecture's chat template in the sets, as its instruct folders ship one (GPT-2's have none;
 # Mistral's and Phi-3's left out: a folder without one refuses chat requests)
-TEMPLATES = {"gpt2": None, "llama": "llama2", "qwen2": "chatml", "qwen3": "chatml", "mistral": None, "phi3": None}
+TEMPLATES = {"gpt2": None, "llama": "llama2", "qwen2": "qwen_tools", "qwen3": "chatml", "mistral": None, "phi3": None}
 TRAIN_STEPS = 150  # full-batch Adam steps of the trained Llama (width 64): about 20 ms each on 2 cores
 LEARNING_RATE = 1e-2
 

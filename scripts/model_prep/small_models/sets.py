@@ -155,12 +155,12 @@ SETS = {
     ),
     "causal": ModelSet(
         "a tiny decoder-only model of each architecture text_generation serves (chat templates: ChatML on "
-        "Qwen, Llama 2's on Llama, none on GPT-2; qwen3's generation_config.json samples by default) and "
+        "Qwen3, Qwen's with tools on Qwen2, Llama 2's on Llama, none on GPT-2; qwen3's generation_config.json samples by default) and "
         "the same six trained on the sentences of causal.SENTENCES (wider: 64)",
         {
             "gpt2_random": (TEXT_GENERATION, {"architecture": "gpt2"}),
             "llama_random": (TEXT_GENERATION, {"architecture": "llama", "chat_template": "llama2"}),
-            "qwen2_random": (TEXT_GENERATION, {"architecture": "qwen2", "chat_template": "chatml"}),
+            "qwen2_random": (TEXT_GENERATION, {"architecture": "qwen2", "chat_template": "qwen_tools"}),
             "qwen3_random": (
                 TEXT_GENERATION,
                 {

@@ -97,6 +97,8 @@ class ModelClient(ABC, Generic[Context]):
     EXTRA_FIELDS: ClassVar[frozenset[str]] = frozenset()
     # The JSON schema of one item of an extra field that is not the input's (app.router.openapi).
     FIELD_SCHEMAS: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    # Extra fields taken whole, not one item or a list of them (a JSON Schema the answer follows).
+    WHOLE_FIELDS: ClassVar[frozenset[str]] = frozenset()
     # The JSON schema of one item of the input field (and the extra fields); of one input's result
     # (app.router.openapi builds the OpenAPI document from them; {}: any JSON value).
     INPUT_SCHEMA: ClassVar[Mapping[str, Any]] = {"type": "string"}

@@ -36,6 +36,7 @@ from jinja2.exceptions import SecurityError, TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from app.core.errors import InvalidInput
+from app.core.grammar import json_object
 from app.core.spec import SpecError
 
 TEMPLATE_FILE = "chat_template.jinja"
@@ -226,13 +227,8 @@ def check_tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
             raise InvalidInput(f"{at}.id must be a string")
         if not isinstance(function.get("name"), str):
             raise InvalidInput(f"{at}.function.name must be a string")
-        arguments = function.get("arguments")
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments)
-            except ValueError:
-                raise InvalidInput(f"{at}.function.arguments must be a JSON object (as a string)") from None
-        if not isinstance(arguments, dict):
+        arguments = json_object(function.get("arguments"))
+        if arguments is None:
             raise InvalidInput(f"{at}.function.arguments must be a JSON object (as a string)")
         found.append({**call, "type": "function", "function": {**function, "arguments": arguments}})
     return found

@@ -8,7 +8,8 @@ streams each token back as it is made (``app.core.causal_lm_contract``).
 
 Payload (the envelope's; TGI's and OpenAI's forms are ``app.router.generation_forms``'s): ``{"text": str |
 [str], "max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "repetition_penalty",
-"num_beams", "seed", "stop", "return_full_text", "truncation", "stream"}``; each setting's default is
+"num_beams", "seed", "stop", "return_full_text", "truncation", "stream", "json_schema"}``
+(``json_schema``: every answer a JSON text valid against it, ``clients.grammars``); each setting's default is
 the folder's ``generation_config.json``, then Hugging Face's. One text answers ``{"generated_text",
 "finish_reason", "prompt_tokens", "generated_tokens"}``, its text equal to ``tokenizer.decode(
 model.generate(**tokenizer(text), ...)[0, prompt:], skip_special_tokens=True)`` (greedy or beam
@@ -32,18 +33,20 @@ import numpy as np
 
 from app.core import causal_lm_contract, generation_contract, text_spec
 from app.core.access import GENERATED_TOKENS, GENERATION_CANCELLED, TIME_TO_FIRST_TOKEN, TOKENS_PER_SECOND
-from app.core.causal_lm_contract import INPUT_IDS, MAX_STOP_CHARACTERS, MAX_STOP_SEQUENCES, NO_SEED, SETTINGS
+from app.core.causal_lm_contract import GRAMMAR, INPUT_IDS, NO_SEED, SETTINGS
 from app.core.errors import InferenceTimeout, InvalidInput
 from app.core.family import Counter, Family, Measure
+from app.core.grammar import JSON_SCHEMA
 from app.core.spec import SpecError
 from app.core.text_spec import TextSpecError
 from clients.base import WorkFailed, timed
 from clients.chat_template import ChatTemplate
 from clients.generation import Generation, account, collect
+from clients.grammars import GrammarCheck, schema_grammar
 from clients.options import Option
 from clients.text import SPACES_BEFORE, TRUNCATION, TextClient, clean_up_tokenization, cleans_up_spaces, load_tokenizer
 from clients.text2text import require_generation_packages
-from clients.text_stream import TextStream, byte_fallback_tokens
+from clients.text_stream import TextStream, byte_fallback_tokens, parse_stop
 from clients.tool_calls import FORMAT_KEY, FORMATS, keeping_markup, tool_format
 
 FAMILY_NAME = "text_generation"
@@ -68,25 +71,6 @@ def _option(setting: causal_lm_contract.Setting) -> Option:
 OPTIONS = tuple(_option(setting) for setting in SETTINGS)
 
 
-def parse_stop(value: Any, where: str) -> tuple[str, ...]:
-    """A stop sequence or a list of them: at most ``MAX_STOP_SEQUENCES``, each a non-empty string of at
-    most ``MAX_STOP_CHARACTERS``."""
-    if value is None:
-        return ()
-    stops = [value] if isinstance(value, str) else value
-    if not isinstance(stops, list):
-        raise InvalidInput(f"{where} must be a string or a list of strings")
-    if len(stops) > MAX_STOP_SEQUENCES:
-        raise InvalidInput(f"{where} has {len(stops)} stop sequences, over the limit of {MAX_STOP_SEQUENCES}")
-    for index, stop in enumerate(stops):
-        at = where if isinstance(value, str) else f"{where}[{index}]"
-        if not isinstance(stop, str) or not stop:
-            raise InvalidInput(f"{at} must be a non-empty string")
-        if len(stop) > MAX_STOP_CHARACTERS:
-            raise InvalidInput(f"{at} is {len(stop)} characters, over the limit of {MAX_STOP_CHARACTERS}")
-    return tuple(stops)
-
-
 @dataclass(frozen=True)
 class Ask:
     """One prompt to generate from, checked: its ids, every setting's value (``SETTINGS``), its stop
@@ -97,12 +81,15 @@ class Ask:
     stops: tuple[str, ...] = ()
     include_stop: bool = True
     tool_markup: bool = False  # the text keeps the tool-call markup's special tokens (clients.tool_calls)
+    grammar: bytes = b""  # the constraint every token keeps to (app.core.grammar), checked; none: no bytes
 
 
 class TextGenerationClient(TextClient[None]):
     family = FAMILY_NAME
     OPTIONS = (*OPTIONS, RETURN_FULL_TEXT, TRUNCATION, STREAM)
-    EXTRA_FIELDS = frozenset({"stop"})
+    EXTRA_FIELDS = frozenset({"stop", JSON_SCHEMA})
+    WHOLE_FIELDS = frozenset({JSON_SCHEMA})
+    FIELD_SCHEMAS: ClassVar[Mapping[str, Mapping[str, Any]]] = {JSON_SCHEMA: {"type": "object"}}
     RESULT_SCHEMA: ClassVar[Mapping[str, Any]] = {
         "type": "object",
         "description": "text_generation, for one text: the generated text (the prompt's text first with "
@@ -126,7 +113,7 @@ class TextGenerationClient(TextClient[None]):
         require_generation_packages(spec, self.family)
         self.tokenizer = load_tokenizer(spec.text)
         self.setting_types = {t.name: t.numpy_dtype for t in spec.inputs}
-        needed = (INPUT_IDS, *causal_lm_contract.SETTING_NAMES, generation_contract.TIMEOUT_MS)
+        needed = (INPUT_IDS, *causal_lm_contract.SETTING_NAMES, generation_contract.TIMEOUT_MS, GRAMMAR)
         missing = [name for name in needed if name not in self.setting_types]
         if missing:
             raise SpecError(f"{spec.folder}/model.toml: a {self.family} model's inputs include {missing[0]}")
@@ -143,8 +130,10 @@ class TextGenerationClient(TextClient[None]):
         self.clean_up = cleans_up_spaces(spec.text, self.tokenizer)
         self.chat = ChatTemplate.from_folder(folder)
         self.tool_format = tool_format(self.chat, spec.export.get(FORMAT_KEY), f"{spec.folder}/model.toml")
-        special = {token.content: index for index, token in added.items() if token.special}
-        self.keeping_markup = keeping_markup(self.decode, self.tool_format, special)
+        self.special = {token.content: index for index, token in added.items() if token.special}
+        self.keeping_markup = keeping_markup(self.decode, self.tool_format, self.special)
+        engine = spec.export.get(causal_lm_contract.ENGINE_KEY, causal_lm_contract.ENGINES[0])
+        self.grammars = GrammarCheck(self.tokenizer.to_str(), int(config["vocab_size"]), self.end_ids, engine)
         self.sequence_length = self.context
         self.byte_tokens = byte_fallback_tokens(self.tokenizer)
 
@@ -165,6 +154,11 @@ class TextGenerationClient(TextClient[None]):
         options = super().parse_options(payload)
         options["stop"] = parse_stop(payload.get("stop"), "payload.stop")
         options["max_new_tokens_given"] = "max_new_tokens" in payload
+        given = payload.get(JSON_SCHEMA)
+        schema = None if given is None else schema_grammar(given, f"payload.{JSON_SCHEMA}")
+        options[JSON_SCHEMA] = self.grammars.encoded(schema, f"payload.{JSON_SCHEMA}")
+        if schema is not None and options["num_beams"] > 1:
+            raise InvalidInput(f"payload.{JSON_SCHEMA}: beam search (num_beams > 1) follows no grammar")
         if options[STREAM.name] and options["num_beams"] > 1:
             raise InvalidInput("payload.stream: beam search (num_beams > 1) answers every token at the end")
         return options
@@ -218,6 +212,7 @@ class TextGenerationClient(TextClient[None]):
         stops: tuple[str, ...] = (),
         include_stop: bool = True,
         tool_markup: bool = False,
+        grammar: bytes = b"",
     ) -> Ask:
         """A prompt's ids and settings checked against the context: ``keep`` tokens (its last) when the
         caller asks for truncation; ``new_tokens`` names max_new_tokens as the caller does, ``given``
@@ -243,7 +238,7 @@ class TextGenerationClient(TextClient[None]):
         settings["max_new_tokens"] = new
         if settings[SEED] is None:
             settings[SEED] = NO_SEED
-        return Ask(tuple(ids), settings, stops, include_stop, tool_markup)
+        return Ask(tuple(ids), settings, stops, include_stop, tool_markup, grammar)
 
     def truncation_keep(self, options: Mapping[str, Any]) -> int:
         """The tokens a prompt keeps under ``"truncation": true``: the context less max_new_tokens."""
@@ -263,6 +258,7 @@ class TextGenerationClient(TextClient[None]):
             arrays[name] = np.array([value], dtype=self.setting_types[name])
         milliseconds = max(1, int((budget - DEADLINE_MARGIN_S) * 1000))
         arrays[generation_contract.TIMEOUT_MS] = np.array([milliseconds], dtype=np.int64)
+        arrays[GRAMMAR] = np.frombuffer(ask.grammar, dtype=np.uint8)
         held = [written for written, _ in SPACES_BEFORE] if self.clean_up else []
         decode = self.keeping_markup if ask.tool_markup else self.decode
         text = TextStream(decode, ask.stops, ask.include_stop, held, self.byte_tokens)
@@ -292,7 +288,7 @@ class TextGenerationClient(TextClient[None]):
         new_tokens = "payload.max_new_tokens"
         return self.ask(
             self.encode_text(item, where), options, where, new_tokens=new_tokens, given=given, keep=keep,
-            stops=options["stop"],
+            stops=options["stop"], grammar=options[JSON_SCHEMA],
         )  # fmt: skip
 
     def result(self, generation: Generation, prompt: str, options: Mapping[str, Any]) -> dict[str, Any]:

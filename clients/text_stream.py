@@ -16,7 +16,8 @@ transformers' ``TextStreamer`` does) and answers the new end of that text, holdi
 
 A stop sequence is looked for in the decoded text (wherever it falls among the tokens); the first
 one found ends the generation, the text cut right after it (``include_stop``: as Hugging Face's TGI
-answers) or right before it (as OpenAI's chat completions answer).
+answers) or right before it (as OpenAI's chat completions answer). ``parse_stop`` checks a caller's
+stop sequences.
 """
 
 from __future__ import annotations
@@ -24,8 +25,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from tokenizers import Tokenizer
+
+from app.core.causal_lm_contract import MAX_STOP_CHARACTERS, MAX_STOP_SEQUENCES
+from app.core.errors import InvalidInput
 
 REPLACEMENT = "\ufffd"
 
@@ -125,3 +130,22 @@ class TextStream:
                     hold = size
                     break
         return end - hold
+
+
+def parse_stop(value: Any, where: str) -> tuple[str, ...]:
+    """A stop sequence or a list of them: at most ``MAX_STOP_SEQUENCES``, each a non-empty string of at
+    most ``MAX_STOP_CHARACTERS``."""
+    if value is None:
+        return ()
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list):
+        raise InvalidInput(f"{where} must be a string or a list of strings")
+    if len(stops) > MAX_STOP_SEQUENCES:
+        raise InvalidInput(f"{where} has {len(stops)} stop sequences, over the limit of {MAX_STOP_SEQUENCES}")
+    for index, stop in enumerate(stops):
+        at = where if isinstance(value, str) else f"{where}[{index}]"
+        if not isinstance(stop, str) or not stop:
+            raise InvalidInput(f"{at} must be a non-empty string")
+        if len(stop) > MAX_STOP_CHARACTERS:
+            raise InvalidInput(f"{at} is {len(stop)} characters, over the limit of {MAX_STOP_CHARACTERS}")
+    return tuple(stops)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.errors import InvalidInput
+from app.core.grammar import JSON_OPTIONS, LARK, Grammar
 from app.core.spec import SpecError
 from clients.chat_template import ChatTemplate
 
@@ -278,6 +279,49 @@ def check_tool_choice(value: Any, tools: Sequence[Mapping[str, Any]], where: str
     if name not in names:
         raise InvalidInput(f"{where}.function.name {name!r} is not one of the tools ({', '.join(names) or 'none'})")
     return name
+
+
+def call_schema(tools: Sequence[Mapping[str, Any]], arguments_key: str) -> dict[str, Any]:
+    """The JSON Schema of one call of any of ``tools``: ``{"name": <its name>, <arguments_key>: <its
+    parameters>}``."""
+    calls = [
+        {
+            "type": "object",
+            "properties": {
+                "name": {"const": tool["function"]["name"]},
+                arguments_key: tool["function"].get("parameters") or {"type": "object"},
+            },
+            "required": ["name", arguments_key],
+            "additionalProperties": False,
+        }
+        for tool in tools
+    ]
+    return calls[0] if len(calls) == 1 else {"anyOf": calls}
+
+
+def call_grammar(
+    form: ToolFormat, tools: Sequence[Mapping[str, Any]], parallel: bool, special: Mapping[str, int]
+) -> Grammar:
+    """A Lark grammar of the answer that is one call of ``tools`` (``parallel``: one or more) in the
+    format's markup; a marker that is a special token (``special``: their ids) is that token."""
+
+    def literal(text: str) -> str:
+        return f"<[{special[text]}]>" if text in special else json.dumps(text)
+
+    def inline(schema: dict[str, Any]) -> str:  # written with app.core.grammar's separators
+        return f"%json {json.dumps({'x-guidance': dict(JSON_OPTIONS), **schema})}"
+
+    if form.name == MISTRAL:
+        calls = {"type": "array", "items": call_schema(tools, "arguments"), "minItems": 1}
+        if not parallel:
+            calls["maxItems"] = 1
+        return Grammar(LARK, f"start: {literal('[TOOL_CALLS]')} {inline(calls)}")
+    if form.name == LLAMA3_JSON:
+        call, between = inline(call_schema(tools, "parameters")), '"; "'
+    else:
+        schema = inline(call_schema(tools, "arguments"))
+        call, between = f'{literal("<tool_call>")} "\\n" {schema} "\\n" {literal("</tool_call>")}', '"\\n"'
+    return Grammar(LARK, f"start: call ({between} call)*\ncall: {call}" if parallel else f"start: {call}")
 
 
 def openai_calls(calls: Sequence[ToolCall], form: ToolFormat) -> list[dict[str, Any]]:

@@ -51,9 +51,9 @@ class Collect:
         return self.cancel_after is not None and len(self.tokens) >= self.cancel_after
 
 
-def request(prompt, sink=None, deadline=float("inf"), **settings) -> Request:
+def request(prompt, sink=None, deadline=float("inf"), grammar=None, **settings) -> Request:
     given = {s.name: s.default for s in SETTINGS} | settings
-    return Request(np.asarray(prompt, np.int64), given, deadline, sink or Collect())
+    return Request(np.asarray(prompt, np.int64), given, deadline, sink or Collect(), grammar)
 
 
 def prompts(count: int, seed: int = 0) -> list[list[int]]:

@@ -133,3 +133,13 @@ def assert_greedy_is_generate(stack: Stack, references, name: str, prompts) -> l
     assert [t["id"] for t in answer["details"]["tokens"]] == wanted[0][0]
     assert answer["generated_text"] == wanted[0][1]
     return wanted
+
+
+def generate_ids(references, name: str, ids: list[int], **settings) -> str:
+    """``generate``'s greedy text after the prompt ``ids``."""
+    import torch
+
+    model, tokenizer = references[name]
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), do_sample=False, pad_token_id=tokenizer.pad_token_id or 0, **settings)
+    return tokenizer.decode(out[0, len(ids) :].tolist(), skip_special_tokens=True)

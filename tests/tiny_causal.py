@@ -142,3 +142,17 @@ def as_transformers_takes(messages: list[dict]) -> list[dict]:
             message = {**message, "tool_calls": calls}
         found.append(message)
     return found
+
+
+# A JSON Schema whose every answer is short: the constrained tests' (a random model ends it)
+PLACE = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 6},
+        "age": {"type": "integer", "minimum": 0, "maximum": 99},
+        "ok": {"type": "boolean"},
+        "tags": {"type": "array", "items": {"enum": ["red", "blue"]}, "maxItems": 3},
+    },
+    "required": ["name", "age", "ok", "tags"],
+    "additionalProperties": False,
+}

@@ -22,6 +22,9 @@ The Triton model's tensors, per request (one prompt; ``max_batch_size`` 0, no ba
   ``INT64`` (``NO_SEED``: none given, the model draws one);
 - ``timeout_ms`` ``INT64 [1]``: how long the generation may run; past it the stream ends with an
   error naming the deadline (``app.core.generation_contract.DEADLINE_MARKER``);
+- ``grammar`` ``UINT8 [bytes]``: the constraint every token keeps to (``app.core.grammar``: a JSON
+  Schema, a regex or a Lark grammar, as UTF-8 JSON); no bytes, none. A grammar that is done allows
+  only the end-of-sequence tokens, so the generation ends with it; beam search takes none;
 - out, one response per generated token: ``token_id`` ``INT64 [1]`` and ``logprob`` ``FP32 [1]``
   (the token's log-probability under the distribution it was chosen from: the scores after the
   repetition penalty, temperature, top-k and top-p). The last response carries Triton's final flag;
@@ -88,6 +91,7 @@ CACHE_VALUE_BYTES = 4  # float32 keys and values (PRECISE)
 BATCHED_TOKENS_PARAMETER = "max_batched_tokens"
 BATCHED_TOKENS = 2048
 INPUT_IDS, ATTENTION_MASK, POSITION_IDS, LOGITS = "input_ids", "attention_mask", "position_ids", "logits"
+GRAMMAR = "grammar"
 TOKEN_ID, LOGPROB = "token_id", "logprob"
 NO_SEED = -1
 MAX_NEW_TOKENS = 1024  # the documented bound of max_new_tokens, also bounded by the context left
@@ -198,6 +202,7 @@ def inputs() -> list[dict[str, Any]]:
         {"name": INPUT_IDS, "dtype": "INT64", "dims": [-1]},
         *settings,
         {"name": TIMEOUT_MS, "dtype": "INT64", "dims": [1]},
+        {"name": GRAMMAR, "dtype": "UINT8", "dims": [-1]},
     ]
 
 

@@ -27,15 +27,18 @@ from typing import Any
 
 from app.core.causal_lm_contract import NO_SEED
 from app.core.errors import InvalidInput
+from app.core.grammar import Grammar
 from clients.base import ModelClient
+from clients.grammars import one_constraint, response_format, tgi_grammar
 from clients.options import Option
-from clients.text_generation import FAMILY_NAME, TextGenerationClient, parse_stop
-from clients.tool_calls import ToolFormat, check_tool_choice, check_tools
+from clients.text_generation import FAMILY_NAME, TextGenerationClient
+from clients.text_stream import parse_stop
+from clients.tool_calls import ToolFormat, call_grammar, check_tool_choice, check_tools
 
 ENVELOPE, TGI, CHAT, COMPLETION = "envelope", "tgi", "chat", "completion"
 # TGI's parameters that are settings; those taken at their neutral value only (huggingface_hub sends them).
 TGI_SETTINGS = ("max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "repetition_penalty", "seed")
-TGI_OTHERS = ("stop", "return_full_text", "details", "truncate")
+TGI_OTHERS = ("stop", "return_full_text", "details", "truncate", "grammar")
 TGI_NEUTRAL = {"watermark": False, "decoder_input_details": False, "best_of": 1, "top_n_tokens": 0}
 TGI_KEYS = ("inputs", "parameters", "stream")
 TOOL_KEYS = ("tools", "tool_choice", "parallel_tool_calls")
@@ -59,6 +62,7 @@ CHAT_KEYS = (
     "tools",
     "tool_choice",
     "parallel_tool_calls",
+    "response_format",
 )
 # OpenAI's completions: the chat body's settings, a prompt for messages; n, best_of, echo and logprobs
 # at their neutral value only, suffix refused
@@ -66,7 +70,7 @@ COMPLETION_KEYS = (
     *(
         key
         for key in CHAT_KEYS
-        if key not in ("messages", "max_completion_tokens", "logprobs", "top_logprobs", *TOOL_KEYS)
+        if key not in ("messages", "max_completion_tokens", "logprobs", "top_logprobs", "response_format", *TOOL_KEYS)
     ),
     "prompt",
 )
@@ -197,6 +201,9 @@ def parse_tgi(document: Mapping[str, Any], client: TextGenerationClient) -> Gene
         given="max_new_tokens" in given,
         keep=keep,
         stops=parse_stop(given.get("stop"), "parameters.stop"),
+        grammar=client.grammars.encoded(
+            tgi_grammar(given["grammar"]) if "grammar" in given else None, "parameters.grammar"
+        ),
     )
     return GenerationCall(
         client,
@@ -303,12 +310,15 @@ def parse_chat(document: Mapping[str, Any], client: TextGenerationClient) -> Gen
         raise InvalidInput("max_tokens and max_completion_tokens name the same limit: send one")
     new_tokens = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
     each = choices(body, openai_options(body, client, new_tokens))
-    tools, markup, parallel = chat_tools(body, client)
+    tools, markup, parallel, call = chat_tools(body, client)
     ids, stops = client.encode_chat(body.get("messages"), tools=tools), parse_stop(body.get("stop"), "stop")
+    formats = {"response_format": response_format(body["response_format"]) if "response_format" in body else None}
+    constraint = one_constraint({**formats, "tool_choice": call})
+    grammar = client.grammars.encoded(constraint[1], constraint[0]) if constraint else b""
     asks = tuple(
         client.ask(
             ids, options, "messages", new_tokens=new_tokens, given=new_tokens in body, stops=stops, include_stop=False,
-            tool_markup=markup is not None,
+            tool_markup=markup is not None, grammar=grammar,
         )
         for options in each
     )  # fmt: skip
@@ -330,21 +340,21 @@ def parse_chat(document: Mapping[str, Any], client: TextGenerationClient) -> Gen
 
 def chat_tools(
     body: Mapping[str, Any], client: TextGenerationClient
-) -> tuple[list[Any] | None, ToolFormat | None, bool]:
+) -> tuple[list[Any] | None, ToolFormat | None, bool, Grammar | None]:
     """A chat body's ``tools`` (checked, shown to the model through its template), the markup its
-    answers' calls are read from (none under ``tool_choice: "none"``: the answer is text) and
-    ``parallel_tool_calls``. ``"required"`` and a named function need generation constrained to a
-    call, which is not served yet."""
+    answers' calls are read from (none under ``tool_choice: "none"``: the answer is text),
+    ``parallel_tool_calls``, and the grammar of a call the model must make (``"required"``: a call of
+    any of the tools, one or more where parallel; a named function: one call of it)."""
     tools = check_tools(body["tools"]) if "tools" in body else []
     choice = check_tool_choice(body.get("tool_choice", "auto" if tools else "none"), tools)
-    if choice not in ("auto", "none"):
-        raise InvalidInput(
-            f"tool_choice {choice!r}: a call the model must make needs generation constrained to the call, "
-            "not served yet; send tool_choice auto"
-        )
     parallel = _flag(body.get("parallel_tool_calls", True), "parallel_tool_calls")
-    markup = client.tool_format if tools and choice == "auto" else None
-    return tools or None, markup, parallel
+    markup = client.tool_format if tools and choice != "none" else None
+    if choice in ("auto", "none") or markup is None:
+        return tools or None, markup, parallel, None
+    if choice == "required":  # a call of any of the tools (several, where parallel)
+        return tools, markup, parallel, call_grammar(markup, tools, parallel, client.special)
+    named = [tool for tool in tools if tool["function"]["name"] == choice]  # one call of that function
+    return tools, markup, parallel, call_grammar(markup, named, False, client.special)
 
 
 def chat_logprobs(body: Mapping[str, Any]) -> bool:

@@ -95,6 +95,7 @@ def payload_properties(
 ) -> dict[str, Any]:
     """Every family's input fields, then its options, each with the families that take it."""
     fields: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
+    whole = {field for cls in families.values() for field in cls.WHOLE_FIELDS}
     for family, cls in families.items():
         for field in (cls.input_field, *sorted(cls.EXTRA_FIELDS)):
             fields.setdefault(field, []).append((family, cls.FIELD_SCHEMAS.get(field, cls.INPUT_SCHEMA)))
@@ -106,6 +107,9 @@ def payload_properties(
     for field, taken in fields.items():
         items = {json.dumps(item, sort_keys=True): item for _, item in taken}
         item = next(iter(items.values())) if len(items) == 1 else {"anyOf": list(items.values())}
+        if field in whole:
+            properties[field] = _described(dict(item), taken, prose.get(field), "taken whole.")
+            continue
         words = "one item, or a list of them."
         properties[field] = _described(one_or_list(item, max_items), taken, prose.get(field), words)
     for name, taken in options.items():

@@ -18,8 +18,10 @@ from pathlib import Path
 
 from app.core.causal_lm_contract import MAX_RUNNING_ROWS, MAX_WAITING, context_length
 from app.core.generation_contract import end_ids, read_generation_config
+from app.core.grammar import GrammarError
 from app.triton.causal_lm_beams import BeamSearch
-from app.triton.causal_lm_requests import Busy, Cancelled, Closed, Counts, Late, Request, check
+from app.triton.causal_lm_grammar import Grammars
+from app.triton.causal_lm_requests import Busy, Cancelled, Closed, Counts, Late, Refused, Request, check
 from app.triton.causal_lm_session import Graph
 
 LOG = logging.getLogger(__name__)
@@ -53,6 +55,7 @@ class Loop:
         self.max_waiting = max(0, max_waiting)
         self.clock = clock
         self.beams = BeamSearch(folder, graph, clock)
+        self.grammars = Grammars(folder, self.vocabulary, self.ends)
         self.waiting: deque[Request] = deque()
         self.condition = threading.Condition()
         self.closing = False
@@ -74,8 +77,11 @@ class Loop:
         refused (``Busy``, raised here) where ``max_waiting`` requests wait already."""
         self.check(request)
         if int(request.settings["num_beams"]) > 1:
+            if request.grammar is not None:
+                raise Refused("grammar: beam search (num_beams over 1) takes no grammar")
             self.beams.submit(request)
             return
+        request = self.constrained(request)
         with self.condition:
             if self.closing:
                 raise Closed("the model is unloading")
@@ -84,6 +90,15 @@ class Loop:
                 raise Busy(len(self.waiting))
             self.waiting.append(replace(request, arrived=self.clock()))
             self.condition.notify()
+
+    def constrained(self, request: Request) -> Request:
+        """The request with its grammar's constraint (``Refused`` naming what llguidance refused)."""
+        if request.grammar is None:
+            return request
+        try:
+            return replace(request, constraint=self.grammars.constraint(request.grammar))
+        except GrammarError as error:
+            raise Refused(f"grammar: {error}") from None
 
     def _newcomers(self, running: int, block: bool) -> list[Request] | None:
         """The requests that join now, in order, as many as ``max_rows`` leaves room for beside

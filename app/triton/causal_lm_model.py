@@ -32,6 +32,7 @@ from app.core.causal_lm_contract import (
     BATCHED_TOKENS,
     BATCHED_TOKENS_PARAMETER,
     CACHE_GB_PARAMETER,
+    GRAMMAR,
     GRAPH_FILE,
     INPUT_IDS,
     IR_FILE,
@@ -48,6 +49,7 @@ from app.core.causal_lm_contract import (
     defaults,
 )
 from app.core.generation_contract import TIMEOUT_MS, read_generation_config
+from app.core.grammar import Grammar, GrammarError
 from app.triton.causal_lm_requests import Busy, Cancelled, Closed, Late, Refused, Request
 from app.triton.causal_lm_scheduler import Scheduler
 from app.triton.causal_lm_session import Graph, open_session
@@ -68,9 +70,12 @@ CANCEL_CHECK_S = 0.05  # a caller gone is seen within this (and the next step)
 WARM_UP_S = 120.0
 
 
-def read_request(arrays: Mapping[str, np.ndarray], given_defaults: Mapping[str, Any]) -> tuple[np.ndarray, dict, float]:
-    """A request's prompt, settings (a setting it does not send: the folder's default) and timeout in
-    seconds; ``Refused`` naming a tensor that is not one value, or a timeout out of its bounds."""
+def read_request(
+    arrays: Mapping[str, np.ndarray], given_defaults: Mapping[str, Any]
+) -> tuple[np.ndarray, dict, float, Grammar | None]:
+    """A request's prompt, settings (a setting it does not send: the folder's default), timeout in
+    seconds and grammar (none sent: None); ``Refused`` naming a tensor that is not one value, a timeout
+    out of its bounds, or a grammar tensor that is not one."""
     settings = dict(given_defaults)
     for setting in SETTINGS:
         value = arrays.get(setting.name)
@@ -84,7 +89,11 @@ def read_request(arrays: Mapping[str, np.ndarray], given_defaults: Mapping[str, 
         raise Refused(f"{TIMEOUT_MS} must be one value from 1 to {MAX_TIMEOUT_MS}")
     if INPUT_IDS not in arrays:
         raise Refused(f"{INPUT_IDS} must be given")
-    return np.asarray(arrays[INPUT_IDS], np.int64), settings, timeout.item() / 1000.0
+    try:
+        grammar = Grammar.decoded(np.asarray(arrays.get(GRAMMAR, ()), np.uint8).tobytes())
+    except GrammarError as error:
+        raise Refused(str(error)) from None
+    return np.asarray(arrays[INPUT_IDS], np.int64), settings, timeout.item() / 1000.0, grammar
 
 
 class Stream:
@@ -305,10 +314,10 @@ class TritonPythonModel:
             stream = Stream(request.get_response_sender())
             try:
                 arrays = {name: present(pb_utils.get_input_tensor_by_name(request, name)) for name in self.input_names}
-                ids, settings, timeout_s = read_request(
+                ids, settings, timeout_s, grammar = read_request(
                     {name: array for name, array in arrays.items() if array is not None}, self.defaults
                 )
-                self.scheduler.submit(Request(ids, settings, time.monotonic() + timeout_s, stream))
+                self.scheduler.submit(Request(ids, settings, time.monotonic() + timeout_s, stream, grammar))
             except Exception as error:  # noqa: BLE001 - answered to that request; the others go on
                 stream.failed(error)
         # decoupled: nothing is returned; each request's responses go through its own sender

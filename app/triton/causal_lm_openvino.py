@@ -41,7 +41,7 @@ from app.core.causal_lm_contract import (
     context_length,
 )
 from app.triton.causal_lm_loop import Loop
-from app.triton.causal_lm_requests import Cancelled, Late, Request
+from app.triton.causal_lm_requests import Cancelled, Late, Refused, Request
 from app.triton.causal_lm_session import Graph
 
 LOG = logging.getLogger(__name__)
@@ -177,6 +177,13 @@ class OpenVinoScheduler(Loop):
         self.show("running", running)
         self.show("waiting", len(self.running) - running + queued)
         self.show("kv_cache_usage", found.cache_usage / 100.0)  # GenAI says it in percent
+
+    def constrained(self, request: Request) -> Request:
+        """A grammar is not followed here: GenAI's structured output needs a tokenizer it can read the
+        vocabulary of, which a pipeline fed token ids has not (``Refused``; the router refuses first)."""
+        if request.grammar is not None:
+            raise Refused("grammar: the openvino engine follows no grammar (the onnxruntime engine does)")
+        return request
 
     def _add(self, request: Request) -> None:
         import openvino as ov

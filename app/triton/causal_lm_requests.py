@@ -74,13 +74,17 @@ class Sink(Protocol):
 @dataclass(frozen=True)
 class Request:
     """One prompt: its token ids, every setting of ``SETTINGS`` by name, its deadline
-    (``time.monotonic()``), its sink, and when the scheduler took it (set by ``Loop.submit``)."""
+    (``time.monotonic()``), its sink, its grammar (``app.core.grammar``; None: none), and what
+    ``Loop.submit`` sets: when the scheduler took it and the grammar's constraint (the onnxruntime
+    engine's: ``causal_lm_grammar``)."""
 
     ids: np.ndarray
     settings: Mapping[str, Any]
     deadline: float
     sink: Sink
+    grammar: Any = None
     arrived: float = 0.0
+    constraint: Any = None
 
 
 def check(ids: np.ndarray, settings: Mapping[str, Any], vocabulary: int, context: int | None) -> None:

@@ -153,7 +153,7 @@ class Scheduler(Loop):
         ids, mask, positions = prompt_inputs([request.ids for request in requests])
         try:
             logits, cache = self.graph.run(ids, mask, positions, self.graph.empty(len(requests)))
-            rows = [Row(request, Chooser(request.ids, request.settings)) for request in requests]
+            rows = [Row(request, Chooser(request.ids, request.settings, request.constraint)) for request in requests]
             tokens, logprobs = choose([row.chooser for row in rows], logits)
         except Exception as error:  # these requests fail; the running ones go on
             LOG.exception("prompt step failed")

@@ -2,7 +2,7 @@
 chooses it (greedy or multinomial sampling), with Hugging Face's own logits processors in
 ``generate``'s order: the repetition penalty, then, when sampling, temperature, top-k and top-p.
 
-Each request has its own ``Chooser``: its processors, the ids it has seen (the prompt and what it
+Each request has its own ``Chooser``: its grammar's constraint (``causal_lm_grammar``), its processors, the ids it has seen (the prompt and what it
 generated, which the repetition penalty reads) and, when sampling, its own ``torch.Generator``
 seeded by its ``seed``, so that its draws do not depend on the requests it is batched with: a
 seeded request draws what ``torch.manual_seed(seed)`` then ``generate(do_sample=True)`` draws.
@@ -57,7 +57,8 @@ def plain(settings: Mapping[str, Any]) -> bool:
 class Chooser:
     """One request's choice of tokens, step after step."""
 
-    def __init__(self, prompt: np.ndarray, settings: Mapping[str, Any]) -> None:
+    def __init__(self, prompt: np.ndarray, settings: Mapping[str, Any], constraint: Any = None) -> None:
+        self.constraint = constraint  # the row's grammar (causal_lm_grammar.Constraint), or None
         self.plain = plain(settings)
         self.sampling = bool(settings["do_sample"])
         self.length = len(prompt)
@@ -89,6 +90,8 @@ class Chooser:
         return int(scores[0].argmax())
 
     def chose(self, token: int) -> None:
+        if self.constraint is not None:
+            self.constraint.chose(token)
         if self.seen is not None:
             self.seen[0, self.length] = token
         self.length += 1
@@ -96,7 +99,11 @@ class Chooser:
 
 def choose(choosers: Sequence[Chooser], logits: np.ndarray) -> tuple[list[int], list[float]]:
     """Each row's token from the step's ``[rows, vocabulary]`` logits, and its log-probability under
-    the distribution it was chosen from (log-softmax of the processed scores)."""
+    the distribution it was chosen from (log-softmax of the processed scores). A row with a grammar
+    chooses among the tokens it allows (the others' logits made minus infinity first, in place)."""
+    for row, chooser in enumerate(choosers):
+        if chooser.constraint is not None:
+            chooser.constraint.mask(logits[row])
     if all(chooser.plain for chooser in choosers):
         tokens, logprobs = greedy(logits[: len(choosers)])
     else:

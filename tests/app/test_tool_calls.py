@@ -1,8 +1,9 @@
 """OpenAI's tools through the Flask app, with a stand-in for Triton's token stream that answers a
 model's Hermes markup (``tests.tiny_causal.FakeGenerator``): the tools shown through the folder's
 template, the calls read out of the answer into ``message.tool_calls``, whole and streamed as OpenAI
-streams them (``delta.tool_calls``, the markup never as content), ``tool_choice`` and
-``parallel_tool_calls``, and the bodies refused before Triton sees them."""
+streams them (``delta.tool_calls``, the markup never as content), ``tool_choice`` (``required`` and a
+named function: the grammar of that call sent to Triton) and ``parallel_tool_calls``, and the bodies
+refused before Triton sees them."""
 
 from __future__ import annotations
 
@@ -99,16 +100,30 @@ def test_without_tools_or_with_tool_choice_none_the_answer_is_text(client):
     [
         ({"model": "chatml", "tools": TOOLS}, "does not take tools"),
         ({"tools": [{"type": "function", "function": {"parameters": {}}}]}, "tools[0].function.name"),
-        ({"tools": TOOLS, "tool_choice": "required"}, "tool_choice 'required'"),
         (
             {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "x"}}},
             "'x' is not one of the tools",
         ),
         ({"messages": [*ASKED, {"role": "tool", "content": "18"}]}, "messages[1].tool_call_id"),
         ({"tools": TOOLS, "parallel_tool_calls": "yes"}, "parallel_tool_calls"),
+        (
+            {"tools": TOOLS, "tool_choice": "required", "response_format": {"type": "json_object"}},
+            "response_format and tool_choice both constrain the answer",
+        ),
     ],
 )
 def test_refused_before_triton(client, triton, body, fragment):
     r = post(client, {"model": "tools", "messages": ASKED, **body})
     assert_error(r, 400, "invalid_input", fragment)
     assert triton.streams == []
+
+
+@pytest.mark.parametrize(("choice", "names"), [("required", ["get_weather", "get_time"]), ("get_time", ["get_time"])])
+def test_a_call_the_model_must_make_is_a_grammar_of_that_call(client, triton, choice, names):
+    named = {"type": "function", "function": {"name": choice}} if choice != "required" else choice
+    body = {"model": "tools", "messages": ASKED, "tools": TOOLS, "tool_choice": named, "parallel_tool_calls": False}
+    answer = post(client, body).get_json()
+    assert answer["choices"][0]["finish_reason"] == "tool_calls"
+    grammar = json.loads(triton.streams[-1][1]["grammar"].tobytes())
+    assert grammar["kind"] == "lark" and grammar["value"].startswith('start: "<tool_call>" "\\n" %json {')
+    assert [name for name in ("get_weather", "get_time") if f'"const": "{name}"' in grammar["value"]] == names

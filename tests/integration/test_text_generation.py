@@ -15,6 +15,7 @@ local stack's PayloadParts (cut small) as it reads SageMaker's."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,6 +29,7 @@ from scripts.model_prep.small_models.sets import SETS, Built
 from tests.causal_serving import (
     assert_greedy_is_generate,
     generate,
+    generate_ids,
     long_copy,
     open_stream,
     references_of,
@@ -37,7 +39,7 @@ from tests.causal_serving import (
 )
 from tests.references import served_copy
 from tests.support import assert_error, post
-from tests.tiny_causal import CALLED, TOOLS, as_transformers_takes
+from tests.tiny_causal import CALLED, PLACE, TOOLS, as_transformers_takes
 
 pytestmark = pytest.mark.integration
 
@@ -419,11 +421,69 @@ def test_the_openai_package_s_tools_reach_the_model_as_transformers_renders_them
     assert requests.get(f"{stack.url}/ping", timeout=10).status_code == 200
 
 
-def generate_ids(references, name: str, ids: list[int], **settings) -> str:
-    """``generate``'s greedy text after the prompt ``ids``."""
-    import torch
+def test_every_constrained_answer_validates_against_its_schema_over_56_seeds(stack):
+    """``response_format`` json_schema through the openai package: 56 sampled answers (7 seeds, 8 choices
+    each) and a greedy one, whole and streamed, each one JSON text valid against the schema; the
+    package's own ``parse`` reads a pydantic model back; TGI's regex and the envelope's schema, streamed,
+    are followed too."""
+    import jsonschema
+    import openai
+    import pydantic
 
-    model, tokenizer = references[name]
-    with torch.no_grad():
-        out = model.generate(torch.tensor([ids]), do_sample=False, pad_token_id=tokenizer.pad_token_id or 0, **settings)
-    return tokenizer.decode(out[0, len(ids) :].tolist(), skip_special_tokens=True)
+    client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key="unused", max_retries=0, timeout=60)
+    body = {"model": TOOLS_MODEL, "messages": CALLED[:1], "max_tokens": 100}
+    schema = {"type": "json_schema", "json_schema": {"name": "place", "schema": PLACE, "strict": True}}
+    texts = []
+    for seed in range(0, 56, 8):  # choice i draws with seed + i: 56 seeds
+        answer = client.chat.completions.create(**body, response_format=schema, temperature=1.0, seed=seed, n=8)
+        assert {choice.finish_reason for choice in answer.choices} == {"stop"}  # the schema done, the model ended
+        texts += [choice.message.content for choice in answer.choices]
+    greedy = client.chat.completions.create(**body, response_format=schema, temperature=0)
+    chunks = client.chat.completions.create(**body, response_format=schema, temperature=0, stream=True)
+    joined = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert joined == greedy.choices[0].message.content
+    for text in [*texts, joined]:
+        jsonschema.validate(json.loads(text), PLACE)
+    assert len(set(texts)) > 50
+
+    class Reply(pydantic.BaseModel):
+        answer: bool
+        score: int = pydantic.Field(ge=0, le=9)
+
+    parsed = client.chat.completions.parse(**body, response_format=Reply, temperature=0).choices[0].message.parsed
+    assert isinstance(parsed, Reply) and 0 <= parsed.score <= 9
+
+    r = post(stack, {"inputs": PROMPTS[0], "parameters": {"grammar": {"type": "regex", "value": "(yes|no), [0-9]{2}"}}},
+             attributes="modelname=llama_random")  # fmt: skip
+    assert re.fullmatch("(yes|no), [0-9]{2}", r.json()[0]["generated_text"]), r.text
+    payload = {"text": PROMPTS[1], "json_schema": PLACE, "max_new_tokens": 100, "stream": True}
+    events = streamed(stack, {"modelname": "llama_random", "payload": payload})[0]
+    jsonschema.validate(json.loads("".join(e["token"]["text"] for e in events)), PLACE)
+
+
+def test_a_call_the_model_must_make_comes_back_as_tool_calls(stack):
+    """``tool_choice: "required"`` and a named function: the random model's answer is a call of the
+    tools, in Qwen's markup, read back as ``tool_calls`` (``finish_reason: "tool_calls"``), its arguments
+    valid against the tool's parameters, whole and streamed."""
+    import jsonschema
+    import openai
+
+    client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key="unused", max_retries=0, timeout=60)
+    bounded = {"type": "object", "additionalProperties": False}  # no other key: the call ends
+    city = {**bounded, "properties": {"city": {"type": "string", "maxLength": 8}}, "required": ["city"]}
+    nothing = {**bounded, "properties": {}}
+    tools = [{"type": "function", "function": {"name": name, "parameters": schema}} for name, schema in
+             (("get_weather", city), ("get_time", nothing))]  # fmt: skip
+    body = {"model": TOOLS_MODEL, "messages": CALLED[:1], "tools": tools, "max_tokens": 100, "temperature": 1.0}
+    parameters = {tool["function"]["name"]: tool["function"]["parameters"] for tool in tools}
+    for seed in range(4):
+        answer = client.chat.completions.create(**body, tool_choice="required", seed=seed, parallel_tool_calls=False)
+        choice = answer.choices[0]
+        assert choice.finish_reason == "tool_calls" and len(choice.message.tool_calls) == 1, choice
+        call = choice.message.tool_calls[0].function
+        jsonschema.validate(json.loads(call.arguments), parameters[call.name])
+    named = {"type": "function", "function": {"name": "get_time"}}
+    chunks = list(client.chat.completions.create(**body, tool_choice=named, seed=1, stream=True))
+    calls = [call for c in chunks if c.choices for call in c.choices[0].delta.tool_calls or []]
+    assert calls and {call.function.name for call in calls} == {"get_time"}
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"

@@ -201,8 +201,9 @@ def test_a_request_past_the_waiting_bound_is_a_429_and_the_stack_keeps_serving(s
         ({"text": "hi", "max_new_tokens": 500}, ["max_new_tokens"]),
         ({"text": "hi " * 200}, ["tokens", "128"]),
         ({"text": "hi", "top_p": 1.5}, ["top_p"]),
+        ({"text": "hi", "json_schema": {"type": "object"}}, ["payload.json_schema", "openvino", "follows no grammar"]),
     ],
-    ids=["max_new_tokens", "context", "top_p"],
+    ids=["max_new_tokens", "context", "top_p", "grammar"],
 )
 def test_bad_input_is_a_400_and_the_stack_keeps_serving(stack, payload, fragments):
     r = post(stack, {"modelname": "llama_openvino", "payload": payload})

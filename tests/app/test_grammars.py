@@ -1,0 +1,105 @@
+"""Constrained generation's bodies through the Flask app, with a stand-in for Triton
+(``tests.tiny_causal.FakeGenerator``): OpenAI's ``response_format``, TGI's ``grammar`` and the
+envelope's ``json_schema`` each reach Triton as the grammar tensor (``app.core.grammar``), compiled
+against the model's tokenizer first; what cannot be followed is a 400 naming the field and the reason,
+and Triton never sees it. What the model then makes: tests/unit/test_causal_lm_grammar.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.core.settings import Settings
+from app.router import create_app
+from tests.app.test_text_generation import post
+from tests.support import assert_error
+from tests.tiny_causal import TOOLS, FakeGenerator, write_folder
+
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+ASKED = [{"role": "user", "content": "Where?"}]
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory):
+    root = tmp_path_factory.mktemp("grammars")
+    write_folder(root, "chat", "byte_level", "chatml", positions=64)
+    folder = write_folder(root, "genai", "byte_level", "chatml", positions=64)
+    spec = folder / "model.toml"
+    spec.write_text(spec.read_text() + 'engine = "openvino"\n')
+    return root
+
+
+@pytest.fixture
+def triton():
+    return FakeGenerator({"chat": [5, 6, 7], "genai": [5, 6, 7]})
+
+
+@pytest.fixture
+def client(repository, triton):
+    return create_app(Settings(model_repository=repository, max_batch_items=8), triton=triton).test_client()
+
+
+def sent(triton) -> dict | None:
+    data = triton.streams[-1][1]["grammar"].tobytes()
+    return json.loads(data) if data else None
+
+
+@pytest.mark.parametrize(
+    ("body", "attributes", "grammar"),
+    [
+        ({"model": "chat", "messages": ASKED}, None, None),
+        ({"model": "chat", "messages": ASKED, "response_format": {"type": "text"}}, None, None),
+        ({"model": "chat", "messages": ASKED, "response_format": {"type": "json_object"}}, None,
+         {"kind": "json_schema", "value": {"type": "object"}}),
+        ({"model": "chat", "messages": ASKED,
+          "response_format": {"type": "json_schema", "json_schema": {"name": "place", "schema": SCHEMA, "strict": True}}},
+         None, {"kind": "json_schema", "value": SCHEMA}),
+        ({"inputs": "Where?", "parameters": {"grammar": {"type": "json", "value": json.dumps(SCHEMA)}}}, "modelname=chat",
+         {"kind": "json_schema", "value": SCHEMA}),
+        ({"inputs": "Where?", "parameters": {"grammar": {"type": "regex", "value": "(yes|no)"}}}, "modelname=chat",
+         {"kind": "regex", "value": "(yes|no)"}),
+        ({"modelname": "chat", "payload": {"text": "Where?", "json_schema": SCHEMA}}, None,
+         {"kind": "json_schema", "value": SCHEMA}),
+        ({"modelname": "chat", "payload": {"text": "Where?", "json_schema": SCHEMA, "stream": True}}, None,
+         {"kind": "json_schema", "value": SCHEMA}),
+    ],
+)  # fmt: skip
+def test_each_form_s_grammar_reaches_triton(client, triton, body, attributes, grammar):
+    r = post(client, body, attributes)
+    assert r.status_code == 200, r.get_data(as_text=True)
+    r.close()
+    assert sent(triton) == grammar
+
+
+LOOKAROUND = {"type": "object", "properties": {"a": {"type": "string", "pattern": "(?<=x)y"}}}
+
+
+@pytest.mark.parametrize(
+    ("body", "attributes", "fragments"),
+    [
+        ({"model": "chat", "messages": ASKED, "response_format": {"type": "xml"}}, None, ["response_format.type"]),
+        ({"model": "chat", "messages": ASKED, "response_format": {"type": "json_schema", "json_schema": {"schema": SCHEMA}}},
+         None, ["response_format.json_schema", "name"]),
+        ({"model": "chat", "messages": ASKED,
+          "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "thing"}}}},
+         None, ["response_format.json_schema.schema.type is not JSON Schema"]),
+        ({"model": "chat", "messages": ASKED,
+          "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": LOOKAROUND}}},
+         None, ["response_format: the grammar cannot be followed", "look-around"]),
+        ({"inputs": "x", "parameters": {"grammar": {"type": "regex", "value": "(?<=a)b"}}}, "modelname=chat",
+         ["parameters.grammar: the grammar cannot be followed", "look-around"]),
+        ({"inputs": "x", "parameters": {"grammar": {"type": "ebnf", "value": "x"}}}, "modelname=chat",
+         ["parameters.grammar must be"]),
+        ({"modelname": "chat", "payload": {"text": "x", "json_schema": "{not json"}}, None, ["payload.json_schema"]),
+        ({"modelname": "chat", "payload": {"text": "x", "json_schema": SCHEMA, "num_beams": 2}}, None, ["beam search"]),
+        ({"model": "genai", "messages": ASKED, "response_format": {"type": "json_object"}}, None,
+         ["engine (openvino) follows no grammar"]),
+        ({"model": "chat", "messages": ASKED, "response_format": {"type": "json_object"}, "tools": TOOLS,
+          "tool_choice": "required"}, None, ["does not take tools"]),
+    ],
+)  # fmt: skip
+def test_a_grammar_that_cannot_be_followed_is_a_400_before_triton(client, triton, body, attributes, fragments):
+    assert_error(post(client, body, attributes), 400, "invalid_input", *fragments)
+    assert triton.streams == []
+    assert post(client, {"modelname": "chat", "payload": {"text": "x"}}).status_code == 200  # still serving

@@ -63,7 +63,7 @@ from typing import Any
 from scripts.caller import invoke_async
 from scripts.caller.errors import error_lines, failure_lines, keep_error_bodies
 from scripts.caller.invoke_args import IMAGE_MODELS, TEXT_MODELS, add_arguments, check_arguments, route
-from scripts.caller.invoke_chat import chat_body, chat_lines, read_tools
+from scripts.caller.invoke_chat import chat_body, chat_lines, read_json, read_tools, schema_body
 from scripts.caller.invoke_stream import invoke_streamed
 
 CONTENT_TYPES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png", ".txt": "text/plain; charset=utf-8"}
@@ -263,6 +263,10 @@ def caller(args: argparse.Namespace, client, s3) -> Callable[[str, bytes, str], 
             return invoke_queued(client, s3, args, model, body, ctype)
         if args.tools:
             return invoke_tools(client, args, model, body)
+        if args.json_schema:
+            schema = read_json(args.json_schema, "--json-schema", dict, "a JSON Schema object")
+            structured = schema_body(model, body.decode(), schema, args.option)
+            return invoke(client, args.endpoint_name, model, structured, "application/json", (), route(args))
         if args.stream:
             from botocore.exceptions import ClientError
 

@@ -63,6 +63,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "with these tools (a JSON list; each --option a field of the body), its text and calls printed",
     )
     parser.add_argument(
+        "--json-schema",
+        type=Path,
+        metavar="FILE.json",
+        help="a text_generation model's structured output: each MODEL=FILE's text sent in the envelope with "
+        "this JSON Schema as payload.json_schema (each --option a field of the payload)",
+    )
+    parser.add_argument(
         "--async",
         dest="async_prefix",
         type=s3_uri,

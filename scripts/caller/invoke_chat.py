@@ -1,5 +1,7 @@
-"""Function calling for ``python -m scripts.caller invoke --tools FILE``: each MODEL=FILE's text asked
-as an OpenAI chat body with the file's tools, the answer printed as its text and its calls.
+"""Function calling and structured output for ``python -m scripts.caller invoke``: with ``--tools
+FILE``, each MODEL=FILE's text asked as an OpenAI chat body with the file's tools, the answer printed
+as its text and its calls; with ``--json-schema FILE``, the text sent in the envelope with the file's
+schema as ``payload.json_schema`` (every answer a JSON text valid against it).
 
 The body is ``{"model", "messages": [{"role": "user", "content": <the text>}], "tools": <FILE's JSON
 list>, ...options}`` (each ``--option KEY=VALUE`` a field of the body, its value JSON where it reads
@@ -17,15 +19,29 @@ from typing import Any
 from scripts.caller.invoke_stream import option_value
 
 
-def read_tools(path: Path) -> list[Any]:
-    """The file's JSON: OpenAI's list of tools (the endpoint checks each one)."""
+def read_json(path: Path, flag: str, kind: type, what: str) -> Any:
+    """The file's JSON, of ``kind`` (the endpoint checks the rest)."""
     try:
-        tools = json.loads(path.read_text(encoding="utf-8"))
+        found = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
-        raise SystemExit(f"invoke: --tools {path}: not a JSON file ({error})") from None
-    if not isinstance(tools, list):
-        raise SystemExit(f'invoke: --tools {path}: a JSON list of {{"type": "function", "function": {{...}}}}')
-    return tools
+        raise SystemExit(f"invoke: {flag} {path}: not a JSON file ({error})") from None
+    if not isinstance(found, kind):
+        raise SystemExit(f"invoke: {flag} {path}: {what}")
+    return found
+
+
+def read_tools(path: Path) -> list[Any]:
+    """OpenAI's list of tools."""
+    return read_json(path, "--tools", list, 'a JSON list of {"type": "function", "function": {...}}')
+
+
+def schema_body(model: str, text: str, schema: Any, options: Sequence[str] = ()) -> bytes:
+    """The envelope of ``text`` whose answer follows ``schema`` (each option a field of the payload)."""
+    payload: dict[str, Any] = {"text": text, "json_schema": schema}
+    for option in options:
+        key, _, value = option.partition("=")
+        payload[key] = option_value(value)
+    return json.dumps({"modelname": model, "payload": payload}).encode()
 
 
 def chat_body(model: str, text: str, tools: list[Any], options: Sequence[str] = ()) -> bytes:

@@ -421,14 +421,16 @@ def test_the_openai_package_s_tools_reach_the_model_as_transformers_renders_them
     assert requests.get(f"{stack.url}/ping", timeout=10).status_code == 200
 
 
-def test_every_constrained_answer_validates_against_its_schema_over_56_seeds(stack):
+def test_every_constrained_answer_validates_against_its_schema_over_56_seeds(stack, tmp_path, capsys):
     """``response_format`` json_schema through the openai package: 56 sampled answers (7 seeds, 8 choices
     each) and a greedy one, whole and streamed, each one JSON text valid against the schema; the
     package's own ``parse`` reads a pydantic model back; TGI's regex and the envelope's schema, streamed,
-    are followed too."""
+    are followed too, and ``scripts.caller invoke --json-schema`` prints an answer that is valid."""
     import jsonschema
     import openai
     import pydantic
+
+    from scripts.caller import invoke
 
     client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key="unused", max_retries=0, timeout=60)
     body = {"model": TOOLS_MODEL, "messages": CALLED[:1], "max_tokens": 100}
@@ -459,6 +461,11 @@ def test_every_constrained_answer_validates_against_its_schema_over_56_seeds(sta
     payload = {"text": PROMPTS[1], "json_schema": PLACE, "max_new_tokens": 100, "stream": True}
     events = streamed(stack, {"modelname": "llama_random", "payload": payload})[0]
     jsonschema.validate(json.loads("".join(e["token"]["text"] for e in events)), PLACE)
+    (tmp_path / "place.json").write_text(json.dumps(PLACE))
+    (tmp_path / "prompt.txt").write_text(PROMPTS[0])
+    argv = ["--endpoint-url", stack.url, "--json-schema", str(tmp_path / "place.json")]
+    assert invoke.main([*argv, "--option", "max_new_tokens=100", f"llama_random={tmp_path / 'prompt.txt'}"]) == 0
+    jsonschema.validate(json.loads(capsys.readouterr().out.splitlines()[1]), PLACE)
 
 
 def test_a_call_the_model_must_make_comes_back_as_tool_calls(stack):

@@ -2,7 +2,7 @@
 the long generations a short request is sent beside.
 
 Every body is the JSON envelope (``{"modelname", "payload": {"text", "max_new_tokens"}}``, greedy:
-the folder's default). A whole answer's tokens are its ``result.generated_tokens``. A streamed one
+the folder's default; the constrained row's with ``json_schema``). A whole answer's tokens are its ``result.generated_tokens``. A streamed one
 (``"stream": true``) is read as it comes (``http.client``'s ``read1``, the chunks NGINX passes on),
 its server-sent events joined by ``scripts.events.sse_events``; each token's event is
 timed on arrival: the time to the first token (from the request's start) and the time between
@@ -27,8 +27,10 @@ READ_BYTES = 65536
 CANCELLED_METRIC = f'router_generation_cancelled_total{{model="{MODEL}"}}'
 
 
-def body(text: str, max_new_tokens: int, stream: bool) -> bytes:
+def body(text: str, max_new_tokens: int, stream: bool, schema: dict | None = None) -> bytes:
     payload = {"text": text, "max_new_tokens": max_new_tokens, **({"stream": True} if stream else {})}
+    if schema is not None:
+        payload["json_schema"] = schema
     return json.dumps({"modelname": MODEL, "payload": payload}).encode()
 
 
@@ -68,15 +70,23 @@ class Caller:
 
     path = "/invocations"
 
-    def __init__(self, port: int, texts: Sequence[str], max_new_tokens: int, stream: bool, timeout_s: float) -> None:
-        self.port, self.stream, self.timeout_s = port, stream, timeout_s
+    def __init__(
+        self,
+        port: int,
+        texts: Sequence[str],
+        max_new_tokens: int,
+        stream: bool,
+        timeout_s: float,
+        schema: dict | None = None,
+    ) -> None:
+        self.port, self.stream, self.timeout_s, self.schema = port, stream, timeout_s, schema
         self.bodies = self.make_bodies(texts, max_new_tokens)
         self.turn = itertools.count()
         self.local = threading.local()
         self.records: list = []
 
     def make_bodies(self, texts: Sequence, max_new_tokens: int) -> list[bytes]:
-        return [body(text, max_new_tokens, self.stream) for text in texts]
+        return [body(text, max_new_tokens, self.stream, self.schema) for text in texts]
 
     def whole(self, answer: http.client.HTTPResponse) -> dict:
         """A whole answer's ``result`` (``generated_tokens`` counted)."""

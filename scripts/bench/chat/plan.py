@@ -1,6 +1,7 @@
 """What the chat benchmark measures, decided before anything starts: its arguments, its rows (the
 endpoint at two concurrencies, streamed callers, a short request's time to first token alone and
-beside long generations, ``generate`` in this process at batch 1) and the comparisons they feed."""
+beside long generations, answers constrained to a JSON Schema, ``generate`` in this process at batch 1)
+and the comparisons they feed."""
 
 from __future__ import annotations
 
@@ -27,7 +28,16 @@ FOLLOW_UP = "follow-up"  # a conversation's next turn: a long prompt whose start
 LLAMA, LLAMA_STREAM, LLAMA_FOLLOW_UP = "llama.cpp", "llama.cpp-stream", "llama.cpp-follow-up"
 PEERS = (LLAMA, LLAMA_STREAM, LLAMA_FOLLOW_UP)
 PROBES = (SHORT_ALONE, SHORT_LOADED, FOLLOW_UP, LLAMA_FOLLOW_UP)  # one short streamed request at a time
-WHOLE = (ENDPOINT, LLAMA)  # the sides whose calls answer whole (their tokens counted), the others stream
+# whole answers constrained to CONSTRAINED_SCHEMA (the envelope's json_schema; the onnxruntime engine's)
+CONSTRAINED = "json-schema"
+CONSTRAINED_SCHEMA = {
+    "type": "object",
+    "properties": {"answer": {"type": "string"}, "sure": {"type": "boolean"}},
+    "required": ["answer", "sure"],
+    "additionalProperties": False,
+}
+GOAL_CONSTRAINED = 0.8  # constrained rows against the same calls unconstrained, tokens/s: at least
+WHOLE = (ENDPOINT, LLAMA, CONSTRAINED)  # the sides whose calls answer whole (their tokens counted), the others stream
 GOAL_PEER = 1.0  # the endpoint against llama.cpp's server: its tokens/s at least, its first token's wait at most
 FOLLOW_UP_SEEN, FOLLOW_UP_NEW = 768, 24  # its tokens sent before (the earlier turns), and the turn's own
 TEXTS, TEXT_TOKENS = 32, 24  # the prompts every row cycles through, and their tokens (<s> included)
@@ -64,6 +74,8 @@ class Row:
             return f"OpenVINO GenAI in this process, {self.concurrency} prompt(s) at once, {max_new} tokens"
         if self.side == ENDPOINT:
             return f"endpoint, whole answers, c={self.concurrency}, {max_new} tokens"
+        if self.side == CONSTRAINED:
+            return f"endpoint, whole answers to a JSON Schema, c={self.concurrency}, {max_new} tokens at most"
         if self.side == STREAM:
             return f"endpoint, streamed, c={self.concurrency}, {max_new} tokens"
         if self.side == LLAMA:
@@ -84,9 +96,10 @@ def plan_rows(concurrency: int, engine: str = ENGINES[0], peer: bool = False) ->
     """``generate`` at batch 1; the endpoint at ``concurrency`` and at 1; streamed at ``concurrency``;
     the short request alone and beside ``concurrency - 1`` long generations (``concurrency`` requests
     in all, as the streamed row); a conversation's next turn, alone; on the openvino engine, its
-    pipeline in this process with 1 and ``concurrency`` prompts at once; with ``peer``, llama.cpp's
-    server as the endpoint is called: whole at 1 and ``concurrency``, streamed, the next turn."""
-    ceiling = [Row(GENAI, 1), Row(GENAI, concurrency)] if engine == "openvino" else []
+    pipeline in this process with 1 and ``concurrency`` prompts at once, else (the onnxruntime engine,
+    which follows grammars) answers constrained to a JSON Schema at ``concurrency``; with ``peer``,
+    llama.cpp's server as the endpoint is called: whole at 1 and ``concurrency``, streamed, the next turn."""
+    ceiling = [Row(GENAI, 1), Row(GENAI, concurrency)] if engine == "openvino" else [Row(CONSTRAINED, concurrency)]
     if peer:
         ceiling += [Row(LLAMA, concurrency), Row(LLAMA, 1), Row(LLAMA_STREAM, concurrency), Row(LLAMA_FOLLOW_UP)]
     rows = [
@@ -107,6 +120,7 @@ def goal_rows(concurrency: int) -> dict[str, tuple[Row, Row]]:
     return {
         "tokens": (Row(ENDPOINT, concurrency), Row(GENERATE)),
         "ttft": (Row(SHORT_LOADED, max(1, concurrency - 1)), Row(SHORT_ALONE)),
+        "constrained": (Row(CONSTRAINED, concurrency), Row(ENDPOINT, concurrency)),
     }
 
 

@@ -11,6 +11,7 @@ from scripts.bench.chat.plan import (
     ENDPOINT,
     GENAI,
     GENERATE,
+    GOAL_CONSTRAINED,
     GOAL_PEER,
     GOAL_TOKENS,
     GOAL_TTFT,
@@ -117,7 +118,9 @@ def _verdict(name: str, value: float | None, goal: str, passed: bool | None, det
 def verdicts(by_key: Mapping[str, Mapping[str, Any]], concurrency: int) -> list[dict[str, Any]]:
     """The endpoint at ``concurrency`` against ``generate``'s tokens/s (at least ``GOAL_TOKENS`` x), the
     short request's time to first token beside the long generations against alone (p50, at most
-    ``GOAL_TTFT`` x), and, without a goal, the endpoint at concurrency 1 against ``generate``."""
+    ``GOAL_TTFT`` x), answers to a JSON Schema against the same calls unconstrained (at least
+    ``GOAL_CONSTRAINED`` x, where measured), and, without a goal, the endpoint at concurrency 1 against
+    ``generate``."""
     pairs = goal_rows(concurrency)
     served, local = (by_key.get(row.key, {}) for row in pairs["tokens"])
     value, reference = served.get("tokens_per_s"), local.get("tokens_per_s")
@@ -147,6 +150,19 @@ def verdicts(by_key: Mapping[str, Mapping[str, Any]], concurrency: int) -> list[
             detail,
         )
     )
+    constrained, free = (by_key.get(row.key) for row in pairs["constrained"])
+    if constrained is not None:  # the onnxruntime engine: answers to a JSON Schema against the same calls free
+        value, reference = constrained.get("tokens_per_s"), (free or {}).get("tokens_per_s")
+        ratio = value / reference if value is not None and reference else None
+        found.append(
+            _verdict(
+                f"{constrained.get('label', pairs['constrained'][0].key)} / unconstrained, tokens/s",
+                ratio,
+                f">= {GOAL_CONSTRAINED:.2f}",
+                None if ratio is None else ratio >= GOAL_CONSTRAINED,
+                f"{value:.1f} vs {reference:.1f} tokens/s" if ratio is not None else "not measured",
+            )
+        )
     infos = [(Row(ENDPOINT, 1).key, GENERATE)]
     infos += [(Row(ENDPOINT, c).key, Row(GENAI, c).key) for c in dict.fromkeys((1, concurrency))]
     for served_key, local_key in infos:

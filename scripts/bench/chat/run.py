@@ -125,6 +125,8 @@ def callers_of(stack: Stack, rows, texts, generate: Generate, args) -> tuple[dic
             callers[row.key] = args.genai.caller(texts, args.max_new_tokens, row.concurrency)
         elif row.side == plan.ENDPOINT:
             callers[row.key] = Caller(port, texts, args.max_new_tokens, False, timeout)
+        elif row.side == plan.CONSTRAINED:
+            callers[row.key] = Caller(port, texts, args.max_new_tokens, False, timeout, plan.CONSTRAINED_SCHEMA)
         elif row.side == plan.STREAM:
             callers[row.key] = Caller(port, texts, args.max_new_tokens, True, timeout)
         elif row.side == plan.FOLLOW_UP:

@@ -27,7 +27,6 @@ class Constraint:
         from llguidance.numpy import allocate_token_bitmask
 
         self.matcher = matcher
-        self.vocabulary = vocabulary
         self.ends = sorted(ends)
         self.bits = allocate_token_bitmask(1, vocabulary)
 

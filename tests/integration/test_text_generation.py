@@ -421,8 +421,8 @@ def test_the_openai_package_s_tools_reach_the_model_as_transformers_renders_them
     assert requests.get(f"{stack.url}/ping", timeout=10).status_code == 200
 
 
-def test_every_constrained_answer_validates_against_its_schema_over_56_seeds(stack, tmp_path, capsys):
-    """``response_format`` json_schema through the openai package: 56 sampled answers (7 seeds, 8 choices
+def test_every_constrained_answer_validates_against_its_schema(stack, tmp_path, capsys):
+    """``response_format`` json_schema through the openai package: 16 sampled answers (2 seeds, 8 choices
     each) and a greedy one, whole and streamed, each one JSON text valid against the schema; the
     package's own ``parse`` reads a pydantic model back; TGI's regex and the envelope's schema, streamed,
     are followed too, and ``scripts.caller invoke --json-schema`` prints an answer that is valid."""
@@ -436,7 +436,7 @@ def test_every_constrained_answer_validates_against_its_schema_over_56_seeds(sta
     body = {"model": TOOLS_MODEL, "messages": CALLED[:1], "max_tokens": 100}
     schema = {"type": "json_schema", "json_schema": {"name": "place", "schema": PLACE, "strict": True}}
     texts = []
-    for seed in range(0, 56, 8):  # choice i draws with seed + i: 56 seeds
+    for seed in range(0, 16, 8):  # choice i draws with seed + i: 16 seeds (50 a model: test_causal_lm_grammar)
         answer = client.chat.completions.create(**body, response_format=schema, temperature=1.0, seed=seed, n=8)
         assert {choice.finish_reason for choice in answer.choices} == {"stop"}  # the schema done, the model ended
         texts += [choice.message.content for choice in answer.choices]
@@ -446,7 +446,7 @@ def test_every_constrained_answer_validates_against_its_schema_over_56_seeds(sta
     assert joined == greedy.choices[0].message.content
     for text in [*texts, joined]:
         jsonschema.validate(json.loads(text), PLACE)
-    assert len(set(texts)) > 50
+    assert len(set(texts)) > 12
 
     class Reply(pydantic.BaseModel):
         answer: bool

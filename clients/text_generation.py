@@ -132,8 +132,8 @@ class TextGenerationClient(TextClient[None]):
         self.tool_format = tool_format(self.chat, spec.export.get(FORMAT_KEY), f"{spec.folder}/model.toml")
         self.special = {token.content: index for index, token in added.items() if token.special}
         self.keeping_markup = keeping_markup(self.decode, self.tool_format, self.special)
-        engine = spec.export.get(causal_lm_contract.ENGINE_KEY, causal_lm_contract.ENGINES[0])
-        self.grammars = GrammarCheck(self.tokenizer.to_str(), int(config["vocab_size"]), self.end_ids, engine)
+        self.engine = spec.export.get(causal_lm_contract.ENGINE_KEY, causal_lm_contract.ENGINES[0])
+        self.grammars = GrammarCheck(self.tokenizer.to_str(), int(config["vocab_size"]), self.end_ids, self.engine)
         self.sequence_length = self.context
         self.byte_tokens = byte_fallback_tokens(self.tokenizer)
 
@@ -157,8 +157,12 @@ class TextGenerationClient(TextClient[None]):
         given = payload.get(JSON_SCHEMA)
         schema = None if given is None else schema_grammar(given, f"payload.{JSON_SCHEMA}")
         options[JSON_SCHEMA] = self.grammars.encoded(schema, f"payload.{JSON_SCHEMA}")
-        if schema is not None and options["num_beams"] > 1:
-            raise InvalidInput(f"payload.{JSON_SCHEMA}: beam search (num_beams > 1) follows no grammar")
+        if options["num_beams"] > 1:
+            if schema is not None:
+                raise InvalidInput(f"payload.{JSON_SCHEMA}: beam search (num_beams > 1) follows no grammar")
+            for name, neutral in causal_lm_contract.BEAMS_NEUTRAL.items():
+                if options[name] != neutral:
+                    raise InvalidInput(f"payload.{name}: beam search (num_beams > 1) takes only {neutral}")
         if options[STREAM.name] and options["num_beams"] > 1:
             raise InvalidInput("payload.stream: beam search (num_beams > 1) answers every token at the end")
         return options
@@ -236,6 +240,10 @@ class TextGenerationClient(TextClient[None]):
             new = left
         settings = {s.name: options.get(s.name, s.default) for s in SETTINGS}
         settings["max_new_tokens"] = new
+        if self.engine == "openvino":
+            for name, neutral in causal_lm_contract.OPENVINO_NEUTRAL.items():
+                if settings[name] != neutral:
+                    raise InvalidInput(f"{name}: this model's engine (openvino) takes only {neutral:g}")
         if settings[SEED] is None:
             settings[SEED] = NO_SEED
         return Ask(tuple(ids), settings, stops, include_stop, tool_markup, grammar)
@@ -269,7 +277,7 @@ class TextGenerationClient(TextClient[None]):
             text,
             prompt_tokens=len(ask.ids),
             max_new_tokens=int(ask.settings["max_new_tokens"]),
-            end_ids=self.end_ids,
+            end_ids=frozenset() if ask.settings["ignore_eos"] else self.end_ids,  # ignored: length ends it
             special_ids=self.special_ids,
             seed=seed,
         )

@@ -156,3 +156,13 @@ PLACE = {
     "required": ["name", "age", "ok", "tags"],
     "additionalProperties": False,
 }
+
+
+def chat_and_genai(root: Path) -> Path:
+    """``root`` with two tiny chat folders (ChatML, byte-level): ``chat`` on the onnxruntime engine,
+    ``genai`` on the openvino one (what the router refuses of that engine: its model.toml says so)."""
+    write_folder(root, "chat", "byte_level", "chatml", positions=64)
+    folder = write_folder(root, "genai", "byte_level", "chatml", positions=64)
+    spec = folder / "model.toml"
+    spec.write_text(spec.read_text() + 'engine = "openvino"\n')
+    return root

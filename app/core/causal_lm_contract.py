@@ -17,9 +17,10 @@ The graph (``torch.onnx.export``, every batch and length axis dynamic):
 The Triton model's tensors, per request (one prompt; ``max_batch_size`` 0, no batch axis):
 
 - ``input_ids`` ``INT64 [tokens]``: the prompt, encoded by the router (chat template applied);
-- one ``[1]`` tensor per setting (``SETTINGS``): ``max_new_tokens``, ``top_k``, ``num_beams`` ``INT32``;
-  ``temperature``, ``top_p``, ``repetition_penalty`` ``FP64``; ``do_sample`` ``BOOL``; ``seed``
-  ``INT64`` (``NO_SEED``: none given, the model draws one);
+- one ``[1]`` tensor per setting (``SETTINGS``): ``max_new_tokens``, ``top_k``, ``num_beams``,
+  ``min_new_tokens`` ``INT32``; ``temperature``, ``top_p``, ``repetition_penalty``, ``min_p``,
+  ``typical_p``, ``presence_penalty``, ``frequency_penalty`` ``FP64``; ``do_sample``, ``ignore_eos``
+  ``BOOL``; ``seed`` ``INT64`` (``NO_SEED``: none given, the model draws one);
 - ``timeout_ms`` ``INT64 [1]``: how long the generation may run; past it the stream ends with an
   error naming the deadline (``app.core.generation_contract.DEADLINE_MARKER``);
 - ``grammar`` ``UINT8 [bytes]``: the constraint every token keeps to (``app.core.grammar``: a JSON
@@ -100,6 +101,7 @@ MAX_STOP_SEQUENCES = 4  # as OpenAI's chat completions
 MAX_STOP_CHARACTERS = 64  # each stop sequence's length
 MAX_TEMPERATURE = 100.0
 MAX_PENALTY = 100.0
+MAX_OPENAI_PENALTY = 2.0  # presence_penalty and frequency_penalty: OpenAI's -2 to 2
 MAX_TIMEOUT_MS = 24 * 3600 * 1000  # timeout_ms, at most (as text2text's)
 RUNNING_ROWS_PARAMETER = "max_running_rows"
 MAX_RUNNING_ROWS = 16
@@ -133,8 +135,23 @@ SETTINGS = (
     Setting("repetition_penalty", "FP64", 1.0, 1e-4, MAX_PENALTY),
     Setting("num_beams", "INT32", 1, 1, MAX_BEAMS),
     Setting("seed", "INT64", NO_SEED, NO_SEED, 2**63 - 1),
+    # transformers' MinPLogitsWarper and TypicalLogitsWarper (sampling only; 0 and 1: off), OpenAI's
+    # presence and frequency penalties over the tokens generated (0: off), transformers'
+    # MinNewTokensLengthLogitsProcessor (the end ids held back until then), and an end id that does not
+    # end the generation (ignore_eos: max_new_tokens does)
+    Setting("min_p", "FP64", 0.0, 0.0, 1.0),
+    Setting("typical_p", "FP64", 1.0, 1e-4, 1.0),
+    Setting("presence_penalty", "FP64", 0.0, -MAX_OPENAI_PENALTY, MAX_OPENAI_PENALTY),
+    Setting("frequency_penalty", "FP64", 0.0, -MAX_OPENAI_PENALTY, MAX_OPENAI_PENALTY),
+    Setting("min_new_tokens", "INT32", 0, 0, MAX_NEW_TOKENS),
+    Setting("ignore_eos", "BOOL", False),
 )
 SETTING_NAMES = tuple(s.name for s in SETTINGS)
+# What the openvino engine takes at the neutral value only: GenAI has no min-p or typical-p warper, and
+# its presence and frequency penalties are its own (on log-probabilities), not OpenAI's; and what beam
+# search (generate's) does not read besides the sampling settings
+OPENVINO_NEUTRAL = {"min_p": 0.0, "typical_p": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
+BEAMS_NEUTRAL = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "ignore_eos": False}
 
 
 def cache_names(layers: int, prefix: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""The text_generation family's answers in each request form (``app.router.generation_forms`` parses
+"""The text_generation family's answers in each request form (``app.router.generation_forms`` and ``app.router.openai_forms`` parse
 them), whole and streamed event by event: TGI's ``[{"generated_text"}]`` and its token events; OpenAI's
 ``chat.completion`` and its ``chat.completion.chunk`` events; OpenAI's ``text_completion``, a choice a
 prompt, and its chunks. OpenAI's streams end with ``[DONE]``."""
@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from app.router.generation_forms import CHAT, COMPLETION, GenerationCall
+from app.router.generation_call import CHAT, COMPLETION, GenerationCall
 from clients.generation import EOS, LENGTH, Generation, Token
 from clients.tool_calls import ToolCall, ToolStream, openai_calls
 

@@ -30,7 +30,7 @@ from flask import Response
 from app.core import access
 from app.core.errors import ApiError, InternalError
 from app.router.generation_answers import DONE, answer, events
-from app.router.generation_forms import GenerationCall
+from app.router.generation_call import GenerationCall
 from app.router.handlers import json_bytes, json_response
 from app.router.observability import Trace
 from clients.base import timed

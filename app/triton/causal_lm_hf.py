@@ -100,6 +100,7 @@ def search(model: OnnxCausalLM, request: Request, closing: threading.Event, cloc
             attention_mask=torch.ones_like(ids),
             num_beams=int(request.settings["num_beams"]),
             max_new_tokens=int(request.settings["max_new_tokens"]),
+            min_new_tokens=int(request.settings["min_new_tokens"]),
             repetition_penalty=float(request.settings["repetition_penalty"]),
             do_sample=False,  # beam search does not sample (the contract: sampling settings are not read)
             num_return_sequences=1,

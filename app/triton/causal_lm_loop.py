@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from app.core.causal_lm_contract import MAX_RUNNING_ROWS, MAX_WAITING, context_length
+from app.core.causal_lm_contract import BEAMS_NEUTRAL, MAX_RUNNING_ROWS, MAX_WAITING, context_length
 from app.core.generation_contract import end_ids, read_generation_config
 from app.core.grammar import GrammarError
 from app.triton.causal_lm_beams import BeamSearch
@@ -79,6 +79,9 @@ class Loop:
         if int(request.settings["num_beams"]) > 1:
             if request.grammar is not None:
                 raise Refused("grammar: beam search (num_beams over 1) takes no grammar")
+            for name, neutral in BEAMS_NEUTRAL.items():
+                if request.settings[name] != neutral:
+                    raise Refused(f"{name}: beam search (num_beams over 1) takes only {neutral}")
             self.beams.submit(request)
             return
         request = self.constrained(request)

@@ -34,6 +34,7 @@ from app.core.causal_lm_contract import (
     CACHE_GB_PARAMETER,
     MAX_RUNNING_ROWS,
     NO_SEED,
+    OPENVINO_NEUTRAL,
     PRECISE,
     cache_bytes_per_token,
     cache_gb,
@@ -64,9 +65,12 @@ def generation_config(settings, ends: frozenset[int]):
 
     config = openvino_genai.GenerationConfig()
     config.max_new_tokens = int(settings["max_new_tokens"])
+    config.min_new_tokens = int(settings["min_new_tokens"])
     config.repetition_penalty = float(settings["repetition_penalty"])
     config.logprobs = 1  # GenAI leaves a greedy token's log-probability 0 unless it is asked for
     ending(config, ends)
+    if settings["ignore_eos"]:
+        config.ignore_eos = True
     if settings["do_sample"]:
         config.do_sample = True
         config.temperature = float(settings["temperature"])
@@ -177,6 +181,16 @@ class OpenVinoScheduler(Loop):
         self.show("running", running)
         self.show("waiting", len(self.running) - running + queued)
         self.show("kv_cache_usage", found.cache_usage / 100.0)  # GenAI says it in percent
+
+    def check(self, request: Request) -> None:
+        """The loop's check, and the settings GenAI does not take as the onnxruntime engine does
+        (``OPENVINO_NEUTRAL``, at anything but their neutral value): ``Refused``."""
+        super().check(request)
+        for name, neutral in OPENVINO_NEUTRAL.items():
+            if request.settings[name] != neutral:
+                raise Refused(
+                    f"{name}: the openvino engine takes only {neutral:g} (the onnxruntime engine takes others)"
+                )
 
     def constrained(self, request: Request) -> Request:
         """A grammar is not followed here: GenAI's structured output needs a tokenizer it can read the

@@ -153,7 +153,10 @@ class Scheduler(Loop):
         ids, mask, positions = prompt_inputs([request.ids for request in requests])
         try:
             logits, cache = self.graph.run(ids, mask, positions, self.graph.empty(len(requests)))
-            rows = [Row(request, Chooser(request.ids, request.settings, request.constraint)) for request in requests]
+            rows = [
+                Row(request, Chooser(request.ids, request.settings, request.constraint, sorted(self.ends)))
+                for request in requests
+            ]
             tokens, logprobs = choose([row.chooser for row in rows], logits)
         except Exception as error:  # these requests fail; the running ones go on
             LOG.exception("prompt step failed")
@@ -193,7 +196,8 @@ class Scheduler(Loop):
         kept = []
         for i, (row, token, logprob) in enumerate(zip(rows, tokens, logprobs)):
             row.made += 1
-            last = token in self.ends or row.made >= int(row.request.settings["max_new_tokens"])
+            ended = token in self.ends and not row.request.settings["ignore_eos"]
+            last = ended or row.made >= int(row.request.settings["max_new_tokens"])
             try:
                 row.request.sink.token(token, logprob, last)
             except Exception:  # a stream that cannot take its token ends; the others go on

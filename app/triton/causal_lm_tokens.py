@@ -1,13 +1,14 @@
 """How a row of the running batch chooses its next token from the step's logits, as ``generate``
 chooses it (greedy or multinomial sampling), with Hugging Face's own logits processors in
-``generate``'s order: the repetition penalty, then, when sampling, temperature, top-k and top-p.
+``generate``'s order: the repetition penalty, (OpenAI's presence and frequency penalties,) the end ids
+held back until ``min_new_tokens``, then, when sampling, temperature, top-k, top-p, min-p and typical-p.
 
-Each request has its own ``Chooser``: its grammar's constraint (``causal_lm_grammar``), its processors, the ids it has seen (the prompt and what it
-generated, which the repetition penalty reads) and, when sampling, its own ``torch.Generator``
+Each request has its own ``Chooser``: its grammar's constraint (``causal_lm_grammar``), its
+processors, the ids it has seen (the prompt and what it generated, which the penalties read) and, when sampling, its own ``torch.Generator``
 seeded by its ``seed``, so that its draws do not depend on the requests it is batched with: a
 seeded request draws what ``torch.manual_seed(seed)`` then ``generate(do_sample=True)`` draws.
 
-A greedy row without a penalty (what a caller gets by default) needs no processor: a step whose rows
+A greedy row without a penalty or a minimum (what a caller gets by default) needs no processor: a step whose rows
 are all such is chosen in numpy, the largest logit (the first, where several are largest, as
 torch's ``argmax``) and its log-softmax. torch and transformers are imported at the first row that
 draws or is penalised, so a model asked only for greedy tokens never loads them (about 2.5 s of CPU
@@ -25,20 +26,28 @@ from app.core.causal_lm_contract import NO_SEED
 from app.triton.onnx_model import imported_torch
 
 
-def processors(settings: Mapping[str, Any]):
+def processors(settings: Mapping[str, Any], prompt_length: int = 0, ends: Sequence[int] = ()):
     """The processors ``generate`` builds for these settings (``_get_logits_processor``): the same
-    classes, in the same order, left out where ``generate`` leaves them out."""
+    classes, in the same order, left out where ``generate`` leaves them out; OpenAI's presence and
+    frequency penalties after the repetition penalty (``OpenAIPenalties``)."""
     from transformers import (
         LogitsProcessorList,
+        MinNewTokensLengthLogitsProcessor,
+        MinPLogitsWarper,
         RepetitionPenaltyLogitsProcessor,
         TemperatureLogitsWarper,
         TopKLogitsWarper,
         TopPLogitsWarper,
+        TypicalLogitsWarper,
     )
 
     found = LogitsProcessorList()
     if settings["repetition_penalty"] != 1.0:
         found.append(RepetitionPenaltyLogitsProcessor(settings["repetition_penalty"]))
+    if settings["presence_penalty"] != 0.0 or settings["frequency_penalty"] != 0.0:
+        found.append(OpenAIPenalties(prompt_length, settings["presence_penalty"], settings["frequency_penalty"]))
+    if settings["min_new_tokens"] > 0 and ends:
+        found.append(MinNewTokensLengthLogitsProcessor(prompt_length, int(settings["min_new_tokens"]), list(ends)))
     if settings["do_sample"]:
         if settings["temperature"] != 1.0:
             found.append(TemperatureLogitsWarper(settings["temperature"]))
@@ -46,18 +55,45 @@ def processors(settings: Mapping[str, Any]):
             found.append(TopKLogitsWarper(top_k=settings["top_k"]))
         if settings["top_p"] < 1.0:
             found.append(TopPLogitsWarper(top_p=settings["top_p"]))
+        if settings["min_p"] > 0.0:
+            found.append(MinPLogitsWarper(min_p=settings["min_p"]))
+        if settings["typical_p"] < 1.0:
+            found.append(TypicalLogitsWarper(mass=settings["typical_p"]))
     return found
 
 
+class OpenAIPenalties:
+    """OpenAI's presence and frequency penalties: each token's logit less ``frequency`` times its count
+    among the tokens generated so far (the prompt's not counted, as vLLM counts), and less
+    ``presence`` once where it is among them."""
+
+    def __init__(self, prompt_length: int, presence: float, frequency: float) -> None:
+        self.prompt_length, self.presence, self.frequency = prompt_length, presence, frequency
+
+    def __call__(self, input_ids, scores):
+        torch = imported_torch()
+        made = input_ids[:, self.prompt_length :]
+        counts = torch.zeros_like(scores).scatter_add_(1, made, torch.ones_like(made, dtype=scores.dtype))
+        return scores - self.frequency * counts - self.presence * (counts > 0).to(scores.dtype)
+
+
 def plain(settings: Mapping[str, Any]) -> bool:
-    """Greedy without a penalty: the row's token is its largest logit, no processor between."""
-    return not settings["do_sample"] and settings["repetition_penalty"] == 1.0
+    """Greedy without a penalty or a minimum: the row's token is its largest logit, no processor between."""
+    return (
+        not settings["do_sample"]
+        and settings["repetition_penalty"] == 1.0
+        and settings["presence_penalty"] == 0.0
+        and settings["frequency_penalty"] == 0.0
+        and settings["min_new_tokens"] == 0
+    )
 
 
 class Chooser:
     """One request's choice of tokens, step after step."""
 
-    def __init__(self, prompt: np.ndarray, settings: Mapping[str, Any], constraint: Any = None) -> None:
+    def __init__(
+        self, prompt: np.ndarray, settings: Mapping[str, Any], constraint: Any = None, ends: Sequence[int] = ()
+    ) -> None:
         self.constraint = constraint  # the row's grammar (causal_lm_grammar.Constraint), or None
         self.plain = plain(settings)
         self.sampling = bool(settings["do_sample"])
@@ -66,7 +102,7 @@ class Chooser:
         if self.plain:
             return
         torch = imported_torch()
-        self.processors = processors(settings)
+        self.processors = processors(settings, len(prompt), ends)
         if self.sampling:
             self.generator = torch.Generator()
             if settings["seed"] == NO_SEED:

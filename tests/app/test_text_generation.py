@@ -393,7 +393,7 @@ def test_openai_s_completions_a_choice_a_prompt_whole_and_streamed(client, trito
         ({"stream": True}, "stream takes one prompt"),
         ({"prompt": ["a"] * 9}, "a list of 1 to 8 texts"),
         ({"prompt": 5}, "prompt must be a text"),
-        ({"frequency_penalty": 1}, "frequency_penalty is not taken"),
+        ({"logit_bias": {"5": 1}}, "logit_bias is not taken"),
     ):
         assert_error(client.post("/invocations", json={**body, **wrong}), 400, "invalid_input", fragment)
 

@@ -83,9 +83,17 @@ def test_greedy_answers_equal_generate_token_for_token(stack, references, name):
 
 
 def test_the_trained_model_continues_its_sentence_and_beam_search_equals_generate(stack, references):
+    """Greedy, the trained model ends its sentence; ``min_new_tokens`` holds its end back as
+    ``generate``'s does, ``ignore_eos`` runs past it to ``max_new_tokens``; beam search is ``generate``'s."""
     found = result(stack, "llama_trained", {"text": PROMPTS[0], "max_new_tokens": 30})
     assert found["generated_text"] == generate(references, "llama_trained", PROMPTS[0], max_new_tokens=30)[1]
     assert found["finish_reason"] == "eos_token" and "lazy dog" in found["generated_text"]
+    ended = found["generated_tokens"]
+    held = result(stack, "llama_trained", {"text": PROMPTS[0], "max_new_tokens": 30, "min_new_tokens": ended + 3})
+    wanted = generate(references, "llama_trained", PROMPTS[0], max_new_tokens=30, min_new_tokens=ended + 3)[1]
+    assert held["generated_text"] == wanted and held["generated_tokens"] >= ended + 3  # the end held back
+    past = result(stack, "llama_trained", {"text": PROMPTS[0], "max_new_tokens": 30, "ignore_eos": True})
+    assert past["generated_tokens"] == 30 and past["finish_reason"] == "length"  # past the end it made before
     for beams in (2, 4):
         settings = {"num_beams": beams, "max_new_tokens": 10, "do_sample": False}
         found = result(stack, "llama_random", {"text": PROMPTS[1], **settings})

@@ -99,9 +99,10 @@ class GenAI:
         import numpy as np
         import openvino as ov
 
+        from app.core.causal_lm_contract import SETTINGS
         from app.triton.causal_lm_openvino import generation_config
 
-        settings = {"max_new_tokens": max_new_tokens, "repetition_penalty": 1.0, "do_sample": False}
+        settings = {**{s.name: s.default for s in SETTINGS}, "max_new_tokens": max_new_tokens, "do_sample": False}
         config = generation_config(settings, frozenset(self.generate.ends))
         prompts = [ov.Tensor(np.array([self.generate.tokenizer(t).input_ids], np.int64)) for t in texts]
         turn = itertools.count()

@@ -1,8 +1,14 @@
-"""Constrained generation's bodies through the Flask app, with a stand-in for Triton
-(``tests.tiny_causal.FakeGenerator``): OpenAI's ``response_format``, TGI's ``grammar`` and the
-envelope's ``json_schema`` each reach Triton as the grammar tensor (``app.core.grammar``), compiled
-against the model's tokenizer first; what cannot be followed is a 400 naming the field and the reason,
-and Triton never sees it. What the model then makes: tests/unit/test_causal_lm_grammar.py."""
+"""What each text_generation form asks of the generation besides its prompt, through the Flask app with
+a stand-in for Triton (``tests.tiny_causal.FakeGenerator``):
+
+- constrained generation: OpenAI's ``response_format``, TGI's ``grammar`` and the envelope's
+  ``json_schema`` each reach Triton as the grammar tensor (``app.core.grammar``), compiled against the
+  model's tokenizer first; what cannot be followed is a 400 naming the field and the reason, and Triton
+  never sees it (what the model then makes: tests/unit/test_causal_lm_grammar.py);
+- the sampling settings: ``min_p``, ``typical_p``, OpenAI's ``presence_penalty`` and
+  ``frequency_penalty``, ``min_new_tokens`` (vLLM's ``min_tokens``) and ``ignore_eos`` reach Triton as
+  their tensors; out of bounds, on the openvino engine or with beam search, a 400 naming the field
+  (what the engine does with them: tests/unit/test_causal_lm_settings.py)."""
 
 from __future__ import annotations
 
@@ -14,20 +20,16 @@ from app.core.settings import Settings
 from app.router import create_app
 from tests.app.test_text_generation import post
 from tests.support import assert_error
-from tests.tiny_causal import TOOLS, FakeGenerator, write_folder
+from tests.tiny_causal import TOOLS, FakeGenerator, chat_and_genai
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 ASKED = [{"role": "user", "content": "Where?"}]
+GIVEN = {"min_p": 0.05, "typical_p": 0.9, "presence_penalty": 0.5, "frequency_penalty": -1.0, "ignore_eos": True}
 
 
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory):
-    root = tmp_path_factory.mktemp("grammars")
-    write_folder(root, "chat", "byte_level", "chatml", positions=64)
-    folder = write_folder(root, "genai", "byte_level", "chatml", positions=64)
-    spec = folder / "model.toml"
-    spec.write_text(spec.read_text() + 'engine = "openvino"\n')
-    return root
+    return chat_and_genai(tmp_path_factory.mktemp("options"))
 
 
 @pytest.fixture
@@ -103,3 +105,45 @@ def test_a_grammar_that_cannot_be_followed_is_a_400_before_triton(client, triton
     assert_error(post(client, body, attributes), 400, "invalid_input", *fragments)
     assert triton.streams == []
     assert post(client, {"modelname": "chat", "payload": {"text": "x"}}).status_code == 200  # still serving
+
+
+def sent_settings(triton) -> dict:
+    return {name: value.item() for name, value in triton.streams[-1][1].items() if value.size == 1}
+
+
+@pytest.mark.parametrize(
+    ("body", "attributes", "wanted"),
+    [
+        ({"model": "chat", "messages": ASKED, **GIVEN, "min_tokens": 3, "temperature": 0.8}, None,
+         {**GIVEN, "min_new_tokens": 3, "do_sample": True}),
+        ({"model": "chat", "prompt": "Where?", **GIVEN, "min_tokens": 2}, None, {**GIVEN, "min_new_tokens": 2}),
+        ({"modelname": "chat", "payload": {"text": "Where?", **GIVEN, "min_new_tokens": 4}}, None,
+         {**GIVEN, "min_new_tokens": 4}),
+        ({"inputs": "Where?", "parameters": {"typical_p": 0.7}}, "modelname=chat", {"typical_p": 0.7, "do_sample": True}),
+        ({"model": "chat", "messages": ASKED}, None,
+         {"min_p": 0.0, "typical_p": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "min_new_tokens": 0,
+          "ignore_eos": False}),
+    ],
+)  # fmt: skip
+def test_each_form_s_settings_reach_triton(client, triton, body, attributes, wanted):
+    r = post(client, body, attributes)
+    assert r.status_code == 200, r.get_data(as_text=True)
+    found = sent_settings(triton)
+    assert {name: found[name] for name in wanted} == pytest.approx(wanted)
+
+
+@pytest.mark.parametrize(
+    ("body", "fragments"),
+    [
+        ({"model": "chat", "messages": ASKED, "presence_penalty": 2.5}, ["presence_penalty"]),
+        ({"model": "chat", "messages": ASKED, "min_p": -0.1}, ["min_p"]),
+        ({"model": "chat", "messages": ASKED, "min_tokens": 5000}, ["min_tokens"]),
+        ({"model": "genai", "messages": ASKED, "min_p": 0.1}, ["min_p", "engine (openvino) takes only 0"]),
+        ({"modelname": "genai", "payload": {"text": "x", "frequency_penalty": 1.0}}, ["frequency_penalty", "openvino"]),
+        ({"modelname": "chat", "payload": {"text": "x", "num_beams": 2, "ignore_eos": True}},
+         ["payload.ignore_eos: beam search"]),
+    ],
+)  # fmt: skip
+def test_a_setting_out_of_its_bounds_or_its_engine_is_a_400_before_triton(client, triton, body, fragments):
+    assert_error(post(client, body), 400, "invalid_input", *fragments)
+    assert triton.streams == []

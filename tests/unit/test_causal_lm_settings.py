@@ -1,0 +1,81 @@
+"""The sampling settings beyond transformers' classic four, in the onnxruntime engine's step loop, on
+tiny random-weight models: ``min_p`` and ``typical_p`` draw what ``generate`` draws with the same seed
+(transformers' MinPLogitsWarper and TypicalLogitsWarper), ``min_new_tokens`` holds the end ids back as
+``generate``'s MinNewTokensLengthLogitsProcessor does, ``ignore_eos`` runs past an end id to
+``max_new_tokens``, and OpenAI's presence and frequency penalties are OpenAI's definition over the
+tokens generated; beam search refuses what it would not read."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from app.triton.causal_lm_requests import Refused
+from app.triton.causal_lm_scheduler import Scheduler
+from app.triton.causal_lm_tokens import OpenAIPenalties, processors
+from tests.causal_scheduling import Collect, drawn, generate, request, scheduler, turns_until_done
+
+NEUTRAL = {"repetition_penalty": 1.0, "do_sample": False, "min_new_tokens": 0}
+
+
+@pytest.mark.parametrize("settings", [{"min_p": 0.05}, {"typical_p": 0.8}, {"min_p": 0.02, "top_k": 0}])
+def test_min_p_and_typical_p_draw_what_generate_draws(causal_lms, graphs, settings):
+    model = causal_lms("llama")[1]
+    sampling = {"do_sample": True, "max_new_tokens": 12, **settings}
+    found = drawn(lambda: scheduler(causal_lms, graphs, "llama"), [12, 40, 41], 11, sampling)
+    torch.manual_seed(11)
+    tokens, scores = generate(model, [12, 40, 41], True, **sampling)
+    assert found.tokens == tokens
+    wanted = torch.log_softmax(scores, -1)[torch.arange(len(tokens)), tokens]
+    np.testing.assert_allclose(found.logprobs, wanted.numpy(), atol=1e-4)
+
+
+def test_openai_s_penalties_are_openai_s_definition_over_the_tokens_generated():
+    scores = torch.randn(1, 10, generator=torch.Generator().manual_seed(0))
+    ids = torch.tensor([[3, 3, 4, 3, 3, 5, 7]])  # a prompt of 3 tokens, then 3, 3, 5, 7
+    settings = {**NEUTRAL, "presence_penalty": 0.5, "frequency_penalty": -0.3, "min_p": 0.0, "typical_p": 1.0}
+    (penalties,) = processors(settings, prompt_length=3)
+    counts = np.bincount([3, 3, 5, 7], minlength=10)  # OpenAI: mu[j] - c[j] * a_freq - (c[j] > 0) * a_pres
+    wanted = scores[0].numpy() - counts * -0.3 - (counts > 0) * 0.5
+    np.testing.assert_allclose(penalties(ids, scores.clone())[0].numpy(), wanted, rtol=0, atol=1e-6)
+
+
+def test_a_greedy_row_with_penalties_is_generate_with_them(causal_lms, graphs):
+    model = causal_lms("qwen2")[1]
+    prompt, given = [7, 7, 8, 9, 7], {"presence_penalty": 1.5, "frequency_penalty": 0.7}
+    steps, sink = scheduler(causal_lms, graphs, "qwen2"), Collect()
+    steps.submit(request(prompt, sink, max_new_tokens=15, **given))
+    turns_until_done(steps, [sink])
+    penalties = [OpenAIPenalties(len(prompt), 1.5, 0.7)]
+    assert sink.tokens == generate(model, prompt, max_new_tokens=15, do_sample=False, logits_processor=penalties)
+    assert sink.tokens != generate(model, prompt, max_new_tokens=15, do_sample=False)  # they changed the answer
+
+
+def test_min_new_tokens_holds_the_end_back_and_ignore_eos_runs_past_it(causal_lms, graphs, tmp_path):
+    folder, model = causal_lms("llama")
+    prompt = [20, 21, 22]
+    free = generate(model, prompt, max_new_tokens=12, do_sample=False, eos_token_id=None)
+    end = next(token for i, token in enumerate(free) if i >= 2 and token not in free[:i])  # ends it at i + 1
+    for name in ("config.json", "generation_config.json"):
+        shutil.copy(folder / name, tmp_path / name)
+    config = json.loads((tmp_path / "generation_config.json").read_text())
+    (tmp_path / "generation_config.json").write_text(json.dumps(config | {"eos_token_id": [end, 2]}))
+    steps = Scheduler(tmp_path, graphs["llama"])
+    held, past = Collect(), Collect()
+    steps.submit(request(prompt, held, max_new_tokens=12, min_new_tokens=10))
+    steps.submit(request(prompt, past, max_new_tokens=12, ignore_eos=True))
+    turns_until_done(steps, [held, past])
+    assert held.tokens == generate(model, prompt, max_new_tokens=12, min_new_tokens=10, eos_token_id=[end, 2])
+    assert end not in held.tokens[:10] and free.index(end) < 10
+    assert past.tokens == free and end in past.tokens[:-1] and past.lasts[-1]  # past the end, to max_new_tokens
+
+
+def test_beam_search_refuses_what_it_would_not_read(causal_lms, graphs):
+    steps = scheduler(causal_lms, graphs, "llama")
+    for name, value in (("presence_penalty", 0.5), ("frequency_penalty", 1.0), ("ignore_eos", True)):
+        with pytest.raises(Refused, match=f"{name}: beam search"):
+            steps.submit(request([5, 6], num_beams=2, **{name: value}))

@@ -39,11 +39,13 @@ from app.core.family import Counter, Family, Measure
 from app.core.grammar import JSON_SCHEMA
 from app.core.spec import SpecError
 from app.core.text_spec import TextSpecError
+from clients import sampling
 from clients.base import WorkFailed, timed
 from clients.chat_template import ChatTemplate
 from clients.generation import Generation, account, collect
 from clients.grammars import GrammarCheck, schema_grammar
 from clients.options import Option
+from clients.sampling import SEED
 from clients.text import SPACES_BEFORE, TRUNCATION, TextClient, clean_up_tokenization, cleans_up_spaces, load_tokenizer
 from clients.text2text import require_generation_packages
 from clients.text_stream import TextStream, byte_fallback_tokens, parse_stop
@@ -51,24 +53,8 @@ from clients.tool_calls import FORMAT_KEY, FORMATS, keeping_markup, tool_format
 
 FAMILY_NAME = "text_generation"
 DEADLINE_MARGIN_S = 0.25  # left between the end of a generation and the router's deadline: the way back
-KINDS = {"INT32": int, "INT64": int, "FP64": float, "BOOL": bool}
-SEED = "seed"
 STREAM = Option("stream", bool, default=False)
 RETURN_FULL_TEXT = Option("return_full_text", bool, default=False)
-
-
-def _option(setting: causal_lm_contract.Setting) -> Option:
-    """A contract setting as a request option (its bounds; a seed is 0 or more, none by default)."""
-    kind = KINDS[setting.dtype]
-    if kind is bool:
-        return Option(setting.name, bool, default=setting.default)
-    if setting.name == SEED:
-        return Option(SEED, int, 0, setting.high)
-    high = setting.high if setting.high is not None else 2**31 - 1  # top_k: bounded by the vocabulary
-    return Option(setting.name, kind, setting.low, high)  # the default is the model's (option_defaults)
-
-
-OPTIONS = tuple(_option(setting) for setting in SETTINGS)
 
 
 @dataclass(frozen=True)
@@ -86,10 +72,14 @@ class Ask:
 
 class TextGenerationClient(TextClient[None]):
     family = FAMILY_NAME
-    OPTIONS = (*OPTIONS, RETURN_FULL_TEXT, TRUNCATION, STREAM)
-    EXTRA_FIELDS = frozenset({"stop", JSON_SCHEMA})
-    WHOLE_FIELDS = frozenset({JSON_SCHEMA})
-    FIELD_SCHEMAS: ClassVar[Mapping[str, Mapping[str, Any]]] = {JSON_SCHEMA: {"type": "object"}}
+    OPTIONS = (*sampling.OPTIONS, RETURN_FULL_TEXT, TRUNCATION, STREAM)
+    EXTRA_FIELDS = frozenset({"stop", JSON_SCHEMA, *sampling.TOKEN_LISTS})
+    WHOLE_FIELDS = frozenset({JSON_SCHEMA, *sampling.TOKEN_LISTS})
+    FIELD_SCHEMAS: ClassVar[Mapping[str, Mapping[str, Any]]] = {
+        JSON_SCHEMA: {"type": "object"},
+        sampling.LOGIT_BIAS: {"type": "object", "additionalProperties": {"type": "number"}},
+        sampling.STOP_TOKEN_IDS: {"type": "array", "items": {"type": "integer"}},
+    }
     RESULT_SCHEMA: ClassVar[Mapping[str, Any]] = {
         "type": "object",
         "description": "text_generation, for one text: the generated text (the prompt's text first with "
@@ -113,7 +103,13 @@ class TextGenerationClient(TextClient[None]):
         require_generation_packages(spec, self.family)
         self.tokenizer = load_tokenizer(spec.text)
         self.setting_types = {t.name: t.numpy_dtype for t in spec.inputs}
-        needed = (INPUT_IDS, *causal_lm_contract.SETTING_NAMES, generation_contract.TIMEOUT_MS, GRAMMAR)
+        needed = (
+            INPUT_IDS,
+            *causal_lm_contract.SETTING_NAMES,
+            generation_contract.TIMEOUT_MS,
+            GRAMMAR,
+            *sampling.TENSORS,
+        )
         missing = [name for name in needed if name not in self.setting_types]
         if missing:
             raise SpecError(f"{spec.folder}/model.toml: a {self.family} model's inputs include {missing[0]}")
@@ -133,6 +129,7 @@ class TextGenerationClient(TextClient[None]):
         self.special = {token.content: index for index, token in added.items() if token.special}
         self.keeping_markup = keeping_markup(self.decode, self.tool_format, self.special)
         self.engine = spec.export.get(causal_lm_contract.ENGINE_KEY, causal_lm_contract.ENGINES[0])
+        self.vocabulary = int(config["vocab_size"])
         self.grammars = GrammarCheck(self.tokenizer.to_str(), int(config["vocab_size"]), self.end_ids, self.engine)
         self.sequence_length = self.context
         self.byte_tokens = byte_fallback_tokens(self.tokenizer)
@@ -154,15 +151,14 @@ class TextGenerationClient(TextClient[None]):
         options = super().parse_options(payload)
         options["stop"] = parse_stop(payload.get("stop"), "payload.stop")
         options["max_new_tokens_given"] = "max_new_tokens" in payload
+        options.update(sampling.token_lists(payload, self.vocabulary, "payload."))
         given = payload.get(JSON_SCHEMA)
         schema = None if given is None else schema_grammar(given, f"payload.{JSON_SCHEMA}")
         options[JSON_SCHEMA] = self.grammars.encoded(schema, f"payload.{JSON_SCHEMA}")
         if options["num_beams"] > 1:
             if schema is not None:
                 raise InvalidInput(f"payload.{JSON_SCHEMA}: beam search (num_beams > 1) follows no grammar")
-            for name, neutral in causal_lm_contract.BEAMS_NEUTRAL.items():
-                if options[name] != neutral:
-                    raise InvalidInput(f"payload.{name}: beam search (num_beams > 1) takes only {neutral}")
+            sampling.check_beams(options, "payload.")
         if options[STREAM.name] and options["num_beams"] > 1:
             raise InvalidInput("payload.stream: beam search (num_beams > 1) answers every token at the end")
         return options
@@ -239,11 +235,9 @@ class TextGenerationClient(TextClient[None]):
                 )
             new = left
         settings = {s.name: options.get(s.name, s.default) for s in SETTINGS}
+        settings |= {name: options.get(name, ()) for name in sampling.TOKEN_LISTS}
         settings["max_new_tokens"] = new
-        if self.engine == "openvino":
-            for name, neutral in causal_lm_contract.OPENVINO_NEUTRAL.items():
-                if settings[name] != neutral:
-                    raise InvalidInput(f"{name}: this model's engine (openvino) takes only {neutral:g}")
+        sampling.check_engine(settings, self.engine)
         if settings[SEED] is None:
             settings[SEED] = NO_SEED
         return Ask(tuple(ids), settings, stops, include_stop, tool_markup, grammar)
@@ -262,8 +256,7 @@ class TextGenerationClient(TextClient[None]):
                 f"the request ran past its deadline of {self.settings.server_timeout_s:g} s before its generation began"
             )
         arrays = {INPUT_IDS: np.asarray(ask.ids, dtype=self.setting_types[INPUT_IDS])}
-        for name, value in ask.settings.items():
-            arrays[name] = np.array([value], dtype=self.setting_types[name])
+        arrays.update(sampling.tensors(ask.settings, self.setting_types))
         milliseconds = max(1, int((budget - DEADLINE_MARGIN_S) * 1000))
         arrays[generation_contract.TIMEOUT_MS] = np.array([milliseconds], dtype=np.int64)
         arrays[GRAMMAR] = np.frombuffer(ask.grammar, dtype=np.uint8)
@@ -277,7 +270,8 @@ class TextGenerationClient(TextClient[None]):
             text,
             prompt_tokens=len(ask.ids),
             max_new_tokens=int(ask.settings["max_new_tokens"]),
-            end_ids=frozenset() if ask.settings["ignore_eos"] else self.end_ids,  # ignored: length ends it
+            end_ids=(frozenset() if ask.settings["ignore_eos"] else self.end_ids)
+            | set(ask.settings[sampling.STOP_TOKEN_IDS]),
             special_ids=self.special_ids,
             seed=seed,
         )

@@ -26,6 +26,10 @@ The Triton model's tensors, per request (one prompt; ``max_batch_size`` 0, no ba
 - ``grammar`` ``UINT8 [bytes]``: the constraint every token keeps to (``app.core.grammar``: a JSON
   Schema, a regex or a Lark grammar, as UTF-8 JSON); no bytes, none. A grammar that is done allows
   only the end-of-sequence tokens, so the generation ends with it; beam search takes none;
+- ``logit_bias_ids`` ``INT64 [n]`` and ``logit_bias`` ``FP32 [n]``: values added to those tokens'
+  logits before anything else (OpenAI's ``logit_bias``, each -100 to 100, at most 300 tokens);
+  ``stop_token_ids`` ``INT64 [m]``: tokens that end the generation besides the folder's end ids (sent,
+  as an end id is; ``ignore_eos`` does not hold them back); none of either: no tokens;
 - out, one response per generated token: ``token_id`` ``INT64 [1]`` and ``logprob`` ``FP32 [1]``
   (the token's log-probability under the distribution it was chosen from: the scores after the
   repetition penalty, temperature, top-k and top-p). The last response carries Triton's final flag;
@@ -93,6 +97,12 @@ BATCHED_TOKENS_PARAMETER = "max_batched_tokens"
 BATCHED_TOKENS = 2048
 INPUT_IDS, ATTENTION_MASK, POSITION_IDS, LOGITS = "input_ids", "attention_mask", "position_ids", "logits"
 GRAMMAR = "grammar"
+# A request's token lists: logit biases (ids and the values added to their logits before anything
+# else, as OpenAI's logit_bias) and ids besides the folder's end ids that end its generation
+LOGIT_BIAS_IDS, LOGIT_BIAS, STOP_TOKEN_IDS = "logit_bias_ids", "logit_bias", "stop_token_ids"
+MAX_LOGIT_BIAS = 100.0  # OpenAI's -100 to 100
+MAX_BIASED_TOKENS = 300  # OpenAI's bound
+MAX_STOP_TOKEN_IDS = 16
 TOKEN_ID, LOGPROB = "token_id", "logprob"
 NO_SEED = -1
 MAX_NEW_TOKENS = 1024  # the documented bound of max_new_tokens, also bounded by the context left
@@ -151,7 +161,13 @@ SETTING_NAMES = tuple(s.name for s in SETTINGS)
 # its presence and frequency penalties are its own (on log-probabilities), not OpenAI's; and what beam
 # search (generate's) does not read besides the sampling settings
 OPENVINO_NEUTRAL = {"min_p": 0.0, "typical_p": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
-BEAMS_NEUTRAL = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "ignore_eos": False}
+BEAMS_NEUTRAL = {
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "ignore_eos": False,
+    "logit_bias": (),
+    "stop_token_ids": (),
+}
 
 
 def cache_names(layers: int, prefix: str) -> list[str]:
@@ -220,6 +236,9 @@ def inputs() -> list[dict[str, Any]]:
         *settings,
         {"name": TIMEOUT_MS, "dtype": "INT64", "dims": [1]},
         {"name": GRAMMAR, "dtype": "UINT8", "dims": [-1]},
+        {"name": LOGIT_BIAS_IDS, "dtype": "INT64", "dims": [-1]},
+        {"name": LOGIT_BIAS, "dtype": "FP32", "dims": [-1]},
+        {"name": STOP_TOKEN_IDS, "dtype": "INT64", "dims": [-1]},
     ]
 
 

@@ -14,6 +14,7 @@ from app.core.causal_lm_contract import NO_SEED
 from app.core.errors import InvalidInput
 from app.core.grammar import Grammar
 from app.router.generation_call import CHAT, COMPLETION, GenerationCall, flag, given_keys
+from clients import sampling
 from clients.grammars import one_constraint, response_format
 from clients.options import Option
 from clients.text_generation import TextGenerationClient
@@ -31,6 +32,8 @@ VLLM_SETTINGS = (
     "frequency_penalty",
     "min_tokens",
     "ignore_eos",
+    "logit_bias",
+    "stop_token_ids",
 )
 CHAT_KEYS = (
     "model",
@@ -75,9 +78,9 @@ TOP_LOGPROBS = Option("top_logprobs", int, 0, 20)  # OpenAI's bound
 def openai_options(body: Mapping[str, Any], client: TextGenerationClient, new_tokens: str) -> dict[str, Any]:
     """The settings of an OpenAI chat or completions body, over the model's defaults: ``temperature``
     0 is greedy, above 0 samples; a ``top_p`` under 1 or a ``top_k`` over 0 samples; OpenAI's
-    ``presence_penalty`` and ``frequency_penalty``, and vLLM's ``top_k``, ``repetition_penalty``,
-    ``min_p``, ``typical_p`` (read when sampling), ``min_tokens`` and ``ignore_eos``; none given, the
-    folder's generation config decides."""
+    ``presence_penalty``, ``frequency_penalty`` and ``logit_bias``, and vLLM's ``top_k``,
+    ``repetition_penalty``, ``min_p``, ``typical_p`` (read when sampling), ``min_tokens``,
+    ``ignore_eos`` and ``stop_token_ids``; none given, the folder's generation config decides."""
     options = {name: option.default for name, option in client.options.items()}
     if new_tokens in body:
         options["max_new_tokens"] = client.options["max_new_tokens"].parse(body[new_tokens], new_tokens)
@@ -93,9 +96,10 @@ def openai_options(body: Mapping[str, Any], client: TextGenerationClient, new_to
         options["top_k"] = client.options["top_k"].parse(body["top_k"], "top_k")
         options["do_sample"] = options["do_sample"] or options["top_k"] > 0
     for name in VLLM_SETTINGS:  # as vLLM takes them: min_p and typical_p when sampling, the others always
-        if name in body:
+        if name in body and name not in sampling.TOKEN_LISTS:
             setting = "min_new_tokens" if name == "min_tokens" else name
             options[setting] = client.options[setting].parse(body[name], name)
+    options.update(sampling.token_lists(body, client.vocabulary))
     if "seed" in body:
         options["seed"] = client.options["seed"].parse(body["seed"], "seed")
     if "user" in body and not isinstance(body["user"], str):

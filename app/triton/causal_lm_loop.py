@@ -80,7 +80,7 @@ class Loop:
             if request.grammar is not None:
                 raise Refused("grammar: beam search (num_beams over 1) takes no grammar")
             for name, neutral in BEAMS_NEUTRAL.items():
-                if request.settings[name] != neutral:
+                if request.settings.get(name, neutral) != neutral:
                     raise Refused(f"{name}: beam search (num_beams over 1) takes only {neutral}")
             self.beams.submit(request)
             return

@@ -36,6 +36,8 @@ from app.core.causal_lm_contract import (
     GRAPH_FILE,
     INPUT_IDS,
     IR_FILE,
+    LOGIT_BIAS,
+    LOGIT_BIAS_IDS,
     LOGPROB,
     MAX_RUNNING_ROWS,
     MAX_TIMEOUT_MS,
@@ -44,6 +46,7 @@ from app.core.causal_lm_contract import (
     PRECISIONS,
     RUNNING_ROWS_PARAMETER,
     SETTINGS,
+    STOP_TOKEN_IDS,
     TOKEN_ID,
     WAITING_PARAMETER,
     defaults,
@@ -68,14 +71,16 @@ OUTCOMES = ("finished", "cancelled", "late", "failed", "busy")
 QUEUE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 CANCEL_CHECK_S = 0.05  # a caller gone is seen within this (and the next step)
 WARM_UP_S = 120.0
+BIAS_TENSORS = ((LOGIT_BIAS_IDS, np.int64), (LOGIT_BIAS, np.float32))
 
 
 def read_request(
     arrays: Mapping[str, np.ndarray], given_defaults: Mapping[str, Any]
 ) -> tuple[np.ndarray, dict, float, Grammar | None]:
-    """A request's prompt, settings (a setting it does not send: the folder's default), timeout in
-    seconds and grammar (none sent: None); ``Refused`` naming a tensor that is not one value, a timeout
-    out of its bounds, or a grammar tensor that is not one."""
+    """A request's prompt, settings (a setting it does not send: the folder's default; its logit biases
+    and stop token ids among them, as tuples), timeout in seconds and grammar (none sent: None);
+    ``Refused`` naming a tensor that is not one value, a timeout out of its bounds, or a grammar tensor
+    that is not one."""
     settings = dict(given_defaults)
     for setting in SETTINGS:
         value = arrays.get(setting.name)
@@ -93,6 +98,11 @@ def read_request(
         grammar = Grammar.decoded(np.asarray(arrays.get(GRAMMAR, ()), np.uint8).tobytes())
     except GrammarError as error:
         raise Refused(str(error)) from None
+    ids, values = (np.asarray(arrays.get(name, ()), dtype).reshape(-1) for name, dtype in BIAS_TENSORS)
+    if ids.shape != values.shape:
+        raise Refused(f"{LOGIT_BIAS_IDS} and {LOGIT_BIAS} must be as long as each other")
+    settings[LOGIT_BIAS] = tuple(zip(ids.tolist(), values.tolist()))
+    settings[STOP_TOKEN_IDS] = tuple(np.asarray(arrays.get(STOP_TOKEN_IDS, ()), np.int64).reshape(-1).tolist())
     return np.asarray(arrays[INPUT_IDS], np.int64), settings, timeout.item() / 1000.0, grammar
 
 

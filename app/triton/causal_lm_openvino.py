@@ -32,10 +32,12 @@ import numpy as np
 
 from app.core.causal_lm_contract import (
     CACHE_GB_PARAMETER,
+    LOGIT_BIAS,
     MAX_RUNNING_ROWS,
     NO_SEED,
     OPENVINO_NEUTRAL,
     PRECISE,
+    STOP_TOKEN_IDS,
     cache_bytes_per_token,
     cache_gb,
     cache_tokens,
@@ -69,6 +71,8 @@ def generation_config(settings, ends: frozenset[int]):
     config.repetition_penalty = float(settings["repetition_penalty"])
     config.logprobs = 1  # GenAI leaves a greedy token's log-probability 0 unless it is asked for
     ending(config, ends)
+    if settings.get(STOP_TOKEN_IDS):
+        config.stop_token_ids = set(config.stop_token_ids) | set(settings[STOP_TOKEN_IDS])
     if settings["ignore_eos"]:
         config.ignore_eos = True
     if settings["do_sample"]:
@@ -186,6 +190,8 @@ class OpenVinoScheduler(Loop):
         """The loop's check, and the settings GenAI does not take as the onnxruntime engine does
         (``OPENVINO_NEUTRAL``, at anything but their neutral value): ``Refused``."""
         super().check(request)
+        if request.settings.get(LOGIT_BIAS):
+            raise Refused(f"{LOGIT_BIAS}: the openvino engine takes none (the onnxruntime engine does)")
         for name, neutral in OPENVINO_NEUTRAL.items():
             if request.settings[name] != neutral:
                 raise Refused(

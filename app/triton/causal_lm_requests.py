@@ -13,7 +13,16 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from app.core.causal_lm_contract import BUSY_MARKER, SETTINGS, WAITING_PARAMETER
+from app.core.causal_lm_contract import (
+    BUSY_MARKER,
+    LOGIT_BIAS,
+    MAX_BIASED_TOKENS,
+    MAX_LOGIT_BIAS,
+    MAX_STOP_TOKEN_IDS,
+    SETTINGS,
+    STOP_TOKEN_IDS,
+    WAITING_PARAMETER,
+)
 from app.core.generation_contract import DEADLINE_MARKER
 
 
@@ -103,9 +112,24 @@ def check(ids: np.ndarray, settings: Mapping[str, Any], vocabulary: int, context
                 raise Refused(f"{setting.name} must be true or false, not {value!r}")
         elif not (setting.low is None or value >= setting.low) or not (high is None or value <= high):
             raise Refused(f"{setting.name} must be from {setting.low:g} to {high:g}, not {value:g}")
+    check_token_lists(settings, vocabulary)
     wanted = len(ids) + int(settings["max_new_tokens"])
     if context is not None and wanted > context:
         raise Refused(
             f"max_new_tokens: the prompt's {len(ids)} tokens and {settings['max_new_tokens']} new ones exceed "
             f"the model's {context} positions"
         )
+
+
+def check_token_lists(settings: Mapping[str, Any], vocabulary: int) -> None:
+    """A request's ``logit_bias`` (pairs of an id and a value) and ``stop_token_ids``: ids within the
+    vocabulary, values within OpenAI's bounds, no more than their bounds."""
+    bias = settings.get(LOGIT_BIAS, ())
+    stops = settings.get(STOP_TOKEN_IDS, ())
+    if len(bias) > MAX_BIASED_TOKENS or len(stops) > MAX_STOP_TOKEN_IDS:
+        raise Refused(f"{LOGIT_BIAS} takes at most {MAX_BIASED_TOKENS} tokens, {STOP_TOKEN_IDS} {MAX_STOP_TOKEN_IDS}")
+    for name, ids in ((LOGIT_BIAS, [token for token, _ in bias]), (STOP_TOKEN_IDS, stops)):
+        if any(not 0 <= token < vocabulary for token in ids):
+            raise Refused(f"{name}: token ids are from 0 to {vocabulary - 1}")
+    if any(not abs(value) <= MAX_LOGIT_BIAS for _, value in bias):
+        raise Refused(f"{LOGIT_BIAS}: each value is from -{MAX_LOGIT_BIAS:g} to {MAX_LOGIT_BIAS:g}")

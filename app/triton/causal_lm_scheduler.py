@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.core.causal_lm_contract import MAX_RUNNING_ROWS
+from app.core.causal_lm_contract import MAX_RUNNING_ROWS, STOP_TOKEN_IDS
 from app.triton.causal_lm_loop import Loop
 from app.triton.causal_lm_requests import Closed, Late, Request
 from app.triton.causal_lm_session import Graph, prompt_inputs
@@ -196,7 +196,8 @@ class Scheduler(Loop):
         kept = []
         for i, (row, token, logprob) in enumerate(zip(rows, tokens, logprobs)):
             row.made += 1
-            ended = token in self.ends and not row.request.settings["ignore_eos"]
+            settings = row.request.settings
+            ended = token in self.ends and not settings["ignore_eos"] or token in settings.get(STOP_TOKEN_IDS, ())
             last = ended or row.made >= int(row.request.settings["max_new_tokens"])
             try:
                 row.request.sink.token(token, logprob, last)

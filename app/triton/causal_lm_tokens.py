@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from app.core.causal_lm_contract import NO_SEED
+from app.core.causal_lm_contract import LOGIT_BIAS, NO_SEED
 from app.triton.onnx_model import imported_torch
 
 
@@ -95,6 +95,10 @@ class Chooser:
         self, prompt: np.ndarray, settings: Mapping[str, Any], constraint: Any = None, ends: Sequence[int] = ()
     ) -> None:
         self.constraint = constraint  # the row's grammar (causal_lm_grammar.Constraint), or None
+        pairs = settings.get(LOGIT_BIAS, ())  # (ids, values): added to the row's logits first, as OpenAI's
+        self.bias = (
+            (np.array([t for t, _ in pairs], np.int64), np.array([v for _, v in pairs], np.float32)) if pairs else None
+        )
         self.plain = plain(settings)
         self.sampling = bool(settings["do_sample"])
         self.length = len(prompt)
@@ -135,9 +139,12 @@ class Chooser:
 
 def choose(choosers: Sequence[Chooser], logits: np.ndarray) -> tuple[list[int], list[float]]:
     """Each row's token from the step's ``[rows, vocabulary]`` logits, and its log-probability under
-    the distribution it was chosen from (log-softmax of the processed scores). A row with a grammar
-    chooses among the tokens it allows (the others' logits made minus infinity first, in place)."""
+    the distribution it was chosen from (log-softmax of the processed scores). A row's logit biases are
+    added first, then a row with a grammar chooses among the tokens it allows (the others' logits made
+    minus infinity), both in place."""
     for row, chooser in enumerate(choosers):
+        if chooser.bias is not None:
+            logits[row, chooser.bias[0]] += chooser.bias[1]
         if chooser.constraint is not None:
             chooser.constraint.mask(logits[row])
     if all(chooser.plain for chooser in choosers):

@@ -147,3 +147,45 @@ def test_each_form_s_settings_reach_triton(client, triton, body, attributes, wan
 def test_a_setting_out_of_its_bounds_or_its_engine_is_a_400_before_triton(client, triton, body, fragments):
     assert_error(post(client, body), 400, "invalid_input", *fragments)
     assert triton.streams == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"model": "chat", "messages": ASKED, "logit_bias": {"5": 2.5, "9": -100}, "stop_token_ids": [7, 8]},
+        {"model": "chat", "prompt": "Where?", "logit_bias": {"5": 2.5, "9": -100}, "stop_token_ids": [7, 8]},
+        {
+            "modelname": "chat",
+            "payload": {"text": "Where?", "logit_bias": {"5": 2.5, "9": -100}, "stop_token_ids": [7, 8]},
+        },
+    ],
+)
+def test_each_form_s_token_lists_reach_triton(client, triton, body):
+    assert post(client, body).status_code == 200
+    inputs = triton.streams[-1][1]
+    assert inputs["logit_bias_ids"].tolist() == [5, 9] and inputs["logit_bias"].tolist() == [2.5, -100.0]
+    assert inputs["stop_token_ids"].tolist() == [7, 8]
+    post(client, {"model": "chat", "messages": ASKED})
+    assert {name: triton.streams[-1][1][name].size for name in ("logit_bias_ids", "logit_bias", "stop_token_ids")} == {
+        "logit_bias_ids": 0,
+        "logit_bias": 0,
+        "stop_token_ids": 0,
+    }
+
+
+@pytest.mark.parametrize(
+    ("body", "fragments"),
+    [
+        ({"model": "chat", "messages": ASKED, "logit_bias": {"5": 200}}, ["logit_bias['5']", "-100 to 100"]),
+        ({"model": "chat", "messages": ASKED, "logit_bias": {"five": 1}}, ["logit_bias: token ids", "'five'"]),
+        ({"model": "chat", "messages": ASKED, "logit_bias": {"99999": 1}}, ["logit_bias: token ids"]),
+        ({"model": "chat", "messages": ASKED, "stop_token_ids": 7}, ["stop_token_ids must be a list"]),
+        ({"modelname": "chat", "payload": {"text": "x", "stop_token_ids": ["a"]}}, ["payload.stop_token_ids"]),
+        ({"model": "genai", "messages": ASKED, "logit_bias": {"5": 1}}, ["logit_bias: this model's engine (openvino)"]),
+        ({"modelname": "chat", "payload": {"text": "x", "num_beams": 2, "stop_token_ids": [5]}},
+         ["payload.stop_token_ids: beam search"]),
+    ],
+)  # fmt: skip
+def test_a_token_list_out_of_its_bounds_is_a_400_before_triton(client, triton, body, fragments):
+    assert_error(post(client, body), 400, "invalid_input", *fragments)
+    assert triton.streams == []

@@ -197,7 +197,7 @@ def test_the_only_generation_model_answers_a_body_without_a_name(tmp_path, trito
         ({"model": "chat", "messages": CHAT, "stop": ["a", "b", "c", "d", "e"]}, None, ["stop has 5", "limit of 4"]),
         ({"model": "chat", "messages": CHAT, "stop": [""]}, None, ["stop[0] must be a non-empty string"]),
         ({"model": "chat", "messages": CHAT, "temperature": 3}, None, ["temperature must be between 0 and 2"]),
-        ({"model": "chat", "messages": CHAT, "logit_bias": {}}, None, ["logit_bias is not taken"]),
+        ({"model": "chat", "messages": CHAT, "functions": []}, None, ["functions is not taken"]),
         ({"inputs": "hi", "parameters": {"top_p": 0}}, "modelname=chat", ["parameters.top_p"]),
         ({"inputs": "hi", "parameters": {"best_of": 2}}, "modelname=chat", ["parameters.best_of"]),
         ({"inputs": "hi", "parameters": {"typo": 1}}, "modelname=chat", ["parameters.typo is not taken"]),
@@ -393,7 +393,7 @@ def test_openai_s_completions_a_choice_a_prompt_whole_and_streamed(client, trito
         ({"stream": True}, "stream takes one prompt"),
         ({"prompt": ["a"] * 9}, "a list of 1 to 8 texts"),
         ({"prompt": 5}, "prompt must be a text"),
-        ({"logit_bias": {"5": 1}}, "logit_bias is not taken"),
+        ({"functions": []}, "functions is not taken"),
     ):
         assert_error(client.post("/invocations", json={**body, **wrong}), 400, "invalid_input", fragment)
 

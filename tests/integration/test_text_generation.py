@@ -502,3 +502,19 @@ def test_a_call_the_model_must_make_comes_back_as_tool_calls(stack):
     calls = [call for c in chunks if c.choices for call in c.choices[0].delta.tool_calls or []]
     assert calls and {call.function.name for call in calls} == {"get_time"}
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_logit_bias_and_stop_token_ids_through_the_openai_package(stack, references):
+    """``logit_bias`` of +100 on a token makes it every greedy token; a ``stop_token_ids`` token ends the
+    answer where ``generate``'s greedy answer has it (``extra_body``: vLLM's field)."""
+    import openai
+
+    client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key="unused", max_retries=0, timeout=60)
+    body = {"model": "llama_random", "prompt": PROMPTS[0], "max_tokens": 8, "temperature": 0}
+    biased = client.completions.create(**body, logit_bias={"100": 100})
+    token = references["llama_random"][1].decode([100])
+    assert biased.choices[0].text.replace(" ", "") == token.replace(" ", "") * 8 and biased.usage.completion_tokens == 8
+    ids, _ = generate(references, "llama_random", PROMPTS[0], max_new_tokens=8, do_sample=False)
+    at = next(i for i in range(2, 8) if ids[i] not in ids[:i])
+    stopped = client.completions.create(**body, extra_body={"stop_token_ids": [ids[at]]})
+    assert stopped.usage.completion_tokens == at + 1 and stopped.choices[0].finish_reason == "stop"

@@ -2,8 +2,9 @@
 tiny random-weight models: ``min_p`` and ``typical_p`` draw what ``generate`` draws with the same seed
 (transformers' MinPLogitsWarper and TypicalLogitsWarper), ``min_new_tokens`` holds the end ids back as
 ``generate``'s MinNewTokensLengthLogitsProcessor does, ``ignore_eos`` runs past an end id to
-``max_new_tokens``, and OpenAI's presence and frequency penalties are OpenAI's definition over the
-tokens generated; beam search refuses what it would not read."""
+``max_new_tokens``, OpenAI's presence and frequency penalties are OpenAI's definition over the tokens
+generated, ``logit_bias`` is ``generate``'s ``sequence_bias`` of single tokens, ``stop_token_ids`` end
+the row; beam search refuses what it would not read."""
 
 from __future__ import annotations
 
@@ -74,8 +75,35 @@ def test_min_new_tokens_holds_the_end_back_and_ignore_eos_runs_past_it(causal_lm
     assert past.tokens == free and end in past.tokens[:-1] and past.lasts[-1]  # past the end, to max_new_tokens
 
 
+def test_logit_bias_is_generate_s_sequence_bias_and_a_stop_token_ends_the_row(causal_lms, graphs):
+    model = causal_lms("gpt2")[1]
+    prompt = [7, 8, 9]
+    free = generate(model, prompt, max_new_tokens=10, do_sample=False)
+    bias = {free[0]: -100.0, 33: 4.5, free[2]: 2.0}  # the first token barred; two others favoured
+    steps, biased, stopped = scheduler(causal_lms, graphs, "gpt2"), Collect(), Collect()
+    steps.submit(request(prompt, biased, max_new_tokens=10, logit_bias=tuple(bias.items())))
+    steps.submit(request(prompt, stopped, max_new_tokens=10, stop_token_ids=(free[3],)))
+    turns_until_done(steps, [biased, stopped])
+    sequence_bias = {(token,): value for token, value in bias.items()}
+    assert biased.tokens == generate(model, prompt, max_new_tokens=10, do_sample=False, sequence_bias=sequence_bias)
+    assert biased.tokens[0] != free[0]
+    assert stopped.tokens == free[: free.index(free[3]) + 1] and stopped.lasts[-1]  # the stop token sent, as an end's
+
+
+def test_token_lists_out_of_their_bounds_are_refused(causal_lms, graphs):
+    steps = scheduler(causal_lms, graphs, "llama")
+    for lists, fragment in (
+        ({"logit_bias": ((10**6, 1.0),)}, "logit_bias: token ids are from 0"),
+        ({"logit_bias": ((5, 101.0),)}, "logit_bias: each value is from -100 to 100"),
+        ({"stop_token_ids": tuple(range(17))}, "stop_token_ids 16"),
+    ):
+        with pytest.raises(Refused, match=fragment):
+            steps.submit(request([5, 6], **lists))
+
+
 def test_beam_search_refuses_what_it_would_not_read(causal_lms, graphs):
     steps = scheduler(causal_lms, graphs, "llama")
-    for name, value in (("presence_penalty", 0.5), ("frequency_penalty", 1.0), ("ignore_eos", True)):
+    given = (("presence_penalty", 0.5), ("frequency_penalty", 1.0), ("ignore_eos", True), ("logit_bias", ((5, 1.0),)))
+    for name, value in (*given, ("stop_token_ids", (5,))):
         with pytest.raises(Refused, match=f"{name}: beam search"):
             steps.submit(request([5, 6], num_beams=2, **{name: value}))

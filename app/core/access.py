@@ -33,6 +33,10 @@ DETECTIONS = "detections"
 TIME_TO_FIRST_TOKEN = "time_to_first_token_s"
 TOKENS_PER_SECOND = "tokens_per_second"
 GENERATION_CANCELLED = "generation_cancelled"
+# A text_generation chat answer's tool calls (router_tool_calls_total{model}), and a request whose answer
+# kept to a grammar: a JSON Schema, a regex, a call the model had to make (router_constrained_requests_total).
+TOOL_CALLS = "tool_calls"
+CONSTRAINED = "constrained"
 
 
 def stage_field(stage: str) -> str:

@@ -209,3 +209,12 @@ def completion_events(call: GenerationCall, generation: Generation, tokens: Iter
     if call.include_usage:
         yield {**head, "choices": [], "usage": choices_usage(call, [generation])}
     yield DONE
+
+
+def tool_calls_in(data: Any) -> int:
+    """The tool calls an answer (or one of its streamed events) carries: a chat answer's messages', a
+    chunk's ``delta``'s."""
+    if not isinstance(data, dict):
+        return 0
+    parts = [choice.get("message") or choice.get("delta") or {} for choice in data.get("choices", ())]
+    return sum(len(part.get(TOOL_CALLS) or ()) for part in parts)

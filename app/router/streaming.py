@@ -29,7 +29,7 @@ from flask import Response
 
 from app.core import access
 from app.core.errors import ApiError, InternalError
-from app.router.generation_answers import DONE, answer, events
+from app.router.generation_answers import DONE, answer, events, tool_calls_in
 from app.router.generation_call import GenerationCall
 from app.router.handlers import json_bytes, json_response
 from app.router.observability import Trace
@@ -49,12 +49,17 @@ def event(data: Any) -> bytes:
 
 
 def answer_generation(call: GenerationCall, deadline: float, trace: Trace) -> Response:
-    """The answer of a TGI, chat or completions call, or of a streamed envelope."""
+    """The answer of a TGI, chat or completions call, or of a streamed envelope (its tool calls and
+    whether a grammar constrained it counted on the request's line and metrics)."""
+    if any(ask.grammar for ask in call.asks):
+        trace.timings[access.CONSTRAINED] = 1
     if not call.stream:
         with timed(trace.timings, "triton"):
             (generations,) = collect([[call.client.start(ask, deadline, call.version) for ask in call.asks]])
         account(trace.timings, generations)
-        return json_response(answer(call, generations))
+        body = answer(call, generations)
+        counted(trace, tool_calls_in(body))
+        return json_response(body)
     generation = call.client.start(call.asks[0], deadline, call.version)
     tokens = iter(generation)
     try:
@@ -72,6 +77,7 @@ def streamed_body(call: GenerationCall, generation: Generation, tokens: Iterator
     ended = False
     try:
         for data in events(call, generation, tokens):
+            counted(trace, tool_calls_in(data))
             yield event(data)
         ended = True
     except ApiError as error:
@@ -96,3 +102,9 @@ def streamed_body(call: GenerationCall, generation: Generation, tokens: Iterator
         if generation.elapsed_s is not None:
             trace.timings["triton"] = trace.timings.get("triton", 0.0) + generation.elapsed_s
         account(trace.timings, [generation], cancelled=not ended)
+
+
+def counted(trace: Trace, calls: int) -> None:
+    """``calls`` tool calls more on the request's line (none: no field)."""
+    if calls:
+        trace.timings[access.TOOL_CALLS] = trace.timings.get(access.TOOL_CALLS, 0) + calls

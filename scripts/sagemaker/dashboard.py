@@ -135,6 +135,12 @@ def _model_graphs(config: MetricsConfig, endpoint: str, region: str) -> list[dic
             "p50",
         ),
         _graph(
+            "Tool calls and constrained requests per model (text_generation; a minute's sum)",
+            _per_model(config, endpoint, "ToolCalls") + _per_model(config, endpoint, "ConstrainedRequests"),
+            region,
+            "Sum",
+        ),
+        _graph(
             "Detections per model (zero_shot_object_detection, grounded_segmentation; a minute's sum)",
             _per_model(config, endpoint, "Detections"),
             region,

@@ -134,6 +134,20 @@ METRICS = (
         "a text_generation request's tokens per second after its first (tokens_per_second)",
     ),
     MetricSpec(
+        "ToolCalls",
+        "Count",
+        _field(access.TOOL_CALLS),
+        f"{_field(access.TOOL_CALLS)} >= 0",
+        "tool calls read out of a text_generation model's chat answers (tool_calls)",
+    ),
+    MetricSpec(
+        "ConstrainedRequests",
+        "Count",
+        _field(access.CONSTRAINED),
+        f"{_field(access.CONSTRAINED)} >= 0",
+        "text_generation requests whose answer kept to a grammar: a JSON Schema, a regex, a tool call (constrained)",
+    ),
+    MetricSpec(
         "Detections",
         "Count",
         _field(access.DETECTIONS),

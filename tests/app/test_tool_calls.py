@@ -127,3 +127,16 @@ def test_a_call_the_model_must_make_is_a_grammar_of_that_call(client, triton, ch
     grammar = json.loads(triton.streams[-1][1]["grammar"].tobytes())
     assert grammar["kind"] == "lark" and grammar["value"].startswith('start: "<tool_call>" "\\n" %json {')
     assert [name for name in ("get_weather", "get_time") if f'"const": "{name}"' in grammar["value"]] == names
+
+
+def test_tool_calls_and_constrained_requests_are_counted_whole_and_streamed(client, caplog):
+    with caplog.at_level("INFO", logger="app.access"):
+        post(client, {"model": "tools", "messages": ASKED, "tools": TOOLS, "n": 2})  # 2 calls a choice
+        required = {"model": "tools", "messages": ASKED, "tools": TOOLS, "tool_choice": "required", "stream": True}
+        events(post(client, required))  # 2 calls, constrained
+        post(client, {"model": "tools", "messages": ASKED})  # neither
+    lines = [r.fields for r in caplog.records if r.name == "app.access"]
+    assert [(line.get("tool_calls"), line.get("constrained")) for line in lines] == [(4, None), (2, 1), (None, None)]
+    metrics = client.get("/metrics").get_data(as_text=True)
+    assert 'router_tool_calls_total{model="tools"} 6.0' in metrics
+    assert 'router_constrained_requests_total{model="tools"} 1.0' in metrics

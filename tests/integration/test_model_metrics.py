@@ -97,6 +97,8 @@ def check(form: str, lines: dict[str, str], sent: dict[str, tuple[str, int]], di
                 "GeneratedTokens": line.get("generated_tokens"),
                 "TimeToFirstToken": line.get("time_to_first_token_s"),
                 "GenerationTokensPerSecond": line.get("tokens_per_second"),
+                "ToolCalls": line.get("tool_calls"),
+                "ConstrainedRequests": line.get("constrained"),
                 # the prompted families only: none here (tests/integration/test_grounded_segmentation.py)
                 "Detections": line.get("detections"),
                 "Masks": line.get("masks"),

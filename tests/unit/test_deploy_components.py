@@ -224,9 +224,9 @@ def test_a_gpu_endpoint_of_components_gets_the_documented_parameters(stubbed, ca
     for group in ("/aws/sagemaker/InferenceComponents/mm-resnet", "/aws/sagemaker/InferenceComponents/mm-bert-base"):
         filters = clients.logs.describe_metric_filters(logGroupName=group)["metricFilters"]
         assert sorted(f["filterName"] for f in filters) == [
-            "mm/Detections", "mm/GeneratedTokens", "mm/GenerationTokensPerSecond", "mm/Invocation4XXErrors",
-            "mm/Invocation5XXErrors", "mm/Invocations", "mm/Latency", "mm/Masks", "mm/TimeToFirstToken",
-            "mm/TritonLatency",
+            "mm/ConstrainedRequests", "mm/Detections", "mm/GeneratedTokens", "mm/GenerationTokensPerSecond",
+            "mm/Invocation4XXErrors", "mm/Invocation5XXErrors", "mm/Invocations", "mm/Latency", "mm/Masks",
+            "mm/TimeToFirstToken", "mm/ToolCalls", "mm/TritonLatency",
         ]  # fmt: skip
         assert all(f["metricTransformations"][0]["dimensions"]["Model"] == "$.model" for f in filters)
     alarms = clients.cloudwatch.describe_alarms(AlarmNamePrefix="mm/")["MetricAlarms"]

@@ -18,6 +18,7 @@ TOPIC = "arn:aws:sns:us-east-1:123456789012:model-alarms"
 GROUP = "/aws/sagemaker/Endpoints/mm"
 SHIPPED = ("bert_base", "resnet", "yolov5")
 METRICS = (
+    "ConstrainedRequests",
     "Detections",
     "GeneratedTokens",
     "GenerationTokensPerSecond",
@@ -27,6 +28,7 @@ METRICS = (
     "Latency",
     "Masks",
     "TimeToFirstToken",
+    "ToolCalls",
     "TritonLatency",
 )
 OPERATING = PROJECT_ROOT / "docs" / "operating.md"
@@ -101,7 +103,7 @@ def test_a_real_time_deploy_creates_filters_dashboard_and_alarms(sent, capsys):
     assert ("/aws/sagemaker/Endpoints", "GPUUtilization") in shown
     out = capsys.readouterr().out
     assert f"log group {GROUP}: created, retention 30 days" in out
-    assert "10 metric filters, dashboard mm-per-model, 6 alarms, notifying " + TOPIC in out
+    assert "12 metric filters, dashboard mm-per-model, 6 alarms, notifying " + TOPIC in out
 
 
 def test_a_multi_model_endpoint_takes_the_model_from_target_model(sent):
@@ -150,7 +152,7 @@ def test_delete_removes_filters_dashboard_and_alarms_and_keeps_the_logs(sent, ca
     )
     out = capsys.readouterr().out
     assert "deleted 6 per-model alarms" in out and "deleted dashboard mm-per-model" in out
-    assert f"deleted 10 metric filters on {GROUP} (the log group and its logs are kept)" in out
+    assert f"deleted 12 metric filters on {GROUP} (the log group and its logs are kept)" in out
     assert run(clients, "--name", "mm", "--delete") == 0  # again: nothing left, no error
 
 

@@ -49,6 +49,8 @@ def test_every_field_a_filter_reads_is_one_the_router_writes():
         access.GENERATED_TOKENS,
         access.TIME_TO_FIRST_TOKEN,
         access.TOKENS_PER_SECOND,
+        access.TOOL_CALLS,
+        access.CONSTRAINED,
         access.DETECTIONS,
         access.MASKS,
         *(access.stage_field(s) for s in access.STAGES),

@@ -122,9 +122,24 @@ def chat_answer(call: GenerationCall, generations: Sequence[Generation]) -> dict
     return {**head, "choices": choices, "usage": choices_usage(call, generations)}
 
 
+def per_token(generation: Generation) -> float:
+    """A generation's mean log-probability a token (best_of's measure; none: the lowest)."""
+    values = [token.logprob for token in generation.tokens if math.isfinite(token.logprob)]
+    return sum(values) / len(values) if values else -math.inf
+
+
+def answered(call: GenerationCall, generations: Sequence[Generation]) -> list[Generation]:
+    """The rows answered: all, or of each prompt's rows the ``call.best`` best a token, best first."""
+    if not call.best:
+        return list(generations)
+    rows = len(generations) // len(call.prompts)
+    groups = [generations[start : start + rows] for start in range(0, len(generations), rows)]
+    return [g for group in groups for g in sorted(group, key=per_token, reverse=True)[: call.best]]
+
+
 def completion_answer(call: GenerationCall, generations: Sequence[Generation]) -> dict[str, Any]:
     """OpenAI's ``text_completion``: a choice a row (a prompt's ``n`` choices together, the prompts in
-    order), and the usage of them all."""
+    order; with ``best_of``, its best ``n``), and the usage of them all (every row drawn, as OpenAI's)."""
     choices = [
         {
             "index": index,
@@ -132,7 +147,7 @@ def completion_answer(call: GenerationCall, generations: Sequence[Generation]) -
             "logprobs": None,
             "finish_reason": OPENAI_FINISH[generation.finish_reason or LENGTH],
         }
-        for index, generation in enumerate(generations)
+        for index, generation in enumerate(answered(call, generations))
     ]
     head = _chat_head(call, f"cmpl-{uuid.uuid4().hex}", int(time.time()), "text_completion")
     return {**head, "choices": choices, "usage": choices_usage(call, generations)}

@@ -33,6 +33,7 @@ class GenerationCall:
     logprobs: bool = False  # OpenAI's chat: each token's log-probability in the answer
     tools: ToolFormat | None = None  # OpenAI's chat with tools: the markup its answers' calls are read from
     parallel_tool_calls: bool = True  # false: an answer's first call only
+    best: int = 0  # OpenAI's best_of: of each prompt's rows, the ``best`` of highest log-probability a token; 0: all
     version: str | None = None
 
 

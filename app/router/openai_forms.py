@@ -66,12 +66,14 @@ COMPLETION_KEYS = (
         if key not in ("messages", "max_completion_tokens", "logprobs", "top_logprobs", "response_format", *TOOL_KEYS)
     ),
     "prompt",
+    "best_of",
 )
-COMPLETION_NEUTRAL = {"best_of": 1, "echo": False, "logprobs": 0}
+COMPLETION_NEUTRAL = {"echo": False, "logprobs": 0}
 CHAT_TEMPERATURE = Option("temperature", float, 0.0, 2.0)  # OpenAI's range; 0: greedy
 MAX_PROMPTS = 8  # a completions body's list of prompts: each its own row
 MAX_CHOICES = 8  # OpenAI's n: choices of one prompt, each its own row
 CHOICES = Option("n", int, 1, MAX_CHOICES)
+BEST_OF = Option("best_of", int, 1, MAX_CHOICES)  # completions drawn a prompt, the n best answered
 TOP_LOGPROBS = Option("top_logprobs", int, 0, 20)  # OpenAI's bound
 
 
@@ -107,11 +109,12 @@ def openai_options(body: Mapping[str, Any], client: TextGenerationClient, new_to
     return options
 
 
-def choices(body: Mapping[str, Any], options: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The settings of each of OpenAI's ``n`` choices of one prompt, each its own row: with a ``seed``,
-    choice ``i`` draws with ``seed + i`` (the same body answers the same choices); without one, each
-    draws its own; greedy, the ``n`` choices are the same answer, as OpenAI's."""
-    n = int(CHOICES.parse(body.get("n", 1), "n"))
+def choices(body: Mapping[str, Any], options: Mapping[str, Any], rows: int | None = None) -> list[dict[str, Any]]:
+    """The settings of each of OpenAI's ``n`` choices of one prompt (``rows`` of them, where more are
+    drawn: ``best_of``), each its own row: with a ``seed``, choice ``i`` draws with ``seed + i`` (the
+    same body answers the same choices); without one, each draws its own; greedy, the ``n`` choices are
+    the same answer, as OpenAI's."""
+    n = rows or int(CHOICES.parse(body.get("n", 1), "n"))
     seed = options.get("seed")
     if seed is None or seed == NO_SEED:
         return [dict(options)] * n
@@ -131,9 +134,10 @@ def stream_settings(body: Mapping[str, Any]) -> tuple[bool, bool]:
 
 def parse_completion(document: Mapping[str, Any], client: TextGenerationClient) -> GenerationCall:
     """OpenAI's completions body: ``prompt`` a text or a list of texts, ``n`` choices each (``choices``:
-    each choice its own row, generated together; a prompt's choices together, in order), the chat
-    body's settings; ``suffix`` refused, ``best_of``, ``echo`` and ``logprobs`` at their neutral value
-    only. Streamed, one prompt and one choice."""
+    each choice its own row, generated together; a prompt's choices together, in order), or with
+    ``best_of`` that many drawn a prompt and its ``n`` best answered (the highest log-probability per
+    token, as OpenAI's), the chat body's settings; ``suffix`` refused, ``echo`` and ``logprobs`` at
+    their neutral value only. Streamed, one prompt and one choice."""
     if "suffix" in document and document["suffix"] is not None:
         raise InvalidInput("suffix is not served: the prompt is continued, nothing is inserted before a suffix")
     body = given_keys(document, (*COMPLETION_KEYS, *COMPLETION_NEUTRAL), "", "a completions body")
@@ -144,7 +148,11 @@ def parse_completion(document: Mapping[str, Any], client: TextGenerationClient) 
     prompts = [prompts] if isinstance(prompts, str) else prompts
     if not isinstance(prompts, list) or not 1 <= len(prompts) <= MAX_PROMPTS:
         raise InvalidInput(f"prompt must be a text or a list of 1 to {MAX_PROMPTS} texts")
-    each = choices(body, openai_options(body, client, "max_tokens"))
+    n = int(CHOICES.parse(body.get("n", 1), "n"))
+    best_of = int(BEST_OF.parse(body.get("best_of", n), "best_of"))
+    if best_of < n:
+        raise InvalidInput(f"best_of {best_of} is under n {n}: it is how many are drawn, n how many are answered")
+    each = choices(body, openai_options(body, client, "max_tokens"), best_of)
     stops = parse_stop(body.get("stop"), "stop")
     asks = tuple(
         client.ask(
@@ -158,10 +166,12 @@ def parse_completion(document: Mapping[str, Any], client: TextGenerationClient) 
     )
     stream, include_usage = stream_settings(body)
     if stream and len(asks) > 1:
-        raise InvalidInput("stream takes one prompt and one choice: send several unstreamed, or one call each")
+        raise InvalidInput("stream takes one prompt and one choice (and best_of 1): send several unstreamed")
+    best = n if best_of > n else 0
     return GenerationCall(
-        client, COMPLETION, asks, tuple(prompts), single=len(asks) == 1, stream=stream, include_usage=include_usage
-    )
+        client, COMPLETION, asks, tuple(prompts), single=len(asks) == 1, stream=stream, include_usage=include_usage,
+        best=best,
+    )  # fmt: skip
 
 
 def parse_chat(document: Mapping[str, Any], client: TextGenerationClient) -> GenerationCall:

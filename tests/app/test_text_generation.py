@@ -394,6 +394,9 @@ def test_openai_s_completions_a_choice_a_prompt_whole_and_streamed(client, trito
         ({"prompt": ["a"] * 9}, "a list of 1 to 8 texts"),
         ({"prompt": 5}, "prompt must be a text"),
         ({"functions": []}, "functions is not taken"),
+        ({"n": 3, "best_of": 2}, "best_of 2 is under n 3"),
+        ({"best_of": 2, "stream": True}, "stream takes one prompt and one choice (and best_of 1)"),
+        ({"best_of": 9}, "best_of must be"),
     ):
         assert_error(client.post("/invocations", json={**body, **wrong}), 400, "invalid_input", fragment)
 

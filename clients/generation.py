@@ -26,7 +26,7 @@ from app.core.access import (
     TOKENS_PER_SECOND,
     TOOL_CALLS,
 )
-from app.core.causal_lm_contract import LOGPROB, TOKEN_ID
+from app.core.causal_lm_contract import ALTERNATIVE_IDS, ALTERNATIVE_LOGPROBS, LOGPROB, TOKEN_ID
 from app.core.family import Counter, Measure
 from clients.text_stream import TextStream
 
@@ -44,6 +44,7 @@ class Token:
     logprob: float
     special: bool
     last: bool = False  # the generation's last: its finish_reason is set
+    top: tuple[tuple[int, float], ...] = ()  # the likeliest tokens and their log-probabilities, where asked
 
 
 class Generation:
@@ -124,8 +125,10 @@ class Generation:
             Token(token, "", float(logprob), token in self.special_ids)
             for token, logprob in zip(ids, logprobs, strict=False)
         ]
+        top = alternatives(outputs) if len(made) == 1 else ()  # a response of one token carries them
         if made:  # the text goes on the last token; one that carries text is not skipped as special
-            made[-1] = Token(made[-1].id, piece, made[-1].logprob, made[-1].special and not piece, last=done)
+            last = made[-1]
+            made[-1] = Token(last.id, piece, last.logprob, last.special and not piece, last=done, top=top)
         self.tokens.extend(made)
         yield from made
 
@@ -150,6 +153,14 @@ class Generation:
         close = getattr(self.stream, "close", None)
         if close is not None:
             close()
+
+
+def alternatives(outputs: dict[str, np.ndarray]) -> tuple[tuple[int, float], ...]:
+    """A response's alternatives (``top_logprobs`` asked): its likeliest tokens and their log-probabilities."""
+    ids, values = outputs.get(ALTERNATIVE_IDS), outputs.get(ALTERNATIVE_LOGPROBS)
+    if ids is None or values is None:
+        return ()
+    return tuple(zip(np.asarray(ids).reshape(-1).tolist(), np.asarray(values).reshape(-1).tolist()))
 
 
 def collect(generations: list[list[Generation]]) -> list[list[Generation]]:

@@ -19,6 +19,7 @@ from app.core.causal_lm_contract import (
     MAX_BIASED_TOKENS,
     MAX_LOGIT_BIAS,
     MAX_STOP_TOKEN_IDS,
+    MAX_TOP_LOGPROBS,
     OPENVINO_NEUTRAL,
     SETTINGS,
     STOP_TOKEN_IDS,
@@ -42,7 +43,10 @@ def _option(setting: Setting) -> Option:
     return Option(setting.name, kind, setting.low, high)  # the default is the model's (option_defaults)
 
 
-OPTIONS = tuple(_option(setting) for setting in SETTINGS)  # every setting, as the envelope's payload takes it
+# every setting as the envelope's payload takes it, but the alternatives, which only TGI's and OpenAI's
+# answers carry (TOP_LOGPROBS: their bound)
+OPTIONS = tuple(_option(setting) for setting in SETTINGS if setting.name != "top_logprobs")
+TOP_LOGPROBS = Option("top_logprobs", int, 0, MAX_TOP_LOGPROBS)
 TOKEN_LISTS = (LOGIT_BIAS, STOP_TOKEN_IDS)  # the settings that are lists (each ``()``: none)
 TENSORS = (LOGIT_BIAS_IDS, LOGIT_BIAS, STOP_TOKEN_IDS)
 

@@ -25,12 +25,14 @@ class Collect:
         self.tokens: list[int] = []
         self.logprobs: list[float] = []
         self.lasts: list[bool] = []
+        self.alternatives: list = []
         self.error: Exception | None = None
         self.done = threading.Event()
         self.cancel_after = cancel_after
 
-    def token(self, token_id, logprob, last):
+    def token(self, token_id, logprob, last, alternatives=None):
         assert not self.done.is_set(), "a token after the stream's end"
+        self.alternatives.append(alternatives)
         self.tokens.append(token_id)
         self.logprobs.append(logprob)
         self.lasts.append(last)

@@ -39,10 +39,13 @@ def write_folder(
 
 class FakeStream:
     """One request's answers: a token a response, each after ``delay`` seconds, the last with the final
-    flag (``done``); ``close()`` cancels. ``fail_at``: an error raised instead of that response."""
+    flag (``done``); ``close()`` cancels. ``fail_at``: an error raised instead of that response. ``top``
+    alternatives with each token: itself, then the ids after it, each 1 less likely than the one before."""
 
-    def __init__(self, tokens: list[int], delay: float, fail_at: int | None, error: Exception | None) -> None:
-        self.tokens, self.delay, self.fail_at, self.error = tokens, delay, fail_at, error
+    def __init__(
+        self, tokens: list[int], delay: float, fail_at: int | None, error: Exception | None, top: int = 0
+    ) -> None:
+        self.tokens, self.delay, self.fail_at, self.error, self.top = tokens, delay, fail_at, error, top
         self.sent = 0
         self.done = False
         self.cancelled = False
@@ -61,7 +64,13 @@ class FakeStream:
         token = self.tokens[self.sent]
         self.sent += 1
         self.done = self.sent == len(self.tokens)
-        return {"token_id": np.array([token], dtype=np.int64), "logprob": np.array([-0.25], dtype=np.float32)}
+        alternatives = [token, *(token + 1 + i for i in range(self.top - 1))][: self.top]  # the chosen first
+        return {
+            "token_id": np.array([token], dtype=np.int64),
+            "logprob": np.array([-0.25], dtype=np.float32),
+            "alternative_ids": np.array(alternatives, dtype=np.int64),
+            "alternative_logprobs": np.array([-0.25 - i for i in range(len(alternatives))], dtype=np.float32),
+        }
 
     def close(self) -> None:
         if not self.done:
@@ -84,7 +93,8 @@ class FakeGenerator:
 
     def stream(self, model, inputs, output_names, timeout_s=None, version=None):
         tokens = self.reply[model][: int(inputs["max_new_tokens"][0])]
-        stream = FakeStream(tokens, self.delay, self.fail_at, self.error)
+        top = int(inputs["top_logprobs"][0]) if "top_logprobs" in inputs else 0
+        stream = FakeStream(tokens, self.delay, self.fail_at, self.error, top)
         with self.lock:
             self.streams.append((model, dict(inputs), stream))
         return stream

@@ -33,6 +33,8 @@ The Triton model's tensors, per request (one prompt; ``max_batch_size`` 0, no ba
 - out, one response per generated token: ``token_id`` ``INT64 [1]`` and ``logprob`` ``FP32 [1]``
   (the token's log-probability under the distribution it was chosen from: the scores after the
   repetition penalty, temperature, top-k and top-p). The last response carries Triton's final flag;
+  with ``alternative_ids`` ``INT64 [k]`` and ``alternative_logprobs`` ``FP32 [k]``: the
+  ``top_logprobs`` likeliest tokens of that distribution, likeliest first (k 0 where none is asked);
   a generation ends at an end-of-sequence token of the folder's generation config (sent, as
   ``generate`` returns it) or at ``max_new_tokens``. With ``num_beams`` > 1 (beam search, not
   streamed) every token comes in one response at the end, its ``token_id`` ``[tokens]`` and its
@@ -104,6 +106,8 @@ MAX_LOGIT_BIAS = 100.0  # OpenAI's -100 to 100
 MAX_BIASED_TOKENS = 300  # OpenAI's bound
 MAX_STOP_TOKEN_IDS = 16
 TOKEN_ID, LOGPROB = "token_id", "logprob"
+# each response's alternatives: the top_logprobs likeliest tokens and their log-probabilities (none: [0])
+ALTERNATIVE_IDS, ALTERNATIVE_LOGPROBS = "alternative_ids", "alternative_logprobs"
 NO_SEED = -1
 MAX_NEW_TOKENS = 1024  # the documented bound of max_new_tokens, also bounded by the context left
 MAX_BEAMS = 8
@@ -111,6 +115,7 @@ MAX_STOP_SEQUENCES = 4  # as OpenAI's chat completions
 MAX_STOP_CHARACTERS = 64  # each stop sequence's length
 MAX_TEMPERATURE = 100.0
 MAX_PENALTY = 100.0
+MAX_TOP_LOGPROBS = 20  # OpenAI's bound of top_logprobs
 MAX_OPENAI_PENALTY = 2.0  # presence_penalty and frequency_penalty: OpenAI's -2 to 2
 MAX_TIMEOUT_MS = 24 * 3600 * 1000  # timeout_ms, at most (as text2text's)
 RUNNING_ROWS_PARAMETER = "max_running_rows"
@@ -155,16 +160,25 @@ SETTINGS = (
     Setting("frequency_penalty", "FP64", 0.0, -MAX_OPENAI_PENALTY, MAX_OPENAI_PENALTY),
     Setting("min_new_tokens", "INT32", 0, 0, MAX_NEW_TOKENS),
     Setting("ignore_eos", "BOOL", False),
+    # the likeliest tokens sent with each token, with their log-probabilities (OpenAI's top_logprobs)
+    Setting("top_logprobs", "INT32", 0, 0, MAX_TOP_LOGPROBS),
 )
 SETTING_NAMES = tuple(s.name for s in SETTINGS)
 # What the openvino engine takes at the neutral value only: GenAI has no min-p or typical-p warper, and
 # its presence and frequency penalties are its own (on log-probabilities), not OpenAI's; and what beam
 # search (generate's) does not read besides the sampling settings
-OPENVINO_NEUTRAL = {"min_p": 0.0, "typical_p": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
+OPENVINO_NEUTRAL = {
+    "min_p": 0.0,
+    "typical_p": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "top_logprobs": 0,
+}
 BEAMS_NEUTRAL = {
     "presence_penalty": 0.0,
     "frequency_penalty": 0.0,
     "ignore_eos": False,
+    "top_logprobs": 0,
     "logit_bias": (),
     "stop_token_ids": (),
 }
@@ -243,4 +257,9 @@ def inputs() -> list[dict[str, Any]]:
 
 
 def outputs() -> list[dict[str, Any]]:
-    return [{"name": TOKEN_ID, "dtype": "INT64", "dims": [-1]}, {"name": LOGPROB, "dtype": "FP32", "dims": [-1]}]
+    return [
+        {"name": TOKEN_ID, "dtype": "INT64", "dims": [-1]},
+        {"name": LOGPROB, "dtype": "FP32", "dims": [-1]},
+        {"name": ALTERNATIVE_IDS, "dtype": "INT64", "dims": [-1]},
+        {"name": ALTERNATIVE_LOGPROBS, "dtype": "FP32", "dims": [-1]},
+    ]

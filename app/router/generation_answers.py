@@ -41,7 +41,16 @@ def tgi_details(generation: Generation, tokens: bool = True) -> dict[str, Any]:
     }
     if tokens:
         details |= {"prefill": [], "tokens": [tgi_token(t) for t in generation.tokens]}
+        if any(t.top for t in generation.tokens):  # TGI's top_n_tokens
+            details["top_tokens"] = [[tgi_alternative(generation, *top) for top in t.top] for t in generation.tokens]
     return details
+
+
+def tgi_alternative(generation: Generation, token_id: int, value: float) -> dict[str, Any]:
+    """One of a token's alternatives, as TGI's ``top_tokens`` writes it."""
+    special = token_id in generation.special_ids
+    text = "" if special else generation.text_stream.decode([token_id])
+    return {"id": token_id, "text": text, "logprob": _logprob(value), "special": special}
 
 
 def tgi_answer(call: GenerationCall, generation: Generation) -> list[dict[str, Any]]:
@@ -56,17 +65,16 @@ def _chat_head(call: GenerationCall, ident: str, created: int, kind: str) -> dic
     return {"id": ident, "object": kind, "created": created, "model": call.client.name}
 
 
+def _entry(call: GenerationCall, token_id: int, value: float) -> dict[str, Any]:
+    text = call.client.token_text(token_id)
+    logprob = _logprob(value)
+    return {"token": text, "logprob": NO_LOGPROB if logprob is None else logprob, "bytes": list(text.encode("utf-8"))}
+
+
 def logprob_entry(call: GenerationCall, token: Token) -> dict[str, Any]:
     """One token of OpenAI's ``logprobs.content``: its text alone, its log-probability (OpenAI's -9999.0
-    for none), its text's UTF-8 bytes, no alternatives."""
-    text = call.client.token_text(token.id)
-    logprob = _logprob(token.logprob)
-    return {
-        "token": text,
-        "logprob": NO_LOGPROB if logprob is None else logprob,
-        "bytes": list(text.encode("utf-8")),
-        "top_logprobs": [],
-    }
+    for none), its text's UTF-8 bytes, and the ``top_logprobs`` asked for, likeliest first."""
+    return {**_entry(call, token.id, token.logprob), "top_logprobs": [_entry(call, *top) for top in token.top]}
 
 
 def chat_logprobs(call: GenerationCall, tokens: Sequence[Token]) -> dict[str, Any] | None:

@@ -31,6 +31,7 @@ from app.router.openai_forms import parse_chat, parse_completion
 from clients.base import ModelClient
 from clients.grammars import tgi_grammar
 from clients.options import Option
+from clients.sampling import TOP_LOGPROBS
 from clients.text_generation import FAMILY_NAME, TextGenerationClient
 from clients.text_stream import parse_stop
 
@@ -45,8 +46,8 @@ TGI_SETTINGS = (
     "repetition_penalty",
     "seed",
 )
-TGI_OTHERS = ("stop", "return_full_text", "details", "truncate", "grammar")
-TGI_NEUTRAL = {"watermark": False, "decoder_input_details": False, "best_of": 1, "top_n_tokens": 0}
+TGI_OTHERS = ("stop", "return_full_text", "details", "truncate", "grammar", "top_n_tokens")
+TGI_NEUTRAL = {"watermark": False, "decoder_input_details": False, "best_of": 1}
 TGI_KEYS = ("inputs", "parameters", "stream")
 
 
@@ -126,6 +127,8 @@ def parse_tgi(document: Mapping[str, Any], client: TextGenerationClient) -> Gene
         or "typical_p" in given and options["typical_p"] < 1.0
     )  # fmt: skip
     options["do_sample"] = bool(options["do_sample"]) or warped
+    if "top_n_tokens" in given:  # each token's likeliest, in details.top_tokens
+        options["top_logprobs"] = TOP_LOGPROBS.parse(given["top_n_tokens"], "parameters.top_n_tokens")
     keep = None
     if "truncate" in given:
         keep = int(Option("truncate", int, 1, client.context - 1).parse(given["truncate"], "parameters.truncate"))

@@ -17,6 +17,7 @@ from app.router.generation_call import CHAT, COMPLETION, GenerationCall, flag, g
 from clients import sampling
 from clients.grammars import one_constraint, response_format
 from clients.options import Option
+from clients.sampling import TOP_LOGPROBS
 from clients.text_generation import TextGenerationClient
 from clients.text_stream import parse_stop
 from clients.tool_calls import ToolFormat, call_grammar, check_tool_choice, check_tools
@@ -74,7 +75,6 @@ MAX_PROMPTS = 8  # a completions body's list of prompts: each its own row
 MAX_CHOICES = 8  # OpenAI's n: choices of one prompt, each its own row
 CHOICES = Option("n", int, 1, MAX_CHOICES)
 BEST_OF = Option("best_of", int, 1, MAX_CHOICES)  # completions drawn a prompt, the n best answered
-TOP_LOGPROBS = Option("top_logprobs", int, 0, 20)  # OpenAI's bound
 
 
 def openai_options(body: Mapping[str, Any], client: TextGenerationClient, new_tokens: str) -> dict[str, Any]:
@@ -181,7 +181,8 @@ def parse_chat(document: Mapping[str, Any], client: TextGenerationClient) -> Gen
     if "max_tokens" in body and "max_completion_tokens" in body:
         raise InvalidInput("max_tokens and max_completion_tokens name the same limit: send one")
     new_tokens = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
-    each = choices(body, openai_options(body, client, new_tokens))
+    logprobs, top = chat_logprobs(body)
+    each = choices(body, {**openai_options(body, client, new_tokens), "top_logprobs": top})
     tools, markup, parallel, call = chat_tools(body, client)
     ids, stops = client.encode_chat(body.get("messages"), tools=tools), parse_stop(body.get("stop"), "stop")
     formats = {"response_format": response_format(body["response_format"]) if "response_format" in body else None}
@@ -204,7 +205,7 @@ def parse_chat(document: Mapping[str, Any], client: TextGenerationClient) -> Gen
         ("",),
         stream=stream,
         include_usage=include_usage,
-        logprobs=chat_logprobs(body),
+        logprobs=logprobs,
         tools=markup,
         parallel_tool_calls=parallel,
     )
@@ -229,14 +230,11 @@ def chat_tools(
     return tools, markup, parallel, call_grammar(markup, named, False, client.special)
 
 
-def chat_logprobs(body: Mapping[str, Any]) -> bool:
+def chat_logprobs(body: Mapping[str, Any]) -> tuple[bool, int]:
     """A chat body's ``logprobs`` (each chosen token's log-probability in the answer) and its
-    ``top_logprobs``: 0 to 20 as OpenAI's, given with ``logprobs`` true; over 0 not served yet."""
+    ``top_logprobs``: 0 to 20 as OpenAI's, given with ``logprobs`` true (each token's likeliest)."""
     logprobs = flag(body.get("logprobs", False), "logprobs")
-    if "top_logprobs" in body:
-        top = int(TOP_LOGPROBS.parse(body["top_logprobs"], "top_logprobs"))
-        if not logprobs:
-            raise InvalidInput("top_logprobs is taken with logprobs true")
-        if top > 0:
-            raise InvalidInput("top_logprobs over 0 is not served: each chosen token's log-probability is")
-    return logprobs
+    top = int(TOP_LOGPROBS.parse(body["top_logprobs"], "top_logprobs")) if "top_logprobs" in body else 0
+    if "top_logprobs" in body and not logprobs:
+        raise InvalidInput("top_logprobs is taken with logprobs true")
+    return logprobs, top

@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 
 from app.core.causal_lm_contract import (
+    ALTERNATIVE_IDS,
+    ALTERNATIVE_LOGPROBS,
     BATCHED_TOKENS,
     BATCHED_TOKENS_PARAMETER,
     CACHE_GB_PARAMETER,
@@ -114,16 +116,19 @@ class Stream:
         self.clock = clock
         self.asked = float("-inf")  # when Triton was last asked whether the caller cancelled
 
-    def token(self, token_id: int, logprob: float, last: bool) -> None:
-        self._send([token_id], [logprob], last)
+    def token(self, token_id: int, logprob: float, last: bool, alternatives: Any = None) -> None:
+        self._send([token_id], [logprob], last, alternatives)
 
     def sequence(self, token_ids: Sequence[int], logprobs: Sequence[float]) -> None:
         self._send(token_ids, logprobs, True)
 
-    def _send(self, token_ids: Sequence[int], logprobs: Sequence[float], last: bool) -> None:
+    def _send(self, token_ids: Sequence[int], logprobs: Sequence[float], last: bool, alternatives: Any = None) -> None:
+        ids, values = alternatives if alternatives is not None else ((), ())
         tensors = [
             pb_utils.Tensor(TOKEN_ID, np.asarray(token_ids, np.int64)),
             pb_utils.Tensor(LOGPROB, np.asarray(logprobs, np.float32)),
+            pb_utils.Tensor(ALTERNATIVE_IDS, np.asarray(ids, np.int64).reshape(-1)),
+            pb_utils.Tensor(ALTERNATIVE_LOGPROBS, np.asarray(values, np.float32).reshape(-1)),
         ]
         flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if last else 0
         self.sender.send(pb_utils.InferenceResponse(output_tensors=tensors), flags=flags)
@@ -168,7 +173,7 @@ class Waited:
         self.done = threading.Event()
         self.error: Exception | None = None
 
-    def token(self, token_id: int, logprob: float, last: bool) -> None:
+    def token(self, token_id: int, logprob: float, last: bool, alternatives: Any = None) -> None:
         if last:
             self.done.set()
 

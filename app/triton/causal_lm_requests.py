@@ -68,10 +68,11 @@ class Busy(RuntimeError):
 
 
 class Sink(Protocol):
-    """Where a request's answer goes. Each request gets exactly one ending: a ``token`` with ``last``,
+    """Where a request's answer goes (a token's ``alternatives``: the likeliest tokens' ids and
+    log-probabilities, where asked). Each request gets exactly one ending: a ``token`` with ``last``,
     a ``sequence`` (beam search: every token at once), or ``failed``."""
 
-    def token(self, token_id: int, logprob: float, last: bool) -> None: ...
+    def token(self, token_id: int, logprob: float, last: bool, alternatives: Any = None) -> None: ...
 
     def sequence(self, token_ids: Sequence[int], logprobs: Sequence[float]) -> None: ...
 

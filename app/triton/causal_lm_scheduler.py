@@ -200,7 +200,7 @@ class Scheduler(Loop):
             ended = token in self.ends and not settings["ignore_eos"] or token in settings.get(STOP_TOKEN_IDS, ())
             last = ended or row.made >= int(row.request.settings["max_new_tokens"])
             try:
-                row.request.sink.token(token, logprob, last)
+                row.request.sink.token(token, logprob, last, row.chooser.alternatives)
             except Exception:  # a stream that cannot take its token ends; the others go on
                 LOG.exception("sending a token failed")
                 self.counts["failed"] += 1

@@ -95,6 +95,8 @@ class Chooser:
         self, prompt: np.ndarray, settings: Mapping[str, Any], constraint: Any = None, ends: Sequence[int] = ()
     ) -> None:
         self.constraint = constraint  # the row's grammar (causal_lm_grammar.Constraint), or None
+        self.top = int(settings.get("top_logprobs", 0))  # alternatives sent with each token
+        self.alternatives = EMPTY  # the last step's: ids and log-probabilities, likeliest first
         pairs = settings.get(LOGIT_BIAS, ())  # (ids, values): added to the row's logits first, as OpenAI's
         self.bias = (
             (np.array([t for t, _ in pairs], np.int64), np.array([v for _, v in pairs], np.float32)) if pairs else None
@@ -139,9 +141,10 @@ class Chooser:
 
 def choose(choosers: Sequence[Chooser], logits: np.ndarray) -> tuple[list[int], list[float]]:
     """Each row's token from the step's ``[rows, vocabulary]`` logits, and its log-probability under
-    the distribution it was chosen from (log-softmax of the processed scores). A row's logit biases are
-    added first, then a row with a grammar chooses among the tokens it allows (the others' logits made
-    minus infinity), both in place."""
+    the distribution it was chosen from (log-softmax of the processed scores); a row that asks for
+    alternatives (``top_logprobs``) gets that distribution's likeliest in ``alternatives``. A row's
+    logit biases are added first, then a row with a grammar chooses among the tokens it allows (the
+    others' logits made minus infinity), both in place."""
     for row, chooser in enumerate(choosers):
         if chooser.bias is not None:
             logits[row, chooser.bias[0]] += chooser.bias[1]
@@ -149,6 +152,7 @@ def choose(choosers: Sequence[Chooser], logits: np.ndarray) -> tuple[list[int], 
             chooser.constraint.mask(logits[row])
     if all(chooser.plain for chooser in choosers):
         tokens, logprobs = greedy(logits[: len(choosers)])
+        distributions = logits
     else:
         torch = imported_torch()
         scores = torch.from_numpy(logits)
@@ -156,9 +160,24 @@ def choose(choosers: Sequence[Chooser], logits: np.ndarray) -> tuple[list[int], 
         tokens = [c.pick(processed[i : i + 1]) for i, c in enumerate(choosers)]
         chosen = torch.tensor(tokens, dtype=torch.int64)
         logprobs = torch.log_softmax(processed, dim=-1).gather(1, chosen[:, None])[:, 0].tolist()
-    for chooser, token in zip(choosers, tokens):
+        distributions = processed.numpy()
+    for row, (chooser, token) in enumerate(zip(choosers, tokens)):
+        chooser.alternatives = likeliest(distributions[row], chooser.top) if chooser.top else EMPTY
         chooser.chose(token)
     return tokens, logprobs
+
+
+EMPTY = (np.zeros(0, np.int64), np.zeros(0, np.float32))
+
+
+def likeliest(scores: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``count`` likeliest tokens of a row's scores and their log-softmax, likeliest first."""
+    shifted = scores.astype(np.float64) - scores.max()
+    logprobs = shifted - np.log(np.exp(shifted).sum())
+    count = min(count, len(scores))
+    top = np.argpartition(-logprobs, count - 1)[:count]
+    top = top[np.argsort(-logprobs[top], kind="stable")]
+    return top.astype(np.int64), logprobs[top].astype(np.float32)
 
 
 def greedy(logits: np.ndarray) -> tuple[list[int], list[float]]:

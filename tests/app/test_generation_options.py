@@ -189,3 +189,26 @@ def test_each_form_s_token_lists_reach_triton(client, triton, body):
 def test_a_token_list_out_of_its_bounds_is_a_400_before_triton(client, triton, body, fragments):
     assert_error(post(client, body), 400, "invalid_input", *fragments)
     assert triton.streams == []
+
+
+def test_each_token_s_alternatives_in_openai_s_and_tgi_s_answers(client, triton):
+    chat = {"model": "chat", "messages": ASKED, "logprobs": True, "top_logprobs": 3, "max_tokens": 2}
+    content = post(client, chat).get_json()["choices"][0]["logprobs"]["content"]
+    assert sent_settings(triton)["top_logprobs"] == 3
+    for entry in content:  # the stand-in's: the chosen token, then the next ids, each 1 less likely
+        assert [alternative["logprob"] for alternative in entry["top_logprobs"]] == [-0.25, -1.25, -2.25]
+        assert entry["top_logprobs"][0]["token"] == entry["token"] and set(entry["top_logprobs"][1]) == {
+            "token",
+            "logprob",
+            "bytes",
+        }
+    tgi = {"inputs": "Where?", "parameters": {"max_new_tokens": 2, "details": True, "top_n_tokens": 2}}
+    details = post(client, tgi, "modelname=chat").get_json()[0]["details"]
+    assert [[top["id"] for top in tops] for tops in details["top_tokens"]] == [[5, 6], [6, 7]]
+    assert all(set(top) == {"id", "text", "logprob", "special"} for tops in details["top_tokens"] for top in tops)
+    for body, fragment in (
+        ({"model": "genai", "messages": ASKED, "logprobs": True, "top_logprobs": 2}, "top_logprobs"),
+        ({"inputs": "x", "parameters": {"top_n_tokens": 21}}, "parameters.top_n_tokens"),
+        ({"modelname": "chat", "payload": {"text": "x", "top_logprobs": 2}}, "top_logprobs"),
+    ):
+        assert_error(post(client, body, "modelname=chat" if "inputs" in body else None), 400, "invalid_input", fragment)

@@ -369,8 +369,9 @@ def test_openai_s_n_seeded_choices_repeat_themselves_and_are_each_seed_s_own(sta
 
 
 def test_a_chat_s_logprobs_are_log_softmax_of_generate_s_logits(stack, references):
-    """OpenAI's ``logprobs: true`` through the openai package: each chosen token's log-probability is
-    ``log_softmax`` of the reference model's logits at its position (greedy), within 1e-4."""
+    """OpenAI's ``logprobs: true`` and ``top_logprobs: 5`` through the openai package: each chosen
+    token's log-probability, and its five likeliest alternatives', are ``log_softmax`` of the reference
+    model's logits at its position (greedy), within 1e-4."""
     import openai
     import torch
 
@@ -384,11 +385,15 @@ def test_a_chat_s_logprobs_are_log_softmax_of_generate_s_logits(stack, reference
     wanted = [torch.log_softmax(logits[0].double(), -1)[token].item() for logits, token in zip(out.logits, new)]
     client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key="unused", max_retries=0, timeout=60)
     answer = client.chat.completions.create(
-        model="llama_random", messages=messages, max_tokens=8, temperature=0, logprobs=True
+        model="llama_random", messages=messages, max_tokens=8, temperature=0, logprobs=True, top_logprobs=5
     )
     content = answer.choices[0].logprobs.content
     assert [entry.token for entry in content] == [tokenizer.decode([t]) for t in new]
     np.testing.assert_allclose([entry.logprob for entry in content], wanted, rtol=0, atol=1e-4)
+    for entry, logits in zip(content, out.logits):  # each token's five likeliest, likeliest first
+        top = torch.log_softmax(logits[0].double(), -1).topk(5)
+        assert [alternative.token for alternative in entry.top_logprobs] == [tokenizer.decode([t]) for t in top.indices]
+        np.testing.assert_allclose([a.logprob for a in entry.top_logprobs], top.values.numpy(), rtol=0, atol=1e-4)
 
 
 def test_the_openai_package_s_tools_reach_the_model_as_transformers_renders_them(stack, references, tmp_path, capsys):

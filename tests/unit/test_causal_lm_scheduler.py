@@ -181,7 +181,7 @@ from app.triton.causal_lm_session import Graph, open_session
 class Sink:
     def __init__(self):
         self.tokens, self.done = [], threading.Event()
-    def token(self, token_id, logprob, last):
+    def token(self, token_id, logprob, last, alternatives=None):
         self.tokens.append(token_id)
         if last:
             self.done.set()

@@ -107,3 +107,27 @@ def test_beam_search_refuses_what_it_would_not_read(causal_lms, graphs):
     for name, value in (*given, ("stop_token_ids", (5,))):
         with pytest.raises(Refused, match=f"{name}: beam search"):
             steps.submit(request([5, 6], num_beams=2, **{name: value}))
+
+
+@pytest.mark.parametrize("settings", [{"do_sample": False}, {"do_sample": True, "top_k": 20}])
+def test_each_token_s_alternatives_are_the_likeliest_of_its_distribution(causal_lms, graphs, settings):
+    model = causal_lms("qwen2")[1]
+    prompt = [11, 12, 13]
+    found = drawn(
+        lambda: scheduler(causal_lms, graphs, "qwen2"), prompt, 4, {**settings, "max_new_tokens": 6, "top_logprobs": 5}
+    )
+    torch.manual_seed(4)
+    tokens, scores = generate(
+        model, prompt, True, **{k: v for k, v in settings.items() if k != "seed"}, max_new_tokens=6
+    )
+    assert found.tokens == tokens
+    wanted = torch.log_softmax(scores, -1).topk(5, dim=-1)
+    for (ids, values), top_ids, top_values in zip(found.alternatives, wanted.indices, wanted.values):
+        assert ids.tolist() == top_ids.tolist()
+        np.testing.assert_allclose(values, top_values.numpy(), rtol=0, atol=1e-4)
+    assert all(
+        len(ids) == 0
+        for ids, _ in drawn(
+            lambda: scheduler(causal_lms, graphs, "qwen2"), prompt, 4, {"max_new_tokens": 2}
+        ).alternatives
+    )

@@ -123,17 +123,8 @@ def verdicts(by_key: Mapping[str, Mapping[str, Any]], concurrency: int) -> list[
     ``generate``."""
     pairs = goal_rows(concurrency)
     served, local = (by_key.get(row.key, {}) for row in pairs["tokens"])
-    value, reference = served.get("tokens_per_s"), local.get("tokens_per_s")
-    ratio = value / reference if value is not None and reference else None
-    found = [
-        _verdict(
-            f"{served.get('label', pairs['tokens'][0].key)} / {local.get('label', GENERATE)}, tokens/s",
-            ratio,
-            f">= {GOAL_TOKENS:.2f}",
-            None if ratio is None else ratio >= GOAL_TOKENS,
-            f"{value:.1f} vs {reference:.1f} tokens/s" if ratio is not None else "not measured",
-        )
-    ]
+    name = f"{served.get('label', pairs['tokens'][0].key)} / {local.get('label', GENERATE)}, tokens/s"
+    found = [_tokens_verdict(name, served, local, GOAL_TOKENS)]
     loaded, alone = (by_key.get(row.key, {}) for row in pairs["ttft"])
     value, reference = loaded.get("ttft_p50_ms"), alone.get("ttft_p50_ms")
     ratio = value / reference if value is not None and reference else None
@@ -152,35 +143,28 @@ def verdicts(by_key: Mapping[str, Mapping[str, Any]], concurrency: int) -> list[
     )
     constrained, free = (by_key.get(row.key) for row in pairs["constrained"])
     if constrained is not None:  # the onnxruntime engine: answers to a JSON Schema against the same calls free
-        value, reference = constrained.get("tokens_per_s"), (free or {}).get("tokens_per_s")
-        ratio = value / reference if value is not None and reference else None
-        found.append(
-            _verdict(
-                f"{constrained.get('label', pairs['constrained'][0].key)} / unconstrained, tokens/s",
-                ratio,
-                f">= {GOAL_CONSTRAINED:.2f}",
-                None if ratio is None else ratio >= GOAL_CONSTRAINED,
-                f"{value:.1f} vs {reference:.1f} tokens/s" if ratio is not None else "not measured",
-            )
-        )
+        name = f"{constrained.get('label', pairs['constrained'][0].key)} / unconstrained, tokens/s"
+        found.append(_tokens_verdict(name, constrained, free or {}, GOAL_CONSTRAINED))
     infos = [(Row(ENDPOINT, 1).key, GENERATE)]
     infos += [(Row(ENDPOINT, c).key, Row(GENAI, c).key) for c in dict.fromkeys((1, concurrency))]
     for served_key, local_key in infos:
         if local_key not in by_key and local_key != GENERATE:
             continue  # no GenAI row: not the openvino engine
         single, local = by_key.get(served_key, {}), by_key.get(local_key, {})
-        value, reference = single.get("tokens_per_s"), local.get("tokens_per_s")
-        ratio = value / reference if value is not None and reference else None
-        found.append(
-            _verdict(
-                f"{single.get('label', served_key)} / {local.get('label', local_key)}, tokens/s",
-                ratio,
-                "",
-                None,
-                f"{value:.1f} vs {reference:.1f} tokens/s" if ratio is not None else "not measured",
-            )
-        )
+        name = f"{single.get('label', served_key)} / {local.get('label', local_key)}, tokens/s"
+        found.append(_tokens_verdict(name, single, local, None))
     return found + peer_verdicts(by_key, concurrency)
+
+
+def _tokens_verdict(
+    name: str, served: Mapping[str, Any], reference: Mapping[str, Any], goal: float | None
+) -> dict[str, Any]:
+    """``served``'s tokens/s against ``reference``'s: at least ``goal`` x (None: no goal, a figure)."""
+    value, base = served.get("tokens_per_s"), reference.get("tokens_per_s")
+    ratio = value / base if value is not None and base else None
+    passed = None if ratio is None or goal is None else ratio >= goal
+    detail = f"{value:.1f} vs {base:.1f} tokens/s" if ratio is not None else "not measured"
+    return _verdict(name, ratio, f">= {goal:.2f}" if goal is not None else "", passed, detail)
 
 
 def peer_verdicts(by_key: Mapping[str, Mapping[str, Any]], concurrency: int) -> list[dict[str, Any]]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.core.grammar import Grammar, GrammarError, check, tokenizer
+from app.core.grammar import Grammar, GrammarError, tokenizer
 
 
 class Constraint:
@@ -65,7 +65,7 @@ class Grammars:
             if self.tokenizer is None:
                 text = (self.folder / "tokenizer.json").read_text(encoding="utf-8")
                 self.tokenizer = tokenizer(text, self.vocabulary, self.ends)
-        matcher = LLMatcher(self.tokenizer, check(grammar, self.tokenizer), log_level=0)
-        if matcher.is_error():
-            raise GrammarError(matcher.get_error())
+        matcher = LLMatcher(self.tokenizer, grammar.llguidance(), log_level=0)  # compiled once, here
+        if matcher.is_error():  # llguidance's constructor never raises: a grammar it refuses is an error state
+            raise GrammarError(matcher.get_error().strip())
         return Constraint(matcher, self.vocabulary, self.ends)

@@ -198,12 +198,24 @@ class TritonClient:
 
         A blocking call on the service's own stub, with the request built straight from the arrays
         (``raw_input_contents``): no per-call client objects, no callback thread. Its deadline is
-        gRPC's own, which fires whatever the channel's state (a Triton that hangs included)."""
+        gRPC's own, which fires whatever the channel's state (a Triton that hangs included).
+
+        A call that finds Triton unreachable is made once more, at once, on a new channel: a
+        channel whose connection failed waits out gRPC's backoff before it tries again, and until
+        then fails its calls at once, though Triton may be back (stopped, then continued). A Triton
+        that is gone refuses the new channel's connection just as fast."""
         request = _request(model, inputs, output_names, version)
-        try:
-            response = self._stub().ModelInfer(request, timeout=self.timeout_s)
-        except grpc.RpcError as error:
-            self._raise(error, model, version, self.timeout_s)
+        for last in (False, True):
+            stub = self._stub()
+            try:
+                response = stub.ModelInfer(request, timeout=self.timeout_s)
+                break
+            except grpc.RpcError as error:
+                unreachable = error.code() == grpc.StatusCode.UNAVAILABLE
+                if not last and unreachable and isinstance(translate_error(error, model), TritonUnavailable):
+                    self._renew(stub)
+                    continue
+                self._raise(error, model, version, self.timeout_s)
         return _arrays(response, output_names), response.model_version
 
     def stream(

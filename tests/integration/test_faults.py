@@ -57,7 +57,9 @@ def test_hung_then_back_then_dead_triton(own_triton, small_repository: Path, new
     # Back: SIGCONT. The same stack serves again, nothing restarted.
     os.killpg(triton.pid, signal.SIGCONT)
     assert wait_until(lambda: ping_status(stack.url) == 200, timeout=10) is not None
-    assert requests.post(f"{stack.url}/invocations", json=body, timeout=30).status_code == 200
+    for _ in range(4):  # whichever worker answers, its channel's failed connection is not held against it
+        back = requests.post(f"{stack.url}/invocations", json=body, timeout=30)
+        assert back.status_code == 200, back.text
 
     # Dead: SIGKILL. /ping is 503 within 2 s, invocations say triton_unavailable.
     os.killpg(triton.pid, signal.SIGKILL)

@@ -274,6 +274,32 @@ def test_readiness_answers_at_once_when_triton_comes_back():
         server.stop(0)
 
 
+class InferServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
+    def ModelInfer(self, request, context):
+        answer = service_pb2.ModelInferResponse(model_name=request.model_name, model_version="1")
+        answer.outputs.add(name="logits", datatype="FP32", shape=[1, 3])
+        answer.raw_output_contents.append(np.arange(3, dtype=np.float32).tobytes())
+        return answer
+
+
+def test_an_inference_answers_at_once_when_triton_comes_back():
+    port = free_ports(1)[0]
+    client = TritonClient(f"127.0.0.1:{port}", timeout_s=5, ping_timeout_s=0.5)
+    inputs = {"input": np.zeros((1, 3), np.float32)}
+    for _ in range(4):  # nothing listens yet: refused, and the channel backs off before its next attempt
+        with pytest.raises(TritonUnavailable):
+            client.infer("resnet", inputs, ["logits"])
+    server = grpc.server(ThreadPoolExecutor(2))
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferServicer(), server)
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    try:  # the first call after it is back answers, not one a backoff later
+        outputs, version = client.infer("resnet", inputs, ["logits"])
+        assert outputs["logits"].tolist() == [[0.0, 1.0, 2.0]] and version == "1"
+    finally:
+        server.stop(0)
+
+
 def test_real_channel_refused_and_hanging():
     port = free_ports(1)[0]
     client = TritonClient(f"127.0.0.1:{port}", timeout_s=0.5, ping_timeout_s=0.5)

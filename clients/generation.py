@@ -11,6 +11,7 @@ token, tokens per second) for the metrics.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -26,7 +27,15 @@ from app.core.access import (
     TOKENS_PER_SECOND,
     TOOL_CALLS,
 )
-from app.core.causal_lm_contract import ALTERNATIVE_IDS, ALTERNATIVE_LOGPROBS, LOGPROB, TOKEN_ID
+from app.core.causal_lm_contract import (
+    ALTERNATIVE_IDS,
+    ALTERNATIVE_LOGPROBS,
+    LOGPROB,
+    PROMPT_ALTERNATIVE_IDS,
+    PROMPT_ALTERNATIVE_LOGPROBS,
+    PROMPT_LOGPROBS,
+    TOKEN_ID,
+)
 from app.core.family import Counter, Measure
 from clients.text_stream import TextStream
 
@@ -60,6 +69,7 @@ class Generation:
         end_ids: frozenset[int],
         special_ids: frozenset[int],
         seed: int | None = None,
+        prompt_ids: Sequence[int] = (),
     ) -> None:
         self.stream = stream
         self.text_stream = text
@@ -69,6 +79,8 @@ class Generation:
         self.special_ids = special_ids
         self.seed = seed
         self.tokens: list[Token] = []
+        self.prompt_ids = tuple(prompt_ids)  # where the prompt's log-probabilities were asked
+        self.prefill: list[Token] = []  # then the prompt's tokens, with them (the first has none: NaN)
         self.finish_reason: str | None = None
         self.started = time.perf_counter()
         self.first_token_s: float | None = None  # seconds from the start to the first token
@@ -109,6 +121,8 @@ class Generation:
                 self.close()
 
     def _tokens(self, outputs: dict[str, np.ndarray]) -> Iterator[Token]:
+        if self.prompt_ids and not self.prefill:
+            self.prefill = prompt_tokens(self.prompt_ids, outputs, self.special_ids)
         ids = np.asarray(outputs[TOKEN_ID]).reshape(-1).tolist()
         logprobs = np.asarray(outputs[LOGPROB]).reshape(-1).tolist()
         if self.first_token_s is None and ids:
@@ -161,6 +175,21 @@ def alternatives(outputs: dict[str, np.ndarray]) -> tuple[tuple[int, float], ...
     if ids is None or values is None:
         return ()
     return tuple(zip(np.asarray(ids).reshape(-1).tolist(), np.asarray(values).reshape(-1).tolist()))
+
+
+def prompt_tokens(ids: Sequence[int], outputs: dict[str, np.ndarray], special: frozenset[int]) -> list[Token]:
+    """The prompt's tokens with the log-probabilities of a first response (``PROMPT_LOGPROBS``: each
+    token after the first; its alternatives, as many a position)."""
+    values = np.asarray(outputs.get(PROMPT_LOGPROBS, ()), np.float64).reshape(-1)
+    if len(values) != len(ids) - 1:
+        raise RuntimeError(f"the model sent {len(values)} prompt log-probabilities for a prompt of {len(ids)} tokens")
+    rows = max(1, len(values))
+    alternative_ids = np.asarray(outputs.get(PROMPT_ALTERNATIVE_IDS, ()), np.int64).reshape(rows, -1).tolist()
+    alternative_values = np.asarray(outputs.get(PROMPT_ALTERNATIVE_LOGPROBS, ()), np.float64).reshape(rows, -1)
+    found = [Token(ids[0], "", math.nan, ids[0] in special)]
+    for token, value, top_ids, top_values in zip(ids[1:], values, alternative_ids, alternative_values.tolist()):
+        found.append(Token(token, "", float(value), token in special, top=tuple(zip(top_ids, top_values))))
+    return found
 
 
 def collect(generations: list[list[Generation]]) -> list[list[Generation]]:

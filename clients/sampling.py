@@ -21,6 +21,7 @@ from app.core.causal_lm_contract import (
     MAX_STOP_TOKEN_IDS,
     MAX_TOP_LOGPROBS,
     OPENVINO_NEUTRAL,
+    PROMPT_LOGPROBS,
     SETTINGS,
     STOP_TOKEN_IDS,
     Setting,
@@ -43,9 +44,9 @@ def _option(setting: Setting) -> Option:
     return Option(setting.name, kind, setting.low, high)  # the default is the model's (option_defaults)
 
 
-# every setting as the envelope's payload takes it, but the alternatives, which only TGI's and OpenAI's
-# answers carry (TOP_LOGPROBS: their bound)
-OPTIONS = tuple(_option(setting) for setting in SETTINGS if setting.name != "top_logprobs")
+# every setting as the envelope's payload takes it, but the log-probabilities' alternatives and the
+# prompt's, which only TGI's and OpenAI's answers carry (TOP_LOGPROBS: their bound)
+OPTIONS = tuple(_option(setting) for setting in SETTINGS if setting.name not in ("top_logprobs", PROMPT_LOGPROBS))
 TOP_LOGPROBS = Option("top_logprobs", int, 0, MAX_TOP_LOGPROBS)
 TOKEN_LISTS = (LOGIT_BIAS, STOP_TOKEN_IDS)  # the settings that are lists (each ``()``: none)
 TENSORS = (LOGIT_BIAS_IDS, LOGIT_BIAS, STOP_TOKEN_IDS)
@@ -93,15 +94,24 @@ def token_lists(body: Mapping[str, Any], vocabulary: int, where: str = "") -> di
     }
 
 
-def _only(neutral: Any) -> str:
-    return "none" if neutral == () else f"only {neutral:g}" if isinstance(neutral, float) else f"only {neutral}"
+# how a refusal names a setting the caller sent under another name
+ASKED_AS = {
+    PROMPT_LOGPROBS: "the prompt's log-probabilities (TGI's decoder_input_details, completions' echo with logprobs)"
+}
+
+
+def _only(name: str, neutral: Any) -> str:
+    if neutral == () or name in ASKED_AS:
+        return "none"
+    return f"only {neutral:g}" if isinstance(neutral, float) else f"only {neutral}"
 
 
 def check_beams(options: Mapping[str, Any], where: str = "") -> None:
     """Beam search (``generate``'s) reads neither OpenAI's penalties, ``ignore_eos`` nor the token lists."""
     for name, neutral in BEAMS_NEUTRAL.items():
         if options.get(name, neutral) != neutral:
-            raise InvalidInput(f"{where}{name}: beam search (num_beams > 1) takes {_only(neutral)}")
+            asked = ASKED_AS.get(name, f"{where}{name}")
+            raise InvalidInput(f"{asked}: beam search (num_beams > 1) takes {_only(name, neutral)}")
 
 
 def check_engine(settings: Mapping[str, Any], engine: str) -> None:
@@ -110,7 +120,9 @@ def check_engine(settings: Mapping[str, Any], engine: str) -> None:
         return
     for name, neutral in {**OPENVINO_NEUTRAL, LOGIT_BIAS: ()}.items():
         if settings.get(name, neutral) != neutral:
-            raise InvalidInput(f"{name}: this model's engine (openvino) takes {_only(neutral)}")
+            raise InvalidInput(
+                f"{ASKED_AS.get(name, name)}: this model's engine (openvino) takes {_only(name, neutral)}"
+            )
 
 
 def tensors(settings: Mapping[str, Any], types: Mapping[str, np.dtype]) -> dict[str, np.ndarray]:

@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from app.core import causal_lm_contract, generation_contract, text_spec
-from app.core.causal_lm_contract import GRAMMAR, INPUT_IDS, NO_SEED, SETTINGS
+from app.core.causal_lm_contract import GRAMMAR, INPUT_IDS, NO_SEED, PROMPT_LOGPROBS, SETTINGS
 from app.core.errors import InferenceTimeout, InvalidInput
 from app.core.family import Family
 from app.core.grammar import JSON_SCHEMA
@@ -237,6 +237,8 @@ class TextGenerationClient(TextClient[None]):
         settings |= {name: options.get(name, ()) for name in sampling.TOKEN_LISTS}
         settings["max_new_tokens"] = new
         sampling.check_engine(settings, self.engine)
+        if int(settings["num_beams"]) > 1:  # the folder's default, where the form does not set it
+            sampling.check_beams(settings)
         if settings[SEED] is None:
             settings[SEED] = NO_SEED
         return Ask(tuple(ids), settings, stops, include_stop, tool_markup, grammar)
@@ -273,6 +275,7 @@ class TextGenerationClient(TextClient[None]):
             | set(ask.settings[sampling.STOP_TOKEN_IDS]),
             special_ids=self.special_ids,
             seed=seed,
+            prompt_ids=ask.ids if int(ask.settings[PROMPT_LOGPROBS]) >= 0 else (),
         )
 
     def preprocess(self, item: Any, where: str, options: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], None]:

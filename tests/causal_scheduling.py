@@ -26,6 +26,7 @@ class Collect:
         self.logprobs: list[float] = []
         self.lasts: list[bool] = []
         self.alternatives: list = []
+        self.prompt_logprobs = None  # (log-probabilities, (alternative ids, values)), where asked
         self.error: Exception | None = None
         self.done = threading.Event()
         self.cancel_after = cancel_after
@@ -38,6 +39,10 @@ class Collect:
         self.lasts.append(last)
         if last:
             self.done.set()
+
+    def prompt(self, logprobs, alternatives):
+        assert not self.tokens and self.prompt_logprobs is None, "the prompt's log-probabilities come once, first"
+        self.prompt_logprobs = (logprobs, alternatives)
 
     def sequence(self, token_ids, logprobs):
         assert not self.done.is_set()

@@ -40,12 +40,21 @@ def write_folder(
 class FakeStream:
     """One request's answers: a token a response, each after ``delay`` seconds, the last with the final
     flag (``done``); ``close()`` cancels. ``fail_at``: an error raised instead of that response. ``top``
-    alternatives with each token: itself, then the ids after it, each 1 less likely than the one before."""
+    alternatives with each token: itself, then the ids after it, each 1 less likely than the one before.
+    ``prompt`` (its ids and alternatives a position), the first response carries the prompt's
+    log-probabilities: token i's is -i/2, its alternatives as a token's."""
 
     def __init__(
-        self, tokens: list[int], delay: float, fail_at: int | None, error: Exception | None, top: int = 0
+        self,
+        tokens: list[int],
+        delay: float,
+        fail_at: int | None,
+        error: Exception | None,
+        top: int = 0,
+        prompt: tuple[list[int], int] | None = None,
     ) -> None:
         self.tokens, self.delay, self.fail_at, self.error, self.top = tokens, delay, fail_at, error, top
+        self.prompt = prompt
         self.sent = 0
         self.done = False
         self.cancelled = False
@@ -65,12 +74,20 @@ class FakeStream:
         self.sent += 1
         self.done = self.sent == len(self.tokens)
         alternatives = [token, *(token + 1 + i for i in range(self.top - 1))][: self.top]  # the chosen first
-        return {
+        answer = {
             "token_id": np.array([token], dtype=np.int64),
             "logprob": np.array([-0.25], dtype=np.float32),
             "alternative_ids": np.array(alternatives, dtype=np.int64),
             "alternative_logprobs": np.array([-0.25 - i for i in range(len(alternatives))], dtype=np.float32),
         }
+        if self.prompt is not None and self.sent == 1:
+            ids, k = self.prompt
+            answer["prompt_logprobs"] = np.array([-i / 2 for i in range(1, len(ids))], dtype=np.float32)
+            tops = [[token, *(token + 1 + i for i in range(k - 1))][:k] for token in ids[1:]]
+            answer["prompt_alternative_ids"] = np.array(tops, dtype=np.int64).reshape(-1)
+            values = [[-i / 2 - j for j in range(k)] for i in range(1, len(ids))]
+            answer["prompt_alternative_logprobs"] = np.array(values, dtype=np.float32).reshape(-1)
+        return answer
 
     def close(self) -> None:
         if not self.done:
@@ -94,7 +111,9 @@ class FakeGenerator:
     def stream(self, model, inputs, output_names, timeout_s=None, version=None):
         tokens = self.reply[model][: int(inputs["max_new_tokens"][0])]
         top = int(inputs["top_logprobs"][0]) if "top_logprobs" in inputs else 0
-        stream = FakeStream(tokens, self.delay, self.fail_at, self.error, top)
+        asked = int(inputs["prompt_logprobs"][0]) if "prompt_logprobs" in inputs else -1
+        prompt = (inputs["input_ids"].tolist(), asked) if asked >= 0 else None
+        stream = FakeStream(tokens, self.delay, self.fail_at, self.error, top, prompt)
         with self.lock:
             self.streams.append((model, dict(inputs), stream))
         return stream

@@ -20,7 +20,9 @@ The Triton model's tensors, per request (one prompt; ``max_batch_size`` 0, no ba
 - one ``[1]`` tensor per setting (``SETTINGS``): ``max_new_tokens``, ``top_k``, ``num_beams``,
   ``min_new_tokens`` ``INT32``; ``temperature``, ``top_p``, ``repetition_penalty``, ``min_p``,
   ``typical_p``, ``presence_penalty``, ``frequency_penalty`` ``FP64``; ``do_sample``, ``ignore_eos``
-  ``BOOL``; ``seed`` ``INT64`` (``NO_SEED``: none given, the model draws one);
+  ``BOOL``; ``seed`` ``INT64`` (``NO_SEED``: none given, the model draws one); ``prompt_logprobs``
+  ``INT32`` (``NO_PROMPT_LOGPROBS``: none; 0 or more: the prompt's log-probabilities are sent, with
+  that many alternatives a position);
 - ``timeout_ms`` ``INT64 [1]``: how long the generation may run; past it the stream ends with an
   error naming the deadline (``app.core.generation_contract.DEADLINE_MARKER``);
 - ``grammar`` ``UINT8 [bytes]``: the constraint every token keeps to (``app.core.grammar``: a JSON
@@ -35,6 +37,11 @@ The Triton model's tensors, per request (one prompt; ``max_batch_size`` 0, no ba
   repetition penalty, temperature, top-k and top-p). The last response carries Triton's final flag;
   with ``alternative_ids`` ``INT64 [k]`` and ``alternative_logprobs`` ``FP32 [k]``: the
   ``top_logprobs`` likeliest tokens of that distribution, likeliest first (k 0 where none is asked);
+  the first response carries ``prompt_logprobs`` ``FP32 [tokens - 1]``, each prompt token's
+  log-probability after the tokens before it (``log_softmax`` of the model's logits, nothing applied
+  to them; the first token has none), with ``prompt_alternative_ids`` ``INT64 [(tokens - 1) * k]`` and
+  ``prompt_alternative_logprobs`` ``FP32 [(tokens - 1) * k]``, the likeliest ``k`` a position (the
+  setting's value), empty in every other response and where none is asked;
   a generation ends at an end-of-sequence token of the folder's generation config (sent, as
   ``generate`` returns it) or at ``max_new_tokens``. With ``num_beams`` > 1 (beam search, not
   streamed) every token comes in one response at the end, its ``token_id`` ``[tokens]`` and its
@@ -98,6 +105,8 @@ CACHE_VALUE_BYTES = 4  # float32 keys and values (PRECISE)
 BATCHED_TOKENS_PARAMETER = "max_batched_tokens"
 BATCHED_TOKENS = 2048
 INPUT_IDS, ATTENTION_MASK, POSITION_IDS, LOGITS = "input_ids", "attention_mask", "position_ids", "logits"
+LOGITS_POSITIONS = "logits_positions"
+LAST_POSITION = (-1,)  # a step's logits_positions where only the next token's logits are read
 GRAMMAR = "grammar"
 # A request's token lists: logit biases (ids and the values added to their logits before anything
 # else, as OpenAI's logit_bias) and ids besides the folder's end ids that end its generation
@@ -108,6 +117,10 @@ MAX_STOP_TOKEN_IDS = 16
 TOKEN_ID, LOGPROB = "token_id", "logprob"
 # each response's alternatives: the top_logprobs likeliest tokens and their log-probabilities (none: [0])
 ALTERNATIVE_IDS, ALTERNATIVE_LOGPROBS = "alternative_ids", "alternative_logprobs"
+# the first response's: each prompt token's log-probability, and the likeliest tokens a position
+PROMPT_LOGPROBS = "prompt_logprobs"
+PROMPT_ALTERNATIVE_IDS, PROMPT_ALTERNATIVE_LOGPROBS = "prompt_alternative_ids", "prompt_alternative_logprobs"
+NO_PROMPT_LOGPROBS = -1
 NO_SEED = -1
 MAX_NEW_TOKENS = 1024  # the documented bound of max_new_tokens, also bounded by the context left
 MAX_BEAMS = 8
@@ -162,6 +175,9 @@ SETTINGS = (
     Setting("ignore_eos", "BOOL", False),
     # the likeliest tokens sent with each token, with their log-probabilities (OpenAI's top_logprobs)
     Setting("top_logprobs", "INT32", 0, 0, MAX_TOP_LOGPROBS),
+    # the prompt's log-probabilities (TGI's decoder_input_details, OpenAI completions' echo with
+    # logprobs), with that many alternatives a position
+    Setting("prompt_logprobs", "INT32", NO_PROMPT_LOGPROBS, NO_PROMPT_LOGPROBS, MAX_TOP_LOGPROBS),
 )
 SETTING_NAMES = tuple(s.name for s in SETTINGS)
 # What the openvino engine takes at the neutral value only: GenAI has no min-p or typical-p warper, and
@@ -173,12 +189,14 @@ OPENVINO_NEUTRAL = {
     "presence_penalty": 0.0,
     "frequency_penalty": 0.0,
     "top_logprobs": 0,
+    "prompt_logprobs": NO_PROMPT_LOGPROBS,
 }
 BEAMS_NEUTRAL = {
     "presence_penalty": 0.0,
     "frequency_penalty": 0.0,
     "ignore_eos": False,
     "top_logprobs": 0,
+    "prompt_logprobs": NO_PROMPT_LOGPROBS,
     "logit_bias": (),
     "stop_token_ids": (),
 }
@@ -262,4 +280,7 @@ def outputs() -> list[dict[str, Any]]:
         {"name": LOGPROB, "dtype": "FP32", "dims": [-1]},
         {"name": ALTERNATIVE_IDS, "dtype": "INT64", "dims": [-1]},
         {"name": ALTERNATIVE_LOGPROBS, "dtype": "FP32", "dims": [-1]},
+        {"name": PROMPT_LOGPROBS, "dtype": "FP32", "dims": [-1]},
+        {"name": PROMPT_ALTERNATIVE_IDS, "dtype": "INT64", "dims": [-1]},
+        {"name": PROMPT_ALTERNATIVE_LOGPROBS, "dtype": "FP32", "dims": [-1]},
     ]

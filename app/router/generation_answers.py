@@ -33,17 +33,24 @@ def full_text(call: GenerationCall, generation: Generation, index: int = 0) -> s
     return call.prompts[index] + generation.text if call.return_full_text else generation.text
 
 
-def tgi_details(generation: Generation, tokens: bool = True) -> dict[str, Any]:
+def tgi_details(call: GenerationCall, generation: Generation, tokens: bool = True) -> dict[str, Any]:
     details: dict[str, Any] = {
         "finish_reason": generation.finish_reason,
         "generated_tokens": len(generation.tokens),
         "seed": generation.seed,
     }
     if tokens:
-        details |= {"prefill": [], "tokens": [tgi_token(t) for t in generation.tokens]}
+        prefill = [tgi_prefill(call, t) for t in generation.prefill]  # decoder_input_details
+        details |= {"prefill": prefill, "tokens": [tgi_token(t) for t in generation.tokens]}
         if any(t.top for t in generation.tokens):  # TGI's top_n_tokens
             details["top_tokens"] = [[tgi_alternative(generation, *top) for top in t.top] for t in generation.tokens]
     return details
+
+
+def tgi_prefill(call: GenerationCall, token: Token) -> dict[str, Any]:
+    """A prompt token as TGI's ``details.prefill`` writes it, its text alone with special tokens' (the
+    first has no log-probability: null)."""
+    return {"id": token.id, "text": call.client.token_text(token.id), "logprob": _logprob(token.logprob)}
 
 
 def tgi_alternative(generation: Generation, token_id: int, value: float) -> dict[str, Any]:
@@ -57,7 +64,7 @@ def tgi_answer(call: GenerationCall, generation: Generation) -> list[dict[str, A
     """TGI's answer, a list of one ``{"generated_text"}`` (with ``details`` when asked)."""
     answer: dict[str, Any] = {"generated_text": full_text(call, generation)}
     if call.details:
-        answer["details"] = tgi_details(generation)
+        answer["details"] = tgi_details(call, generation)
     return [answer]
 
 
@@ -145,16 +152,44 @@ def answered(call: GenerationCall, generations: Sequence[Generation]) -> list[Ge
     return [g for group in groups for g in sorted(group, key=per_token, reverse=True)[: call.best]]
 
 
+def completion_logprobs(call: GenerationCall, tokens: Sequence[Token], offset: int = 0) -> dict[str, Any]:
+    """A completions choice's ``logprobs`` over ``tokens``: each token's text alone, its log-probability
+    (the prompt's first: null), its likeliest alternatives with the token itself (``{text: logprob}``,
+    null for the prompt's first), and its text's offset in the choice's text (from ``offset``)."""
+    texts = [call.client.token_text(token.id) for token in tokens]
+    offsets, tops = [], []
+    for token, text in zip(tokens, texts):
+        offsets.append(offset)
+        offset += len(text)
+        first = not math.isfinite(token.logprob) and not token.top  # the prompt's first token
+        tops.append(None if first else {**{call.client.token_text(i): v for i, v in token.top}, text: token.logprob})
+    return {
+        "tokens": texts,
+        "token_logprobs": [_logprob(token.logprob) for token in tokens],
+        "top_logprobs": tops,
+        "text_offset": offsets,
+    }
+
+
+def completion_choice(call: GenerationCall, index: int, generation: Generation, prompt: str) -> dict[str, Any]:
+    """One choice of a ``text_completion``: its text (after the prompt's, with ``echo``), its
+    ``logprobs`` where asked (the prompt's tokens first, with ``echo``)."""
+    tokens = [*generation.prefill, *generation.tokens] if call.echo else generation.tokens
+    return {
+        "index": index,
+        "text": prompt + generation.text if call.echo else generation.text,
+        "logprobs": completion_logprobs(call, tokens) if call.logprobs else None,
+        "finish_reason": OPENAI_FINISH[generation.finish_reason or LENGTH],
+    }
+
+
 def completion_answer(call: GenerationCall, generations: Sequence[Generation]) -> dict[str, Any]:
     """OpenAI's ``text_completion``: a choice a row (a prompt's ``n`` choices together, the prompts in
     order; with ``best_of``, its best ``n``), and the usage of them all (every row drawn, as OpenAI's)."""
+    rows = len(generations) // len(call.prompts)
+    prompt_of = {id(generation): call.prompts[row // rows] for row, generation in enumerate(generations)}
     choices = [
-        {
-            "index": index,
-            "text": generation.text,
-            "logprobs": None,
-            "finish_reason": OPENAI_FINISH[generation.finish_reason or LENGTH],
-        }
+        completion_choice(call, index, generation, prompt_of[id(generation)])
         for index, generation in enumerate(answered(call, generations))
     ]
     head = _chat_head(call, f"cmpl-{uuid.uuid4().hex}", int(time.time()), "text_completion")
@@ -184,7 +219,7 @@ def tgi_events(call: GenerationCall, generation: Generation, tokens: Iterator[To
             "index": index,
             "token": tgi_token(token),
             "generated_text": full_text(call, generation) if last else None,
-            "details": tgi_details(generation, tokens=False) if last and call.details else None,
+            "details": tgi_details(call, generation, tokens=False) if last and call.details else None,
         }
 
 
@@ -218,16 +253,22 @@ def chat_events(call: GenerationCall, generation: Generation, tokens: Iterator[T
 
 
 def completion_events(call: GenerationCall, generation: Generation, tokens: Iterator[Token]) -> Iterator[Any]:
-    """OpenAI's completions stream: a ``text_completion`` chunk a token that makes text, the finish
-    reason (the usage, asked), then ``[DONE]``."""
+    """OpenAI's completions stream: the prompt with ``echo``, a ``text_completion`` chunk a token that
+    makes text (every token, with ``logprobs``), the finish reason (the usage, asked), then ``[DONE]``."""
     head = _chat_head(call, f"cmpl-{uuid.uuid4().hex}", int(time.time()), "text_completion")
+    offset = 0
 
-    def chunk(text: str, finish: str | None = None) -> dict[str, Any]:
-        return {**head, "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]}
+    def chunk(text: str, finish: str | None = None, logprobs: Sequence[Token] = ()) -> dict[str, Any]:
+        nonlocal offset
+        found = completion_logprobs(call, logprobs, offset) if call.logprobs and logprobs else None
+        offset += sum(len(token) for token in found["tokens"]) if found else 0
+        return {**head, "choices": [{"index": 0, "text": text, "logprobs": found, "finish_reason": finish}]}
 
-    for token in tokens:
-        if token.text:
-            yield chunk(token.text)
+    for index, token in enumerate(tokens):
+        if index == 0 and call.echo:  # the prompt first (its tokens' log-probabilities came with the first token)
+            yield chunk(call.prompts[0], logprobs=generation.prefill)
+        if token.text or call.logprobs:  # asked, every token has its chunk: its log-probability
+            yield chunk(token.text, logprobs=[token])
     yield chunk("", OPENAI_FINISH[generation.finish_reason or LENGTH])
     if call.include_usage:
         yield {**head, "choices": [], "usage": choices_usage(call, [generation])}

@@ -30,9 +30,10 @@ class GenerationCall:
     return_full_text: bool = False
     details: bool = False
     include_usage: bool = False
-    logprobs: bool = False  # OpenAI's chat: each token's log-probability in the answer
+    logprobs: bool = False  # OpenAI's chat and completions: each token's log-probability in the answer
     tools: ToolFormat | None = None  # OpenAI's chat with tools: the markup its answers' calls are read from
     parallel_tool_calls: bool = True  # false: an answer's first call only
+    echo: bool = False  # OpenAI's completions: the prompt's text before each choice's
     best: int = 0  # OpenAI's best_of: of each prompt's rows, the ``best`` of highest log-probability a token; 0: all
     version: str | None = None
 

@@ -46,8 +46,8 @@ TGI_SETTINGS = (
     "repetition_penalty",
     "seed",
 )
-TGI_OTHERS = ("stop", "return_full_text", "details", "truncate", "grammar", "top_n_tokens")
-TGI_NEUTRAL = {"watermark": False, "decoder_input_details": False, "best_of": 1}
+TGI_OTHERS = ("stop", "return_full_text", "details", "truncate", "grammar", "top_n_tokens", "decoder_input_details")
+TGI_NEUTRAL = {"watermark": False, "best_of": 1}
 TGI_KEYS = ("inputs", "parameters", "stream")
 
 
@@ -129,6 +129,15 @@ def parse_tgi(document: Mapping[str, Any], client: TextGenerationClient) -> Gene
     options["do_sample"] = bool(options["do_sample"]) or warped
     if "top_n_tokens" in given:  # each token's likeliest, in details.top_tokens
         options["top_logprobs"] = TOP_LOGPROBS.parse(given["top_n_tokens"], "parameters.top_n_tokens")
+    details = flag(given.get("details", False), "parameters.details")
+    stream = flag(body.get("stream", False), "stream")
+    if flag(given.get("decoder_input_details", False), "parameters.decoder_input_details"):
+        if not details or stream:  # as TGI's: the prompt's tokens are in details.prefill, never streamed
+            raise InvalidInput(
+                "parameters.decoder_input_details: the prompt's tokens come in a whole answer's details.prefill: "
+                "send details true and stream false with it"
+            )
+        options["prompt_logprobs"] = 0
     keep = None
     if "truncate" in given:
         keep = int(Option("truncate", int, 1, client.context - 1).parse(given["truncate"], "parameters.truncate"))
@@ -149,9 +158,9 @@ def parse_tgi(document: Mapping[str, Any], client: TextGenerationClient) -> Gene
         TGI,
         (ask,),
         (body["inputs"],),
-        stream=flag(body.get("stream", False), "stream"),
+        stream=stream,
         return_full_text=flag(given.get("return_full_text", False), "parameters.return_full_text"),
-        details=flag(given.get("details", False), "parameters.details"),
+        details=details,
     )
 
 

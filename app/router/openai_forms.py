@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app.core.causal_lm_contract import NO_SEED
+from app.core.causal_lm_contract import MAX_TOP_LOGPROBS, NO_PROMPT_LOGPROBS, NO_SEED
 from app.core.errors import InvalidInput
 from app.core.grammar import Grammar
 from app.router.generation_call import CHAT, COMPLETION, GenerationCall, flag, given_keys
@@ -58,8 +58,8 @@ CHAT_KEYS = (
     "parallel_tool_calls",
     "response_format",
 )
-# OpenAI's completions: the chat body's settings, a prompt for messages; n, best_of, echo and logprobs
-# at their neutral value only, suffix refused
+# OpenAI's completions: the chat body's settings, a prompt for messages, n, best_of, echo and logprobs
+# (the likeliest tokens a position, as many as asked, with each token's); suffix refused
 COMPLETION_KEYS = (
     *(
         key
@@ -68,8 +68,10 @@ COMPLETION_KEYS = (
     ),
     "prompt",
     "best_of",
+    "echo",
+    "logprobs",
 )
-COMPLETION_NEUTRAL = {"echo": False, "logprobs": 0}
+COMPLETION_LOGPROBS = Option("logprobs", int, 0, MAX_TOP_LOGPROBS)
 CHAT_TEMPERATURE = Option("temperature", float, 0.0, 2.0)  # OpenAI's range; 0: greedy
 MAX_PROMPTS = 8  # a completions body's list of prompts: each its own row
 MAX_CHOICES = 8  # OpenAI's n: choices of one prompt, each its own row
@@ -136,14 +138,14 @@ def parse_completion(document: Mapping[str, Any], client: TextGenerationClient) 
     """OpenAI's completions body: ``prompt`` a text or a list of texts, ``n`` choices each (``choices``:
     each choice its own row, generated together; a prompt's choices together, in order), or with
     ``best_of`` that many drawn a prompt and its ``n`` best answered (the highest log-probability per
-    token, as OpenAI's), the chat body's settings; ``suffix`` refused, ``echo`` and ``logprobs`` at
-    their neutral value only. Streamed, one prompt and one choice."""
+    token, as OpenAI's), the chat body's settings; ``echo`` (the prompt's text before the answer's) and
+    ``logprobs`` (each token's log-probability and the likeliest that many a position: the prompt's
+    too, with ``echo``); ``suffix`` refused. Streamed, one prompt and one choice."""
     if "suffix" in document and document["suffix"] is not None:
         raise InvalidInput("suffix is not served: the prompt is continued, nothing is inserted before a suffix")
-    body = given_keys(document, (*COMPLETION_KEYS, *COMPLETION_NEUTRAL), "", "a completions body")
-    for key, neutral in COMPLETION_NEUTRAL.items():
-        if key in body and body[key] != neutral:
-            raise InvalidInput(f"{key} is not served (only {neutral!r})")
+    body = given_keys(document, COMPLETION_KEYS, "", "a completions body")
+    echo = flag(body.get("echo", False), "echo")
+    top = None if body.get("logprobs") is None else int(COMPLETION_LOGPROBS.parse(body["logprobs"], "logprobs"))
     prompts = body.get("prompt")
     prompts = [prompts] if isinstance(prompts, str) else prompts
     if not isinstance(prompts, list) or not 1 <= len(prompts) <= MAX_PROMPTS:
@@ -152,7 +154,8 @@ def parse_completion(document: Mapping[str, Any], client: TextGenerationClient) 
     best_of = int(BEST_OF.parse(body.get("best_of", n), "best_of"))
     if best_of < n:
         raise InvalidInput(f"best_of {best_of} is under n {n}: it is how many are drawn, n how many are answered")
-    each = choices(body, openai_options(body, client, "max_tokens"), best_of)
+    asked = {} if top is None else {"top_logprobs": top, "prompt_logprobs": top if echo else NO_PROMPT_LOGPROBS}
+    each = choices(body, {**openai_options(body, client, "max_tokens"), **asked}, best_of)
     stops = parse_stop(body.get("stop"), "stop")
     asks = tuple(
         client.ask(
@@ -170,7 +173,7 @@ def parse_completion(document: Mapping[str, Any], client: TextGenerationClient) 
     best = n if best_of > n else 0
     return GenerationCall(
         client, COMPLETION, asks, tuple(prompts), single=len(asks) == 1, stream=stream, include_usage=include_usage,
-        best=best,
+        best=best, logprobs=top is not None, echo=echo,
     )  # fmt: skip
 
 

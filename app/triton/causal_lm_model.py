@@ -46,6 +46,9 @@ from app.core.causal_lm_contract import (
     MAX_WAITING,
     PRECISION_KEY,
     PRECISIONS,
+    PROMPT_ALTERNATIVE_IDS,
+    PROMPT_ALTERNATIVE_LOGPROBS,
+    PROMPT_LOGPROBS,
     RUNNING_ROWS_PARAMETER,
     SETTINGS,
     STOP_TOKEN_IDS,
@@ -74,6 +77,8 @@ QUEUE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 
 CANCEL_CHECK_S = 0.05  # a caller gone is seen within this (and the next step)
 WARM_UP_S = 120.0
 BIAS_TENSORS = ((LOGIT_BIAS_IDS, np.int64), (LOGIT_BIAS, np.float32))
+PROMPT_OUTPUTS = (PROMPT_LOGPROBS, PROMPT_ALTERNATIVE_IDS, PROMPT_ALTERNATIVE_LOGPROBS)
+EMPTY_PROMPT = (np.zeros(0, np.float32), np.zeros(0, np.int64), np.zeros(0, np.float32))
 
 
 def read_request(
@@ -109,12 +114,22 @@ def read_request(
 
 
 class Stream:
-    """A request's response sender as the scheduler's sink: one response a token."""
+    """A request's response sender as the scheduler's sink: one response a token, the first with the
+    prompt's log-probabilities where they were asked (``prompt``), every other with them empty."""
 
     def __init__(self, sender, clock=time.monotonic) -> None:
         self.sender = sender
         self.clock = clock
         self.asked = float("-inf")  # when Triton was last asked whether the caller cancelled
+        self.prompt_tensors: tuple[np.ndarray, ...] = EMPTY_PROMPT
+
+    def prompt(self, logprobs: np.ndarray, alternatives: tuple[np.ndarray, np.ndarray]) -> None:
+        ids, values = alternatives
+        self.prompt_tensors = (
+            np.asarray(logprobs, np.float32).reshape(-1),
+            np.asarray(ids, np.int64).reshape(-1),
+            np.asarray(values, np.float32).reshape(-1),
+        )
 
     def token(self, token_id: int, logprob: float, last: bool, alternatives: Any = None) -> None:
         self._send([token_id], [logprob], last, alternatives)
@@ -129,7 +144,9 @@ class Stream:
             pb_utils.Tensor(LOGPROB, np.asarray(logprobs, np.float32)),
             pb_utils.Tensor(ALTERNATIVE_IDS, np.asarray(ids, np.int64).reshape(-1)),
             pb_utils.Tensor(ALTERNATIVE_LOGPROBS, np.asarray(values, np.float32).reshape(-1)),
+            *(pb_utils.Tensor(name, array) for name, array in zip(PROMPT_OUTPUTS, self.prompt_tensors)),
         ]
+        self.prompt_tensors = EMPTY_PROMPT
         flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if last else 0
         self.sender.send(pb_utils.InferenceResponse(output_tensors=tensors), flags=flags)
         if last:

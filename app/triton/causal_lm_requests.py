@@ -81,6 +81,13 @@ class Sink(Protocol):
     def cancelled(self) -> bool: ...
 
 
+class PromptSink(Sink, Protocol):
+    """A sink that asked for its prompt's log-probabilities (``prompt_logprobs`` 0 or more): told them
+    once, before the first token (``alternatives``: ids and values ``[tokens - 1, k]``)."""
+
+    def prompt(self, logprobs: np.ndarray, alternatives: tuple[np.ndarray, np.ndarray]) -> None: ...
+
+
 @dataclass(frozen=True)
 class Request:
     """One prompt: its token ids, every setting of ``SETTINGS`` by name, its deadline

@@ -37,13 +37,14 @@ from pathlib import Path
 
 import numpy as np
 
-from app.core.causal_lm_contract import MAX_RUNNING_ROWS, STOP_TOKEN_IDS
+from app.core.causal_lm_contract import MAX_RUNNING_ROWS, NO_PROMPT_LOGPROBS, STOP_TOKEN_IDS
 from app.triton.causal_lm_loop import Loop
 from app.triton.causal_lm_requests import Closed, Late, Request
 from app.triton.causal_lm_session import Graph, prompt_inputs
 from app.triton.causal_lm_tokens import Chooser, choose
 
 LOG = logging.getLogger(__name__)
+PROMPT_SETTING = "prompt_logprobs"
 
 
 @dataclass(eq=False)
@@ -113,6 +114,22 @@ class Batch:
             self.cache = [np.ascontiguousarray(array[:, :, start:]) for array in self.cache]
 
 
+def prompt_logprobs(request: Request, logits: np.ndarray) -> None:
+    """Tells ``request``'s sink its prompt's log-probabilities from its prompt step's logits
+    ``[tokens, vocabulary]``: each token after the first under ``log_softmax`` of the position before
+    it, and the ``prompt_logprobs`` likeliest tokens a position (ids, then values, likeliest first)."""
+    scores = logits[:-1].astype(np.float32)
+    scores = scores - scores.max(-1, keepdims=True)
+    scores -= np.log(np.exp(scores).sum(-1, keepdims=True))
+    chosen = scores[np.arange(len(scores)), request.ids[1:]]
+    k = min(int(request.settings[PROMPT_SETTING]), scores.shape[-1])
+    top = np.argpartition(-scores, k - 1, axis=-1)[:, :k] if k else np.zeros((len(scores), 0), np.int64)
+    values = np.take_along_axis(scores, top, -1)
+    order = np.argsort(-values, axis=-1, kind="stable")
+    top, values = np.take_along_axis(top, order, -1), np.take_along_axis(values, order, -1)
+    request.sink.prompt(chosen, (top, values))
+
+
 class Scheduler(Loop):
     """Continuous batching over one graph (``causal_lm_loop.Loop``: the queue, the checks, beam search
     beside, the endings): ``graph`` is ``decoder.onnx`` in ONNX Runtime, the steps' and beam search's."""
@@ -150,9 +167,21 @@ class Scheduler(Loop):
         return taken
 
     def _join(self, requests: list[Request]) -> None:
+        """The newcomers' prompts run as one batch; a prompt whose log-probabilities are asked runs
+        alone (its every position's logits: ``[tokens, vocabulary]``, not a batch's padded length)."""
+        scored = [int(request.settings.get(PROMPT_SETTING, NO_PROMPT_LOGPROBS)) >= 0 for request in requests]
+        plain = [request for request, asked in zip(requests, scored) if not asked]
+        for group in ([plain] if plain else []) + [[request] for request, asked in zip(requests, scored) if asked]:
+            self._prefill(group)
+
+    def _prefill(self, requests: list[Request]) -> None:
         ids, mask, positions = prompt_inputs([request.ids for request in requests])
+        every = int(requests[0].settings.get(PROMPT_SETTING, NO_PROMPT_LOGPROBS)) >= 0
         try:
-            logits, cache = self.graph.run(ids, mask, positions, self.graph.empty(len(requests)))
+            logits, cache = self.graph.run(ids, mask, positions, self.graph.empty(len(requests)), every=every)
+            if every:  # one request: its prompt's log-probabilities go before its first token
+                prompt_logprobs(requests[0], logits[0])
+                logits = logits[:, -1]
             rows = [
                 Row(request, Chooser(request.ids, request.settings, request.constraint, sorted(self.ends)))
                 for request in requests

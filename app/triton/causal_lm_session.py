@@ -16,7 +16,15 @@ from pathlib import Path
 
 import numpy as np
 
-from app.core.causal_lm_contract import ATTENTION_MASK, INPUT_IDS, LOGITS, POSITION_IDS, cache_names
+from app.core.causal_lm_contract import (
+    ATTENTION_MASK,
+    INPUT_IDS,
+    LAST_POSITION,
+    LOGITS,
+    LOGITS_POSITIONS,
+    POSITION_IDS,
+    cache_names,
+)
 
 
 class Turns:
@@ -57,7 +65,8 @@ def open_session(path: Path, threads: int = 0, providers: Sequence[str] = ()):
 class Graph:
     """One step of the model over a batch: token ids, mask, positions and the key/value cache (one
     ``[batch, kv_heads, past, head_dim]`` array per layer and kind, ``cache_names`` order) in; the last
-    position's logits and the cache after the step out. The cache's shape is read from the graph."""
+    position's logits (or every new position's: ``every``) and the cache after the step out. The
+    cache's shape is read from the graph."""
 
     def __init__(self, session) -> None:
         self.session = session
@@ -76,12 +85,20 @@ class Graph:
         return [np.zeros(shape, np.float32) for _ in self.past_names]
 
     def run(
-        self, ids: np.ndarray, mask: np.ndarray, positions: np.ndarray, cache: Sequence[np.ndarray]
+        self,
+        ids: np.ndarray,
+        mask: np.ndarray,
+        positions: np.ndarray,
+        cache: Sequence[np.ndarray],
+        every: bool = False,
     ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Logits ``[batch, vocabulary]`` (the last position's), or ``[batch, new, vocabulary]`` with
+        ``every``, and the cache after the step."""
+        kept = np.arange(ids.shape[1], dtype=np.int64) if every else np.asarray(LAST_POSITION, np.int64)
         feed = {INPUT_IDS: ids, ATTENTION_MASK: mask, POSITION_IDS: positions, **dict(zip(self.past_names, cache))}
         with self.turns:
-            logits, *present = self.session.run(self.output_names, feed)
-        return logits, present
+            logits, *present = self.session.run(self.output_names, {**feed, LOGITS_POSITIONS: kept})
+        return (logits if every else logits[:, -1]), present
 
 
 def prompt_inputs(prompts: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

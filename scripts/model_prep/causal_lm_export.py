@@ -42,7 +42,9 @@ from app.core.causal_lm_contract import (
     INPUT_IDS,
     IR_FILE,
     IR_WEIGHTS,
+    LAST_POSITION,
     LOGITS,
+    LOGITS_POSITIONS,
     POSITION_IDS,
     PRECISION_KEY,
     PRECISIONS,
@@ -170,7 +172,7 @@ def check_tensors(spec: ModelSpec, model: nn.Module, session) -> None:
     ALiBi's, has a graph without ``position_ids``)."""
     layers = causal_lm_graph.layers_of(model)
     want = (
-        [INPUT_IDS, ATTENTION_MASK, POSITION_IDS, *cache_names(layers, "past")],
+        [INPUT_IDS, ATTENTION_MASK, POSITION_IDS, *cache_names(layers, "past"), LOGITS_POSITIONS],
         [LOGITS, *cache_names(layers, "present")],
     )
     got = [i.name for i in session.get_inputs()], [o.name for o in session.get_outputs()]
@@ -183,9 +185,9 @@ def check_tensors(spec: ModelSpec, model: nn.Module, session) -> None:
         )
 
 
-def _feed(model: nn.Module, inputs: tuple) -> dict[str, np.ndarray]:
+def _feed(model: nn.Module, inputs: tuple, kept=LAST_POSITION) -> dict[str, np.ndarray]:
     names = [INPUT_IDS, ATTENTION_MASK, POSITION_IDS, *cache_names(causal_lm_graph.layers_of(model), "past")]
-    return {name: np.asarray(tensor) for name, tensor in zip(names, inputs)}
+    return {**{name: np.asarray(tensor) for name, tensor in zip(names, inputs)}, LOGITS_POSITIONS: np.asarray(kept)}
 
 
 def compare_steps(spec: ModelSpec, model: nn.Module, session) -> tuple[dict, dict]:
@@ -193,15 +195,15 @@ def compare_steps(spec: ModelSpec, model: nn.Module, session) -> tuple[dict, dic
     and values (all layers), the max abs differences and their limits."""
     diffs: dict[str, float] = {}
     limits: dict[str, float] = {}
-    cases = {
-        f"past {PAST_TOKENS}": causal_lm_graph.sample_inputs(model, past=PAST_TOKENS),
-        "past 0, the prompt": causal_lm_graph.sample_inputs(model, past=0, new=5),
+    cases = {  # a later step's last logits; the prompt's step, every position's (its log-probabilities)
+        f"past {PAST_TOKENS}": (causal_lm_graph.sample_inputs(model, past=PAST_TOKENS), LAST_POSITION),
+        "past 0, the prompt": (causal_lm_graph.sample_inputs(model, past=0, new=5), tuple(range(5))),
     }
     step = causal_lm_graph.Step(model).eval()
-    for case, inputs in cases.items():
+    for case, (inputs, kept) in cases.items():
         with torch.no_grad():
-            reference = [tensor.numpy() for tensor in step(*inputs)]
-        found = _run(spec, session, _feed(model, inputs))
+            reference = [tensor.numpy() for tensor in step(*inputs, causal_lm_graph.kept(*kept))]
+        found = _run(spec, session, _feed(model, inputs, kept))
         shapes = [list(r.shape) for r in reference], [list(f.shape) for f in found]
         if shapes[0] != shapes[1]:
             raise refusal(spec, f"ONNX Runtime gives the shapes {shapes[1]} at the {case} step, torch {shapes[0]}")
@@ -237,7 +239,7 @@ def greedy_over_graph(
     tokens = []
     for _ in range(new_tokens):
         logits, *present = _run(spec, session, feed)
-        chosen = np.where(done, pad, logits.argmax(-1))
+        chosen = np.where(done, pad, logits[:, -1].argmax(-1))
         tokens.append(chosen)
         done |= np.isin(chosen, ends)
         if done.all():
@@ -247,6 +249,7 @@ def greedy_over_graph(
             INPUT_IDS: chosen[:, None].astype(np.int64),
             ATTENTION_MASK: mask,
             POSITION_IDS: positions(mask)[:, -1:],
+            LOGITS_POSITIONS: np.asarray(LAST_POSITION),
         }
         feed.update(zip(past, present))
     return cut(np.stack(tokens, axis=1), ends)

@@ -3,8 +3,9 @@
 
 ``torch.onnx.export(dynamo=False, opset 17)`` of ``Step``, a wrapper that rebuilds a ``DynamicCache``
 from the flat ``past.<i>.key/value`` tensors, calls the model with ``input_ids``, ``attention_mask``,
-``position_ids`` and that cache, and returns the last position's logits (``logits_to_keep=1``) and
-every layer's keys and values after the step. One graph serves the prompt's step (a past of length 0)
+``position_ids`` and that cache, and returns the logits of the positions ``logits_positions`` names
+(``logits_to_keep``: the last alone at every step but a prompt's whose log-probabilities are asked)
+and every layer's keys and values after the step. One graph serves the prompt's step (a past of length 0)
 and every later one; its batch, new-token, past and total axes are dynamic. The model is loaded with
 eager attention: its masks are plain tensors the exporter follows for any length.
 """
@@ -18,7 +19,15 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
-from app.core.causal_lm_contract import ATTENTION_MASK, INPUT_IDS, LOGITS, POSITION_IDS, cache_layout, cache_names
+from app.core.causal_lm_contract import (
+    ATTENTION_MASK,
+    INPUT_IDS,
+    LOGITS,
+    LOGITS_POSITIONS,
+    POSITION_IDS,
+    cache_layout,
+    cache_names,
+)
 
 OPSET = 17
 
@@ -41,7 +50,8 @@ class Step(nn.Module):
         self.model = model
         self.layers = layers_of(model)
 
-    def forward(self, input_ids, attention_mask, position_ids, *past):
+    def forward(self, input_ids, attention_mask, position_ids, *past_and_kept):
+        *past, kept = past_and_kept
         cache = DynamicCache()
         for i in range(self.layers):
             cache.update(past[2 * i], past[2 * i + 1], i)
@@ -51,12 +61,12 @@ class Step(nn.Module):
             position_ids=position_ids,
             past_key_values=cache,
             use_cache=True,
-            logits_to_keep=1,
+            logits_to_keep=kept,
         )
         flat = []
         for layer in out.past_key_values.layers[: self.layers]:
             flat += [layer.keys, layer.values]
-        return (out.logits[:, -1, :], *flat)
+        return (out.logits, *flat)
 
 
 def empty_past(model: nn.Module, batch: int) -> list[torch.Tensor]:
@@ -78,6 +88,11 @@ def sample_inputs(model: nn.Module, batch: int = 2, past: int = 3, new: int = 4,
     return (ids, mask, positions, *cache)
 
 
+def kept(*positions: int) -> torch.Tensor:
+    """A step's ``logits_positions``: the new positions whose logits come out (-1: the last)."""
+    return torch.tensor(positions, dtype=torch.int64)
+
+
 def export(model: nn.Module, path: Path) -> None:
     """``model`` (in eval mode, eager attention) as ``path``: the graph of the contract."""
     layers = layers_of(model)
@@ -86,7 +101,8 @@ def export(model: nn.Module, path: Path) -> None:
         INPUT_IDS: {0: "batch", 1: "new"},
         ATTENTION_MASK: {0: "batch", 1: "total"},
         POSITION_IDS: {0: "batch", 1: "new"},
-        LOGITS: {0: "batch"},
+        LOGITS: {0: "batch", 1: "kept"},
+        LOGITS_POSITIONS: {0: "kept"},
         **{name: {0: "batch", 2: "past"} for name in past},
         **{name: {0: "batch", 2: "total"} for name in present},
     }
@@ -95,9 +111,9 @@ def export(model: nn.Module, path: Path) -> None:
         warnings.simplefilter("ignore")  # the tracer's notes on Python values it fixes (none matter here)
         torch.onnx.export(
             wrapper,
-            sample_inputs(model),
+            (*sample_inputs(model), kept(0, -1)),  # two positions: the graph keeps any number
             str(path),
-            input_names=[INPUT_IDS, ATTENTION_MASK, POSITION_IDS, *past],
+            input_names=[INPUT_IDS, ATTENTION_MASK, POSITION_IDS, *past, LOGITS_POSITIONS],
             output_names=[LOGITS, *present],
             dynamic_axes=axes,
             opset_version=OPSET,

@@ -388,8 +388,7 @@ def test_openai_s_completions_a_choice_a_prompt_whole_and_streamed(client, trito
     for wrong, fragment in (
         ({"suffix": "!"}, "suffix is not served"),
         ({"n": 9}, "n must be"),
-        ({"echo": True}, "echo is not served"),
-        ({"logprobs": 2}, "logprobs is not served"),
+        ({"logprobs": 21}, "logprobs must be"),
         ({"stream": True}, "stream takes one prompt"),
         ({"prompt": ["a"] * 9}, "a list of 1 to 8 texts"),
         ({"prompt": 5}, "prompt must be a text"),

@@ -544,3 +544,42 @@ def test_best_of_answers_the_draws_of_highest_log_probability_a_token(stack):
     best = [text for _, text in sorted(draws, reverse=True)[:2]]
     assert [choice.text for choice in found.choices] == best and len({text for _, text in draws}) > 1
     assert found.usage.completion_tokens == 4 * 6
+
+
+@pytest.mark.parametrize("name", ["llama_random", "qwen2_random"])
+def test_the_prompt_s_log_probabilities_are_log_softmax_of_the_model_s_logits(stack, references, name):
+    """TGI's ``decoder_input_details`` and OpenAI completions' ``echo`` with ``logprobs: 3`` (the
+    openai package): each prompt token after the first has ``log_softmax`` of the reference model's
+    logits at the position before it, within 1e-4, its three likeliest too; the answer is
+    ``generate``'s whichever was asked."""
+    import openai
+    import torch
+
+    model, tokenizer = references[name]
+    ids = tokenizer(PROMPTS[2], return_tensors="pt").input_ids
+    with torch.no_grad():
+        scores = torch.log_softmax(model(ids).logits[0, :-1].double(), -1)
+    prompt = ids[0].tolist()
+    wanted = scores[torch.arange(len(prompt) - 1), prompt[1:]].numpy()
+    body = {"inputs": PROMPTS[2], "parameters": {"max_new_tokens": 4, "details": True, "decoder_input_details": True}}
+    answer = post(stack, body, attributes=f"modelname={name}").json()[0]
+    prefill = answer["details"]["prefill"]
+    assert [token["id"] for token in prefill] == prompt and prefill[0]["logprob"] is None
+    np.testing.assert_allclose([token["logprob"] for token in prefill[1:]], wanted, rtol=0, atol=1e-4)
+    assert answer["generated_text"] == generate(references, name, PROMPTS[2], max_new_tokens=4, do_sample=False)[1]
+
+    client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key="unused", max_retries=0, timeout=60)
+    choice = client.completions.create(
+        model=name, prompt=PROMPTS[2], max_tokens=4, temperature=0, echo=True, logprobs=3
+    ).choices[0]
+    assert choice.text == PROMPTS[2] + answer["generated_text"]
+    found = choice.logprobs
+    assert found.tokens[: len(prompt)] == [tokenizer.decode([token]) for token in prompt]
+    assert found.token_logprobs[0] is None and found.top_logprobs[0] is None
+    np.testing.assert_allclose(found.token_logprobs[1 : len(prompt)], wanted, rtol=0, atol=1e-4)
+    for position, alternatives in enumerate(found.top_logprobs[1 : len(prompt)]):
+        best = scores[position].topk(3)
+        expected = {
+            tokenizer.decode([token]): value for token, value in zip(best.indices.tolist(), best.values.tolist())
+        }
+        assert {text: alternatives[text] for text in expected} == pytest.approx(expected, abs=1e-4)

@@ -282,7 +282,8 @@ def test_a_graph_whose_weights_lie_beside_it_keeps_them_in_one_file(built, tmp_p
     assert sorted(p.name for p in partial.iterdir()) == [GRAPH_FILE, causal_lm_export.DATA_FILE]
     assert causal_lm_export.graph_files(partial) == [GRAPH_FILE, causal_lm_export.DATA_FILE]
     session, reference = (ort.InferenceSession(str(p)) for p in (partial / GRAPH_FILE, graph))
-    axes = {"batch": 2, "new": 3, "total": 3, "past": 0}  # the prompt's step: three tokens, no past
+    # the prompt's step: three tokens, no past, the logits of its position 1 (ones)
+    axes = {"batch": 2, "new": 3, "total": 3, "past": 0, "kept": 1}
     feed = {
         i.name: np.ones([axes.get(d, d) for d in i.shape], dtype=np.int64 if "int64" in i.type else np.float32)
         for i in session.get_inputs()

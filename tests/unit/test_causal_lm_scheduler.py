@@ -101,6 +101,29 @@ def test_greedy_rows_alone_choose_generate_s_tokens_and_log_probabilities(causal
         np.testing.assert_allclose(sink.logprobs, wanted.numpy(), atol=1e-4)
 
 
+@pytest.mark.parametrize("kind", ["llama", "gpt2", "qwen3"])
+def test_the_prompts_log_probabilities_are_log_softmax_of_the_models_logits(causal_lms, graphs, kind):
+    model = causal_lms(kind)[1]
+    steps = scheduler(causal_lms, graphs, kind)
+    scored = [([5, 17, 99, 3, 42, 7, 250], 3), ([9], 0), ([11, 12, 13, 14], 5)]  # one token: nothing to score
+    sinks = [Collect() for _ in range(len(scored) + 1)]
+    for (prompt, top), sink in zip(scored, sinks):
+        steps.submit(request(prompt, sink, max_new_tokens=6, prompt_logprobs=top))
+    steps.submit(request([30, 31, 32], sinks[-1], max_new_tokens=6))  # joins at the same step, asks none
+    turns_until_done(steps, sinks)
+    assert sinks[-1].prompt_logprobs is None
+    assert sinks[-1].tokens == generate(model, [30, 31, 32], max_new_tokens=6, do_sample=False)
+    for (prompt, top), sink in zip(scored, sinks):
+        assert sink.tokens == generate(model, prompt, max_new_tokens=6, do_sample=False)  # run alone, the same answer
+        with torch.no_grad():
+            reference = torch.log_softmax(model(torch.tensor([prompt])).logits[0, :-1].double(), -1)
+        logprobs, (ids, values) = sink.prompt_logprobs
+        np.testing.assert_allclose(logprobs, reference[torch.arange(len(prompt) - 1), prompt[1:]].numpy(), atol=1e-4)
+        best = reference.topk(top, -1)
+        assert ids.shape == (len(prompt) - 1, top) and ids.tolist() == best.indices.tolist()
+        np.testing.assert_allclose(values, best.values.numpy(), atol=1e-4)
+
+
 SAMPLING = {"do_sample": True, "temperature": 0.7, "top_k": 40, "top_p": 0.9, "max_new_tokens": 16}
 
 

@@ -145,11 +145,11 @@ class Failing(Graph):
         super().__init__(graph.session)
         self.calls, self.failing = 0, failing
 
-    def run(self, *args):
+    def run(self, *args, **kwargs):
         self.calls += 1
         if self.calls - 1 in self.failing:
             raise RuntimeError("out of memory")
-        return super().run(*args)
+        return super().run(*args, **kwargs)
 
 
 def test_a_failed_run_fails_the_rows_it_ran_and_the_loop_goes_on(causal_lms, graphs):

@@ -60,7 +60,8 @@ class Loop:
         self.condition = threading.Condition()
         self.closing = False
         self.thread = threading.Thread(target=self._loop, name=self.thread_name, daemon=True)
-        self.counts = Counts(("finished", "late", "cancelled", "failed", "busy", "steps"))
+        # "shared": rows whose prompt another row of its step ran (OpenAI's n, best_of)
+        self.counts = Counts(("finished", "late", "cancelled", "failed", "busy", "steps", "shared"))
         self.waited: Callable[[float], None] | None = None
 
     def start(self):

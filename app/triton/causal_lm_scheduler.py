@@ -175,10 +175,18 @@ class Scheduler(Loop):
             self._prefill(group)
 
     def _prefill(self, requests: list[Request]) -> None:
-        ids, mask, positions = prompt_inputs([request.ids for request in requests])
+        """The prompts of ``requests`` run as one batch, each distinct prompt once: the rows of one
+        prompt (OpenAI's ``n`` choices, ``best_of``'s draws) share its logits and its cache."""
+        prompts = [tuple(request.ids.tolist()) for request in requests]
+        distinct = list(dict.fromkeys(prompts))
+        ids, mask, positions = prompt_inputs([np.asarray(prompt, np.int64) for prompt in distinct])
         every = int(requests[0].settings.get(PROMPT_SETTING, NO_PROMPT_LOGPROBS)) >= 0
         try:
-            logits, cache = self.graph.run(ids, mask, positions, self.graph.empty(len(requests)), every=every)
+            logits, cache = self.graph.run(ids, mask, positions, self.graph.empty(len(distinct)), every=every)
+            if len(distinct) < len(requests):
+                rows_of = [distinct.index(prompt) for prompt in prompts]
+                logits, mask, cache = logits[rows_of], mask[rows_of], [array[rows_of] for array in cache]
+                self.counts["shared"] += len(requests) - len(distinct)
             if every:  # one request: its prompt's log-probabilities go before its first token
                 prompt_logprobs(requests[0], logits[0])
                 logits = logits[:, -1]

@@ -19,6 +19,7 @@ import torch
 from app.core.generation_contract import DEADLINE_MARKER
 from app.core.settings import PROJECT_ROOT
 from app.triton.causal_lm_scheduler import Scheduler
+from app.triton.causal_lm_session import Graph
 from tests.causal_scheduling import (
     KINDS,
     WAIT_S,
@@ -124,6 +125,38 @@ def test_the_prompts_log_probabilities_are_log_softmax_of_the_models_logits(caus
         np.testing.assert_allclose(values, best.values.numpy(), atol=1e-4)
 
 
+class Recorded(Graph):
+    """The graph, each run's batch and new-token count kept."""
+
+    def __init__(self, graph: Graph) -> None:
+        super().__init__(graph.session)
+        self.shapes: list[tuple[int, int]] = []
+
+    def run(self, ids, *args, **kwargs):
+        self.shapes.append(ids.shape)
+        return super().run(ids, *args, **kwargs)
+
+
+def test_the_rows_of_one_prompt_run_it_once_and_draw_as_alone(causal_lms, graphs):
+    """OpenAI's ``n`` choices (a prompt's rows, each its seed) joining at one step: the prompt's step
+    runs it once, and each row draws what it draws alone."""
+    folder, _ = causal_lms("llama")
+    prompt, other = [12, 40, 41, 200, 7], [5, 6]
+    recorded = Recorded(graphs["llama"])
+    steps = Scheduler(folder, recorded)
+    sinks = [Collect() for _ in range(4)]
+    for seed, sink in zip((5, 6, 7), sinks):
+        steps.submit(request(prompt, sink, seed=seed, **SAMPLING))
+    steps.submit(request(other, sinks[3], max_new_tokens=4))
+    turns_until_done(steps, sinks)
+    assert recorded.shapes[0] == (2, len(prompt)) and steps.counts["shared"] == 2  # two prompts, four rows
+    make = lambda: scheduler(causal_lms, graphs, "llama")
+    for seed, sink in zip((5, 6, 7), sinks):
+        assert sink.tokens == drawn(make, prompt, seed, SAMPLING).tokens
+    assert len({tuple(sink.tokens) for sink in sinks[:3]}) > 1  # three draws, not one thrice
+    assert sinks[3].tokens == generate(causal_lms("llama")[1], other, max_new_tokens=4, do_sample=False)
+
+
 SAMPLING = {"do_sample": True, "temperature": 0.7, "top_k": 40, "top_p": 0.9, "max_new_tokens": 16}
 
 
@@ -199,6 +232,7 @@ from app.core.settings import PROJECT_ROOT
 from app.core.causal_lm_contract import GRAPH_FILE, SETTINGS
 from app.triton.causal_lm_requests import Request
 from app.triton.causal_lm_scheduler import Scheduler
+from app.triton.causal_lm_session import Graph
 from app.triton.causal_lm_session import Graph, open_session
 
 class Sink:

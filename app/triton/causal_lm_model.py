@@ -11,7 +11,9 @@ cancels (``response_sender.is_cancelled()``, asked every step) has its row dropp
 Triton's own metrics (its metrics port, ``/metrics``) carry how the model's requests ended,
 ``text_generation_requests_total{model, outcome}`` (``finished``, ``cancelled``, ``late``, ``failed``,
 and ``busy``: refused on arrival, the waiting queue full), ``text_generation_steps_total{model}``, the
-batch steps run, and ``text_generation_queue_duration_seconds{model}``, a histogram of each request's
+batch steps run, ``text_generation_shared_prompt_rows_total{model}``, the rows whose prompt another
+row of their step ran (``n`` choices, ``best_of``'s draws: one prompt step for them all), and
+``text_generation_queue_duration_seconds{model}``, a histogram of each request's
 wait from its arrival to the start of the step that makes its first token: a cancelled caller is seen
 there, in Triton, as well as on the router's ``router_generation_cancelled_total``.
 """
@@ -240,10 +242,15 @@ def triton_metrics(model: str):
         kind=family.COUNTER,
     )
     steps = family(name="text_generation_steps_total", description="Batch steps run", kind=family.COUNTER)
+    shared = family(
+        name="text_generation_shared_prompt_rows_total",
+        description="Rows whose prompt another row of their step ran once for both (OpenAI's n, best_of)",
+        kind=family.COUNTER,
+    )
     counters = {outcome: ended.Metric(labels={"model": model, "outcome": outcome}) for outcome in OUTCOMES}
     counters["steps"] = steps.Metric(labels={"model": model})
-
-    return updater(counters, (ended, steps), "increment")
+    counters["shared"] = shared.Metric(labels={"model": model})
+    return updater(counters, (ended, steps, shared), "increment")
 
 
 def triton_queue_time(model: str):

@@ -52,9 +52,10 @@ class FakeStream:
         error: Exception | None,
         top: int = 0,
         prompt: tuple[list[int], int] | None = None,
+        logprob: float = -0.25,
     ) -> None:
         self.tokens, self.delay, self.fail_at, self.error, self.top = tokens, delay, fail_at, error, top
-        self.prompt = prompt
+        self.prompt, self.logprob = prompt, logprob
         self.sent = 0
         self.done = False
         self.cancelled = False
@@ -76,7 +77,7 @@ class FakeStream:
         alternatives = [token, *(token + 1 + i for i in range(self.top - 1))][: self.top]  # the chosen first
         answer = {
             "token_id": np.array([token], dtype=np.int64),
-            "logprob": np.array([-0.25], dtype=np.float32),
+            "logprob": np.array([self.logprob], dtype=np.float32),
             "alternative_ids": np.array(alternatives, dtype=np.int64),
             "alternative_logprobs": np.array([-0.25 - i for i in range(len(alternatives))], dtype=np.float32),
         }
@@ -107,13 +108,15 @@ class FakeGenerator:
         self.fail_at: int | None = None
         self.error: Exception | None = None
         self.lock = threading.Lock()
+        self.seed_logprobs: dict[int, float] = {}  # a seeded row's tokens' log-probability (else -0.25)
 
     def stream(self, model, inputs, output_names, timeout_s=None, version=None):
         tokens = self.reply[model][: int(inputs["max_new_tokens"][0])]
         top = int(inputs["top_logprobs"][0]) if "top_logprobs" in inputs else 0
         asked = int(inputs["prompt_logprobs"][0]) if "prompt_logprobs" in inputs else -1
         prompt = (inputs["input_ids"].tolist(), asked) if asked >= 0 else None
-        stream = FakeStream(tokens, self.delay, self.fail_at, self.error, top, prompt)
+        logprob = self.seed_logprobs.get(int(inputs["seed"][0]) if "seed" in inputs else -1, -0.25)
+        stream = FakeStream(tokens, self.delay, self.fail_at, self.error, top, prompt, logprob)
         with self.lock:
             self.streams.append((model, dict(inputs), stream))
         return stream

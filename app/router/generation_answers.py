@@ -60,11 +60,18 @@ def tgi_alternative(generation: Generation, token_id: int, value: float) -> dict
     return {"id": token_id, "text": text, "logprob": _logprob(value), "special": special}
 
 
-def tgi_answer(call: GenerationCall, generation: Generation) -> list[dict[str, Any]]:
-    """TGI's answer, a list of one ``{"generated_text"}`` (with ``details`` when asked)."""
-    answer: dict[str, Any] = {"generated_text": full_text(call, generation)}
+def tgi_answer(call: GenerationCall, generations: Sequence[Generation]) -> list[dict[str, Any]]:
+    """TGI's answer, a list of one ``{"generated_text"}`` (with ``details`` when asked). With
+    ``best_of``, the draw whose tokens' log-probabilities sum highest, as TGI's; the others, in that
+    order, in ``details.best_of_sequences``."""
+    ranked = sorted(generations, key=summed, reverse=True) if call.best else list(generations)
+    answer: dict[str, Any] = {"generated_text": full_text(call, ranked[0])}
     if call.details:
-        answer["details"] = tgi_details(call, generation)
+        answer["details"] = tgi_details(call, ranked[0])
+        if call.best:
+            answer["details"]["best_of_sequences"] = [
+                {"generated_text": full_text(call, other), **tgi_details(call, other)} for other in ranked[1:]
+            ]
     return [answer]
 
 
@@ -137,10 +144,16 @@ def chat_answer(call: GenerationCall, generations: Sequence[Generation]) -> dict
     return {**head, "choices": choices, "usage": choices_usage(call, generations)}
 
 
-def per_token(generation: Generation) -> float:
-    """A generation's mean log-probability a token (best_of's measure; none: the lowest)."""
+def summed(generation: Generation) -> float:
+    """A generation's tokens' log-probabilities summed (TGI's best_of measure; none: the lowest)."""
     values = [token.logprob for token in generation.tokens if math.isfinite(token.logprob)]
-    return sum(values) / len(values) if values else -math.inf
+    return sum(values) if values else -math.inf
+
+
+def per_token(generation: Generation) -> float:
+    """A generation's mean log-probability a token (OpenAI's best_of measure; none: the lowest)."""
+    finite = sum(1 for token in generation.tokens if math.isfinite(token.logprob))
+    return summed(generation) / finite if finite else -math.inf
 
 
 def answered(call: GenerationCall, generations: Sequence[Generation]) -> list[Generation]:
@@ -200,7 +213,7 @@ def answer(call: GenerationCall, generations: Sequence[Generation]) -> Any:
     """The whole answer of a TGI, chat or completions call (a generation a prompt)."""
     if call.form == COMPLETION:
         return completion_answer(call, generations)
-    return chat_answer(call, generations) if call.form == CHAT else tgi_answer(call, generations[0])
+    return chat_answer(call, generations) if call.form == CHAT else tgi_answer(call, generations)
 
 
 def events(call: GenerationCall, generation: Generation, tokens: Iterator[Token]) -> Iterator[Any]:

@@ -27,7 +27,7 @@ from typing import Any
 
 from app.core.errors import InvalidInput
 from app.router.generation_call import CHAT, COMPLETION, ENVELOPE, TGI, GenerationCall, flag, given_keys
-from app.router.openai_forms import parse_chat, parse_completion
+from app.router.openai_forms import BEST_OF, choices, parse_chat, parse_completion
 from clients.base import ModelClient
 from clients.grammars import tgi_grammar
 from clients.options import Option
@@ -46,8 +46,17 @@ TGI_SETTINGS = (
     "repetition_penalty",
     "seed",
 )
-TGI_OTHERS = ("stop", "return_full_text", "details", "truncate", "grammar", "top_n_tokens", "decoder_input_details")
-TGI_NEUTRAL = {"watermark": False, "best_of": 1}
+TGI_OTHERS = (
+    "stop",
+    "return_full_text",
+    "details",
+    "truncate",
+    "grammar",
+    "top_n_tokens",
+    "decoder_input_details",
+    "best_of",
+)
+TGI_NEUTRAL = {"watermark": False}
 TGI_KEYS = ("inputs", "parameters", "stream")
 
 
@@ -106,7 +115,9 @@ def streams(client: ModelClient, payload: Mapping[str, Any]) -> bool:
 def parse_tgi(document: Mapping[str, Any], client: TextGenerationClient) -> GenerationCall:
     """TGI's ``{"inputs", "parameters", "stream"}``. As TGI, a sampling setting given (temperature,
     top_k, top_p) turns sampling on; ``truncate`` keeps the prompt's last tokens; the answer keeps
-    the stop sequence it ends at."""
+    the stop sequence it ends at; ``best_of`` (sampled, unstreamed) draws that many rows of the prompt
+    (with a ``seed``, row i draws with ``seed + i``) and answers the one of highest log-probability,
+    the others in ``details.best_of_sequences``."""
     body = given_keys(document, TGI_KEYS, "", "a TGI body")
     parameters = body.get("parameters", {})
     if not isinstance(parameters, dict):
@@ -138,26 +149,34 @@ def parse_tgi(document: Mapping[str, Any], client: TextGenerationClient) -> Gene
                 "send details true and stream false with it"
             )
         options["prompt_logprobs"] = 0
+    best_of = int(BEST_OF.parse(given.get("best_of", 1), "parameters.best_of"))
+    if best_of > 1 and (stream or not options["do_sample"]):  # as TGI's
+        raise InvalidInput(
+            "parameters.best_of: draws that many and answers the likeliest, so it samples (do_sample, or a "
+            "temperature, top_k, top_p or typical_p) and is not streamed"
+        )
     keep = None
     if "truncate" in given:
         keep = int(Option("truncate", int, 1, client.context - 1).parse(given["truncate"], "parameters.truncate"))
-    ask = client.ask(
-        client.encode_text(body.get("inputs"), "inputs"),
-        options,
-        "inputs",
-        new_tokens="parameters.max_new_tokens",
-        given="max_new_tokens" in given,
-        keep=keep,
-        stops=parse_stop(given.get("stop"), "parameters.stop"),
-        grammar=client.grammars.encoded(
-            tgi_grammar(given["grammar"]) if "grammar" in given else None, "parameters.grammar"
-        ),
+    ids = client.encode_text(body.get("inputs"), "inputs")
+    stops = parse_stop(given.get("stop"), "parameters.stop")
+    grammar = client.grammars.encoded(
+        tgi_grammar(given["grammar"]) if "grammar" in given else None, "parameters.grammar"
     )
+    asks = tuple(
+        client.ask(
+            ids, each, "inputs", new_tokens="parameters.max_new_tokens", given="max_new_tokens" in given, keep=keep,
+            stops=stops, grammar=grammar,
+        )
+        for each in choices(given, options, best_of)
+    )  # fmt: skip
     return GenerationCall(
         client,
         TGI,
-        (ask,),
+        asks,
         (body["inputs"],),
+        single=len(asks) == 1,
+        best=1 if best_of > 1 else 0,
         stream=stream,
         return_full_text=flag(given.get("return_full_text", False), "parameters.return_full_text"),
         details=details,

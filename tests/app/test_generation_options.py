@@ -212,3 +212,26 @@ def test_each_token_s_alternatives_in_openai_s_and_tgi_s_answers(client, triton)
         ({"modelname": "chat", "payload": {"text": "x", "top_logprobs": 2}}, "top_logprobs"),
     ):
         assert_error(post(client, body, "modelname=chat" if "inputs" in body else None), 400, "invalid_input", fragment)
+
+
+def test_tgi_s_best_of_answers_the_draw_of_highest_log_probability(client, triton):
+    """TGI's ``best_of``: that many rows of the prompt (a seed: row i draws with seed + i), the one whose
+    tokens' log-probabilities sum highest answered, the others in ``details.best_of_sequences``."""
+    triton.seed_logprobs = {10: -0.5, 11: -0.125, 12: -1.0}
+    parameters = {"max_new_tokens": 2, "do_sample": True, "seed": 10, "best_of": 3, "details": True}
+    answer = post(client, {"inputs": "Where?", "parameters": parameters}, "modelname=chat").get_json()[0]
+    assert [inputs["seed"].tolist() for _, inputs, _ in triton.streams] == [[10], [11], [12]]
+    details = answer["details"]
+    assert details["seed"] == 11 and [token["logprob"] for token in details["tokens"]] == [-0.125, -0.125]
+    assert [other["seed"] for other in details["best_of_sequences"]] == [10, 12]
+    assert all(set(other) >= {"generated_text", "finish_reason", "tokens"} for other in details["best_of_sequences"])
+    plain = post(client, {"inputs": "Where?", "parameters": {**parameters, "details": False}}, "modelname=chat")
+    assert set(plain.get_json()[0]) == {"generated_text"}
+    for wrong, fragment in (
+        ({"best_of": 2}, "parameters.best_of"),  # greedy
+        ({"best_of": 2, "do_sample": True, "stream": True}, "parameters.best_of"),
+        ({"best_of": 9, "do_sample": True}, "parameters.best_of must be"),
+    ):
+        stream = wrong.pop("stream", False)
+        body = {"inputs": "x", "parameters": wrong, "stream": stream}
+        assert_error(post(client, body, "modelname=chat"), 400, "invalid_input", fragment)

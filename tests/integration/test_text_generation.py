@@ -525,25 +525,35 @@ def test_logit_bias_and_stop_token_ids_through_the_openai_package(stack, referen
     assert stopped.usage.completion_tokens == at + 1 and stopped.choices[0].finish_reason == "stop"
 
 
-def test_best_of_answers_the_draws_of_highest_log_probability_a_token(stack):
+def test_best_of_answers_the_draws_of_highest_log_probability(stack):
     """OpenAI's ``best_of``: ``best_of`` seeded draws of the prompt (draw i with seed + i, as ``n``'s), the
-    ``n`` whose tokens' mean log-probability is highest answered, best first; the usage counts every draw."""
+    ``n`` whose tokens' mean log-probability is highest answered, best first; the usage counts every draw.
+    TGI's: the same draws, the one whose tokens' log-probabilities sum highest answered, the others in
+    ``details.best_of_sequences``."""
     import openai
 
     client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key="unused", max_retries=0, timeout=60)
     body = {"model": "llama_random", "prompt": PROMPTS[1], "max_tokens": 6, "temperature": 1.0, "seed": 3}
     found = client.completions.create(**body, best_of=4, n=2)
-    draws = []
+    draws = []  # (mean, sum, text) of each draw
     for i in range(4):  # each draw alone, through TGI's form, which answers its tokens' log-probabilities
         parameters = {"max_new_tokens": 6, "do_sample": True, "seed": 3 + i, "details": True}
         (answer,) = post(
             stack, {"inputs": PROMPTS[1], "parameters": parameters}, attributes="modelname=llama_random"
         ).json()
         logprobs = [token["logprob"] for token in answer["details"]["tokens"]]
-        draws.append((sum(logprobs) / len(logprobs), answer["generated_text"]))
-    best = [text for _, text in sorted(draws, reverse=True)[:2]]
-    assert [choice.text for choice in found.choices] == best and len({text for _, text in draws}) > 1
+        draws.append((sum(logprobs) / len(logprobs), sum(logprobs), answer["generated_text"]))
+    best = [text for _, _, text in sorted(draws, reverse=True)[:2]]
+    assert [choice.text for choice in found.choices] == best and len({text for _, _, text in draws}) > 1
     assert found.usage.completion_tokens == 4 * 6
+    parameters = {"max_new_tokens": 6, "do_sample": True, "seed": 3, "details": True, "best_of": 4}
+    (answer,) = post(
+        stack, {"inputs": PROMPTS[1], "parameters": parameters}, attributes="modelname=llama_random"
+    ).json()
+    ranked = [text for _, text in sorted(((total, text) for _, total, text in draws), reverse=True)]
+    others = answer["details"]["best_of_sequences"]
+    assert [answer["generated_text"], *(other["generated_text"] for other in others)] == ranked
+    assert sorted([answer["details"]["seed"], *(other["seed"] for other in others)]) == [3, 4, 5, 6]
 
 
 @pytest.mark.parametrize("name", ["llama_random", "qwen2_random"])

@@ -41,18 +41,18 @@ def test_a_quick_run_on_a_tiny_llama_writes_every_row(tmp_path, engine):
         assert row["requests"] > 0 and row["errors"] == 0, (key, row["first_error"])
         asked = SHORT_NEW_TOKENS if row["side"] in plan.PROBES else MAX_NEW_TOKENS
         at_once = row["concurrency"] if row["side"] == plan.GENAI else 1  # GenAI's calls: several prompts
-        if row["side"] == plan.CONSTRAINED:  # the schema done, the model ends
+        if row["side"] in (plan.CONSTRAINED, plan.TOOLS):  # the schema (the call) done, the model ends
             assert 0 < row["tokens_per_call"] <= asked, key
         else:
             assert row["tokens_per_call"] == asked * at_once, key  # random weights end no generation early
         streamed = row["side"] not in (*plan.LOCAL, *plan.WHOLE)
         assert (row["ttft_p50_ms"] is not None) == streamed and (row["itl_p99_ms"] is not None) == streamed, key
-    assert results["settings"]["long_new"] < plan.LONG_NEW  # the small model's 128 positions
+    assert results["settings"]["long_new"] == plan.LONG_NEW  # the small model's 1,024 positions hold them
     checks = results["checks"]
     assert checks["same_as_generate"] and checks["stream_tokens_same_as_generate"]
     assert checks["tokens_of_the_first_answer"] == [MAX_NEW_TOKENS] * 3
     infos = 3 if engine == "openvino" else 1  # and the endpoint against GenAI in this process, c=1 and c=8
-    goals = 2 if engine == "openvino" else 3  # and, on the onnxruntime engine, answers to a JSON Schema
+    goals = 2 if engine == "openvino" else 4  # and, on the onnxruntime engine, a JSON Schema's and a tool's
     assert [verdict["passed"] is None for verdict in results["verdicts"]] == [False] * goals + [True] * infos
     assert "| row | tokens/s |" in done.stdout and done.stdout.count("PASS ") + done.stdout.count("FAIL ") == goals
     assert done.stdout.count("info ") == 1 + infos and "stopping the stack" in done.stdout

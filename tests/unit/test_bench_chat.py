@@ -57,17 +57,21 @@ def test_the_rows_and_what_they_are_compared_with():
         "short-loaded",
         "follow-up",
         "json-schema/c8",  # the onnxruntime engine follows grammars
+        "tool-calls/c8",
+        "tools-auto/c8",  # the tool-calling row's reference: the same bodies, no grammar
     ]
-    assert rows[-3].concurrency == 7  # the short request and 7 long ones: 8 in all
-    assert len(plan.plan_rows(1)) == 7  # concurrency 1 asked for: the endpoint's row once
+    assert rows[5].concurrency == 7  # the short request and 7 long ones: 8 in all
+    assert len(plan.plan_rows(1)) == 9  # concurrency 1 asked for: the endpoint's row once
     assert [row.key for row in plan.plan_rows(8, "openvino")][-2:] == ["genai/c1", "genai/c8"]
     pairs = plan.goal_rows(8)
     assert {name: (a.key, b.key) for name, (a, b) in pairs.items()} == {
         "tokens": ("endpoint/c8", "generate"),
         "ttft": ("short-loaded", "short-alone"),
         "constrained": ("json-schema/c8", "endpoint/c8"),
+        "tools": ("tool-calls/c8", "tools-auto/c8"),
     }
-    assert "json-schema/c8" not in [row.key for row in plan.plan_rows(8, "openvino")]
+    openvino = [row.key for row in plan.plan_rows(8, "openvino")]
+    assert not {"json-schema/c8", "tool-calls/c8", "tools-auto/c8"} & set(openvino)
     labels = [row.label(64, 8, 256) for row in rows]
     assert "c=8" in labels[1] and "streamed" in labels[3] and "beside 7 of 256 tokens" in labels[5]
     assert "768 tokens sent before" in labels[6]
@@ -192,8 +196,8 @@ def test_results_are_plain_json_and_the_table_and_verdict_lines():
         "tokens_of_the_first_answer": [64, 64, 64],
     }
     lines = report.format_verdicts(results["verdicts"], checks).splitlines()
-    # 256 vs 256 tokens/s: generate's goal fails, the time to first token's and the constrained row's pass
-    assert [line.split(" ", 1)[0] for line in lines] == ["FAIL", "PASS", "PASS", "info", "info"]
+    # 256 vs 256 tokens/s: generate's goal fails, the time to first token's and the constrained rows' pass
+    assert [line.split(" ", 1)[0] for line in lines] == ["FAIL", "PASS", "PASS", "PASS", "info", "info"]
     assert lines[-1].endswith("the whole answer's text: False; tokens (generate, whole, streamed): 64, 64, 64")
     label = report.progress_label(0, 2, rows[3], cells[rows[3].key][0], made)
     assert label.startswith("round 1/2 stream/c8 (256 tokens/s, TTFT p50 55.0 ms")

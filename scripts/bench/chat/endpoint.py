@@ -2,7 +2,8 @@
 the long generations a short request is sent beside.
 
 Every body is the JSON envelope (``{"modelname", "payload": {"text", "max_new_tokens"}}``, greedy:
-the folder's default; the constrained row's with ``json_schema``). A whole answer's tokens are its ``result.generated_tokens``. A streamed one
+the folder's default; the constrained row's with ``json_schema``), but the tool-calling row's: OpenAI's
+chat body with ``tools`` and ``tool_choice: "required"``. A whole answer's tokens are its ``result.generated_tokens``. A streamed one
 (``"stream": true``) is read as it comes (``http.client``'s ``read1``, the chunks NGINX passes on),
 its server-sent events joined by ``scripts.events.sse_events``; each token's event is
 timed on arrival: the time to the first token (from the request's start) and the time between
@@ -19,7 +20,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from scripts.bench.chat.plan import MODEL
+from scripts.bench.chat.plan import MODEL, TOOL
 from scripts.bench.text.run import JSON_HEADERS
 from scripts.events import event_text, sse_events
 
@@ -143,6 +144,36 @@ class Caller:
                 self.close()
                 return
             yield part
+
+
+class ToolCaller(Caller):
+    """Chat bodies through the public port with ``TOOL`` that must call it (``tool_choice``
+    ``"required"``) or may (``"auto"``), whole; a record's tokens are its ``usage.completion_tokens``,
+    and it says how many calls came back."""
+
+    def __init__(self, *args, choice: str = "required", **kwargs) -> None:
+        self.choice = choice
+        super().__init__(*args, **kwargs)
+
+    def make_bodies(self, texts: Sequence, max_new_tokens: int) -> list[bytes]:
+        return [
+            json.dumps(
+                {
+                    "model": MODEL,
+                    "messages": [{"role": "user", "content": text}],
+                    "max_tokens": max_new_tokens,
+                    "tools": [TOOL],
+                    "tool_choice": self.choice,
+                }
+            ).encode()
+            for text in texts
+        ]
+
+    def whole(self, answer: http.client.HTTPResponse) -> dict:
+        found = json.loads(answer.read())
+        message = found["choices"][0]["message"]
+        calls = len(message.get("tool_calls") or ())
+        return {"generated_tokens": found["usage"]["completion_tokens"], "tool_calls": calls}
 
 
 class LongGenerations:

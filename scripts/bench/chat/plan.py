@@ -1,7 +1,7 @@
 """What the chat benchmark measures, decided before anything starts: its arguments, its rows (the
 endpoint at two concurrencies, streamed callers, a short request's time to first token alone and
-beside long generations, answers constrained to a JSON Schema, ``generate`` in this process at batch 1)
-and the comparisons they feed."""
+beside long generations, answers constrained to a JSON Schema, chat answers that must call a tool,
+``generate`` in this process at batch 1) and the comparisons they feed."""
 
 from __future__ import annotations
 
@@ -36,8 +36,25 @@ CONSTRAINED_SCHEMA = {
     "required": ["answer", "sure"],
     "additionalProperties": False,
 }
+# whole chat answers to the same prompts that must call TOOL (OpenAI's tools, tool_choice "required": a
+# grammar of the call's markup with the tool's parameters inline; the onnxruntime engine's), and the same
+# bodies free to answer text (tool_choice "auto": the same prompt, with the tools, and no grammar)
+TOOLS, TOOLS_FREE = "tool-calls", "tools-auto"
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "lookup",
+        "description": "Looks a phrase up.",
+        "parameters": {
+            "type": "object",
+            "properties": {"phrase": {"type": "string"}, "exact": {"type": "boolean"}},
+            "required": ["phrase", "exact"],
+            "additionalProperties": False,
+        },
+    },
+}
 GOAL_CONSTRAINED = 0.8  # constrained rows against the same calls unconstrained, tokens/s: at least
-WHOLE = (ENDPOINT, LLAMA, CONSTRAINED)  # the sides whose calls answer whole (their tokens counted), the others stream
+WHOLE = (ENDPOINT, LLAMA, CONSTRAINED, TOOLS, TOOLS_FREE)  # the sides whose calls answer whole (tokens counted)
 GOAL_PEER = 1.0  # the endpoint against llama.cpp's server: its tokens/s at least, its first token's wait at most
 FOLLOW_UP_SEEN, FOLLOW_UP_NEW = 768, 24  # its tokens sent before (the earlier turns), and the turn's own
 TEXTS, TEXT_TOKENS = 32, 24  # the prompts every row cycles through, and their tokens (<s> included)
@@ -76,6 +93,10 @@ class Row:
             return f"endpoint, whole answers, c={self.concurrency}, {max_new} tokens"
         if self.side == CONSTRAINED:
             return f"endpoint, whole answers to a JSON Schema, c={self.concurrency}, {max_new} tokens at most"
+        if self.side == TOOLS:
+            return f"endpoint, chat answers that must call a tool, c={self.concurrency}, {max_new} tokens at most"
+        if self.side == TOOLS_FREE:
+            return f"endpoint, chat answers free to call a tool, c={self.concurrency}, {max_new} tokens"
         if self.side == STREAM:
             return f"endpoint, streamed, c={self.concurrency}, {max_new} tokens"
         if self.side == LLAMA:
@@ -97,9 +118,11 @@ def plan_rows(concurrency: int, engine: str = ENGINES[0], peer: bool = False) ->
     the short request alone and beside ``concurrency - 1`` long generations (``concurrency`` requests
     in all, as the streamed row); a conversation's next turn, alone; on the openvino engine, its
     pipeline in this process with 1 and ``concurrency`` prompts at once, else (the onnxruntime engine,
-    which follows grammars) answers constrained to a JSON Schema at ``concurrency``; with ``peer``,
+    which follows grammars) answers constrained to a JSON Schema, and chat answers with a tool that must
+    call it and that may, at ``concurrency``; with ``peer``,
     llama.cpp's server as the endpoint is called: whole at 1 and ``concurrency``, streamed, the next turn."""
-    ceiling = [Row(GENAI, 1), Row(GENAI, concurrency)] if engine == "openvino" else [Row(CONSTRAINED, concurrency)]
+    grammars = [Row(CONSTRAINED, concurrency), Row(TOOLS, concurrency), Row(TOOLS_FREE, concurrency)]
+    ceiling = [Row(GENAI, 1), Row(GENAI, concurrency)] if engine == "openvino" else grammars
     if peer:
         ceiling += [Row(LLAMA, concurrency), Row(LLAMA, 1), Row(LLAMA_STREAM, concurrency), Row(LLAMA_FOLLOW_UP)]
     rows = [
@@ -121,6 +144,7 @@ def goal_rows(concurrency: int) -> dict[str, tuple[Row, Row]]:
         "tokens": (Row(ENDPOINT, concurrency), Row(GENERATE)),
         "ttft": (Row(SHORT_LOADED, max(1, concurrency - 1)), Row(SHORT_ALONE)),
         "constrained": (Row(CONSTRAINED, concurrency), Row(ENDPOINT, concurrency)),
+        "tools": (Row(TOOLS, concurrency), Row(TOOLS_FREE, concurrency)),
     }
 
 

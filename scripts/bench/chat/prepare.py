@@ -8,7 +8,8 @@ seeded random weights, and a tokenizer of Llama's kind (``LlamaTokenizerFast``: 
 BPE with byte fallback, ``<unk>`` 0, ``<s>`` 1, ``</s>`` 2, ``<s>`` put before each prompt) trained
 here on sentences of the text benchmark's words, its vocabulary padded with dummy pieces (``▁zq<n>``:
 no merge makes them, so no prompt is cut into them, and a generated one decodes to `` zq<n>``) up
-to 32,000 entries: every id the model may choose decodes.
+to 32,000 entries: every id the model may choose decodes. Its chat template is ChatML with tools
+(Qwen's, ``CHAT_TEMPLATE``): the tool-calling row's chat bodies are rendered by it.
 
 The ``</s>`` row of ``lm_head`` is zero: its logit is 0 at every step, below the largest of the
 other 31,999 random logits, so greedy search never ends a generation early and every generation
@@ -18,8 +19,8 @@ counts each answer's tokens and reports tokens a call).
 The folder is built once (``models/bench_llama/hf``, kept while its ``BUILD`` stamp matches), and
 model preparation's ``--cache-dir`` keeps the ONNX export of those bytes: a second run exports nothing.
 
-``--small``: the tiny Llama of ``scripts.model_prep.small_models`` (two layers of width 32, 128
-positions), a smoke run.
+``--small``: the tiny Llama of ``scripts.model_prep.small_models`` (two layers of width 32,
+``SMALL_POSITIONS`` positions), a smoke run.
 """
 
 from __future__ import annotations
@@ -44,8 +45,12 @@ from scripts.bench.chat import plan
 from scripts.bench.chat.plan import MODEL
 from scripts.bench.generation.prepare import corpus
 from scripts.bench.text.prepare import write_model_toml
+from scripts.model_prep.small_models.causal import CHAT_TEMPLATES
 
 SEED = 0
+# the chat template (scripts.model_prep.small_models.causal's, with tools: the tool-calling row's chat bodies)
+CHAT_TEMPLATE = "qwen_tools"
+SMALL_POSITIONS = 1024  # --small: room for the tools' prompt (about 600 tiny-BPE tokens) and the generations
 VOCABULARY = 32_000  # Llama 2's
 TRAINED_PIECES = 2000  # the BPE's vocabulary before the padding (specials and the 256 bytes included)
 SPECIALS = ["<unk>", "<s>", "</s>"]  # Llama's ids 0, 1, 2
@@ -90,7 +95,16 @@ SHAPES = dict(zip(plan.SHAPES, ((ARCHITECTURE, VOCABULARY), (SMOLLM2, 49_152), (
 def build_of(shape: str) -> str:
     """What the folder of ``shape`` is built from (its BUILD stamp)."""
     architecture, vocabulary = SHAPES[shape]
-    return json.dumps({"seed": SEED, "vocabulary": vocabulary, "trained": TRAINED_PIECES, "eos_row": 0, **architecture})
+    return json.dumps(
+        {
+            "seed": SEED,
+            "vocabulary": vocabulary,
+            "trained": TRAINED_PIECES,
+            "eos_row": 0,
+            "chat_template": CHAT_TEMPLATE,
+            **architecture,
+        }
+    )
 
 
 def padded_vocabulary(trained: dict[str, int], size: int = VOCABULARY) -> dict[str, int]:
@@ -136,6 +150,7 @@ def llama_folder(folder: Path, shape: str = plan.SHAPES[0]) -> Path:
     architecture, vocabulary = SHAPES[shape]
     tokenizer = llama_tokenizer(vocabulary, architecture["max_position_embeddings"])
     tokenizer.pad_token = tokenizer.unk_token
+    tokenizer.chat_template = CHAT_TEMPLATES[CHAT_TEMPLATE]
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         bos_token_id=tokenizer.bos_token_id,
@@ -184,8 +199,12 @@ def model_source(
     if small:
         from scripts.model_prep.small_models.causal import causal_model_folder
 
-        if not (model / "hf" / "config.json").is_file():
-            causal_model_folder(models, MODEL, "llama", seed=SEED)
+        if not (model / "hf" / "chat_template.jinja").is_file():
+            positions = {
+                "config.json": {"max_position_embeddings": SMALL_POSITIONS},
+                "tokenizer_config.json": {"model_max_length": SMALL_POSITIONS},
+            }
+            causal_model_folder(models, MODEL, "llama", seed=SEED, chat_template=CHAT_TEMPLATE, files=positions)
         write_model_toml(model, FAMILY_NAME, extra=extra)
         return model
     size = dict(zip(plan.SHAPES, ("about 34M", "about 135M (SmolLM2-135M's shape)", "about 580M")))[shape]

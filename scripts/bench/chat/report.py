@@ -118,8 +118,8 @@ def _verdict(name: str, value: float | None, goal: str, passed: bool | None, det
 def verdicts(by_key: Mapping[str, Mapping[str, Any]], concurrency: int) -> list[dict[str, Any]]:
     """The endpoint at ``concurrency`` against ``generate``'s tokens/s (at least ``GOAL_TOKENS`` x), the
     short request's time to first token beside the long generations against alone (p50, at most
-    ``GOAL_TTFT`` x), answers to a JSON Schema against the same calls unconstrained (at least
-    ``GOAL_CONSTRAINED`` x, where measured), and, without a goal, the endpoint at concurrency 1 against
+    ``GOAL_TTFT`` x), answers to a JSON Schema and chat answers that must call a tool against the
+    same calls unconstrained (at least ``GOAL_CONSTRAINED`` x, where measured), and, without a goal, the endpoint at concurrency 1 against
     ``generate``."""
     pairs = goal_rows(concurrency)
     served, local = (by_key.get(row.key, {}) for row in pairs["tokens"])
@@ -141,10 +141,12 @@ def verdicts(by_key: Mapping[str, Mapping[str, Any]], concurrency: int) -> list[
             detail,
         )
     )
-    constrained, free = (by_key.get(row.key) for row in pairs["constrained"])
-    if constrained is not None:  # the onnxruntime engine: answers to a JSON Schema against the same calls free
-        name = f"{constrained.get('label', pairs['constrained'][0].key)} / unconstrained, tokens/s"
-        found.append(_tokens_verdict(name, constrained, free or {}, GOAL_CONSTRAINED))
+    for kind in ("constrained", "tools"):  # the onnxruntime engine: grammars against the same prompts free
+        constrained, free = (by_key.get(row.key) for row in pairs[kind])
+        if constrained is not None:
+            reference = (free or {}).get("label", "unconstrained")
+            name = f"{constrained.get('label', pairs[kind][0].key)} / {reference}, tokens/s"
+            found.append(_tokens_verdict(name, constrained, free or {}, GOAL_CONSTRAINED))
     infos = [(Row(ENDPOINT, 1).key, GENERATE)]
     infos += [(Row(ENDPOINT, c).key, Row(GENAI, c).key) for c in dict.fromkeys((1, concurrency))]
     for served_key, local_key in infos:

@@ -20,7 +20,7 @@ from app.core.causal_lm_contract import context_length
 from app.core.generation_contract import end_ids
 from scripts.bench import prepared
 from scripts.bench.chat import endpoint, llama_cpp, plan, prepare, report
-from scripts.bench.chat.endpoint import Caller, LongGenerations
+from scripts.bench.chat.endpoint import Caller, LongGenerations, ToolCaller
 from scripts.bench.chat.llama_cpp import LlamaCaller, LlamaServer
 from scripts.bench.generation.run import in_main_thread, own_and_machine
 from scripts.bench.generation.stack_side import serving, sizing_line
@@ -128,6 +128,9 @@ def callers_of(stack: Stack, rows, texts, generate: Generate, args) -> tuple[dic
             callers[row.key] = Caller(port, texts, args.max_new_tokens, False, timeout)
         elif row.side == plan.CONSTRAINED:
             callers[row.key] = Caller(port, texts, args.max_new_tokens, False, timeout, plan.CONSTRAINED_SCHEMA)
+        elif row.side in (plan.TOOLS, plan.TOOLS_FREE):
+            choice = "required" if row.side == plan.TOOLS else "auto"
+            callers[row.key] = ToolCaller(port, texts, args.max_new_tokens, False, timeout, choice=choice)
         elif row.side == plan.STREAM:
             callers[row.key] = Caller(port, texts, args.max_new_tokens, True, timeout)
         elif row.side == plan.FOLLOW_UP:

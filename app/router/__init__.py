@@ -135,7 +135,8 @@ def create_app(
         if document is not None and is_generation_body(document):  # TGI's or OpenAI's chat body
             attributes = parse_custom_attributes(asked.custom_attributes)
             with timed(current().timings, "preprocess"):
-                call = parse_body(document, attributes, served.lookup, generation_models)
+                names = (lambda: [served.only]) if served.only else generation_models
+                call = parse_body(document, attributes, served.lookup, names)
             return answer_generation(call, deadline, current())
         lines = is_jsonlines(asked)
         calls = parse_lines(asked, served.lookup) if lines else [parse_invocation(asked, served.lookup, document)]
@@ -223,4 +224,4 @@ def served_by(model: Model) -> Served:
             )
         return model.client
 
-    return Served(lookup, model.content_types, model.triton_name, model.load)
+    return Served(lookup, model.content_types, model.triton_name, model.load, only=model.name)

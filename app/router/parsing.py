@@ -60,12 +60,15 @@ class Request:
 class Served:
     """Who answers an invocation: ``lookup`` gives the client a parsed request names, ``content_types``
     are the raw-body types those clients take; a KServe v2 body goes to ``v2_model`` (when given,
-    else to the model the request names), whose configuration is kept per ``load``."""
+    else to the model the request names), whose configuration is kept per ``load``; ``only``: the one
+    model every body goes to (a loaded one's ``/models/<name>/invoke``), which answers a TGI or OpenAI
+    body that names none."""
 
     lookup: Callable[[Any], ModelClient]
     content_types: frozenset[str]
     v2_model: str = ""
     load: object = None
+    only: str = ""
 
 
 def check_media_type(request: Request, content_types: frozenset[str]) -> None:

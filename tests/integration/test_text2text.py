@@ -346,4 +346,26 @@ def test_generation_archives_load_answer_and_unload_on_a_multi_model_endpoint(
     assert streamed.headers["Content-Type"].startswith("text/event-stream")
     events = [json.loads(block[len("data: ") :]) for block in streamed.text.split("\n\n")[:-1]]
     assert events[-1]["generated_text"] == whole
+    # TGI's, OpenAI's chat and completions bodies, as SageMaker passes them to a loaded model
+    tgi = {
+        "inputs": "The quick brown fox",
+        "parameters": {"max_new_tokens": 30, "details": True, "decoder_input_details": True},
+    }
+    r = requests.post(f"{stack.url}/models/writer/invoke", json=tgi, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json()[0]["generated_text"] == whole and r.json()[0]["details"]["prefill"][1]["logprob"] < 0
+    completion = {"prompt": "The quick brown fox", "max_tokens": 30, "temperature": 0, "echo": True, "logprobs": 2}
+    r = requests.post(f"{stack.url}/models/writer/invoke", json=completion, timeout=60)
+    assert r.status_code == 200, r.text
+    assert (
+        r.json()["choices"][0]["text"] == "The quick brown fox" + whole and r.json()["model"] == "llama_trained"
+    )  # the folder's name, as the envelope's modelname
+    chat = {
+        "messages": [{"role": "user", "content": "A man is riding"}],
+        "max_tokens": 5,
+        "response_format": {"type": "json_object"},
+    }
+    r = requests.post(f"{stack.url}/models/writer/invoke", json=chat, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json()["object"] == "chat.completion" and r.json()["choices"][0]["message"]["content"].startswith("{")
     assert requests.delete(f"{stack.url}/models/writer", timeout=60).status_code == 200

@@ -116,6 +116,13 @@ def triton_metric(stack: Stack, outcome: str, model: str) -> float:
     return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(key))
 
 
+def shared_prompt_rows(stack: Stack, model: str) -> float:
+    """Triton's count of the model's rows whose prompt another row ran for them."""
+    text = requests.get(f"http://127.0.0.1:{stack.triton_ports[2]}/metrics", timeout=10).text
+    key = f'text_generation_shared_prompt_rows_total{{model="{model}"}}'
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(key))
+
+
 def assert_greedy_is_generate(stack: Stack, references, name: str, prompts) -> list[tuple[list[int], str]]:
     """Greedy answers to ``prompts`` in our form, and to the first in TGI's with its tokens' ids, are
     ``generate``'s (12 new tokens); ``generate``'s answers, for more checks."""

@@ -60,7 +60,7 @@ class Loop:
         self.condition = threading.Condition()
         self.closing = False
         self.thread = threading.Thread(target=self._loop, name=self.thread_name, daemon=True)
-        # "shared": rows whose prompt another row of its step ran (OpenAI's n, best_of)
+        # "shared": rows whose prompt another row ran for them (of their step, or running: OpenAI's n, best_of)
         self.counts = Counts(("finished", "late", "cancelled", "failed", "busy", "steps", "shared"))
         self.waited: Callable[[float], None] | None = None
 

@@ -12,7 +12,7 @@ Triton's own metrics (its metrics port, ``/metrics``) carry how the model's requ
 ``text_generation_requests_total{model, outcome}`` (``finished``, ``cancelled``, ``late``, ``failed``,
 and ``busy``: refused on arrival, the waiting queue full), ``text_generation_steps_total{model}``, the
 batch steps run, ``text_generation_shared_prompt_rows_total{model}``, the rows whose prompt another
-row of their step ran (``n`` choices, ``best_of``'s draws: one prompt step for them all), and
+row ran for them (``n`` choices, ``best_of``'s draws: ``causal_lm_scheduler``), and
 ``text_generation_queue_duration_seconds{model}``, a histogram of each request's
 wait from its arrival to the start of the step that makes its first token: a cancelled caller is seen
 there, in Triton, as well as on the router's ``router_generation_cancelled_total``.
@@ -244,7 +244,7 @@ def triton_metrics(model: str):
     steps = family(name="text_generation_steps_total", description="Batch steps run", kind=family.COUNTER)
     shared = family(
         name="text_generation_shared_prompt_rows_total",
-        description="Rows whose prompt another row of their step ran once for both (OpenAI's n, best_of)",
+        description="Rows whose prompt another row ran for them (OpenAI's n, best_of): of their step, or running",
         kind=family.COUNTER,
     )
     counters = {outcome: ended.Metric(labels={"model": model, "outcome": outcome}) for outcome in OUTCOMES}

@@ -5,8 +5,10 @@ the next step instead of waiting for the batch to finish.
 A step of the loop:
 
 1. newcomers are taken (the loop blocks only when nothing runs), as many as the cap on running rows
-   leaves room for; their prompts run as one batch, left-padded (``prompt_inputs``), and each
-   chooses its first token from its prompt's step;
+   leaves room for; their prompts run as one batch, left-padded (``prompt_inputs``), each distinct
+   prompt once, and each chooses its first token from its prompt's step; a prompt that a running
+   row's tokens begin with (a prompt's ``n`` choices, started one after another) runs its last token
+   alone, over that row's keys and values of the tokens before it;
 2. they join the running batch (``Batch.join``): the shorter of the two caches and masks is padded on
    the left with zeros to the other's length, so every row's last column is its latest token;
 3. every running row runs one step together: its last token, its mask with one more column, its
@@ -49,11 +51,17 @@ PROMPT_SETTING = "prompt_logprobs"
 
 @dataclass(eq=False)
 class Row:
-    """A running request: its token choice and how many tokens it has made."""
+    """A running request: its token choice and the tokens it has made (sent)."""
 
     request: Request
     chooser: Chooser
     made: int = 0
+    tokens: list[int] = field(default_factory=list)
+
+    def ran(self) -> list[int]:
+        """The tokens whose keys and values its cache holds: the prompt, and each token made but the
+        last (which the next step runs)."""
+        return [*self.request.ids.tolist(), *self.tokens[:-1]]
 
 
 def left_padded(array: np.ndarray, total: int, axis: int) -> np.ndarray:
@@ -168,21 +176,55 @@ class Scheduler(Loop):
 
     def _join(self, requests: list[Request]) -> None:
         """The newcomers' prompts run as one batch; a prompt whose log-probabilities are asked runs
-        alone (its every position's logits: ``[tokens, vocabulary]``, not a batch's padded length)."""
+        alone (its every position's logits: ``[tokens, vocabulary]``, not a batch's padded length); a
+        prompt that a running row's tokens begin with (OpenAI's ``n`` choices, ``best_of``'s draws
+        arriving a step apart) runs only its last token, over that row's keys and values before it."""
         scored = [int(request.settings.get(PROMPT_SETTING, NO_PROMPT_LOGPROBS)) >= 0 for request in requests]
-        plain = [request for request, asked in zip(requests, scored) if not asked]
+        plain, reused = [], []
+        for request, asked in zip(requests, scored):
+            if asked:
+                continue
+            past = self._past_of(request.ids)
+            if past is None:
+                plain.append(request)
+            else:
+                reused.append((request, past))
+        for request, past in reused:
+            self._prefill([request], past)
         for group in ([plain] if plain else []) + [[request] for request, asked in zip(requests, scored) if asked]:
             self._prefill(group)
 
-    def _prefill(self, requests: list[Request]) -> None:
+    def _past_of(self, prompt: np.ndarray) -> list[np.ndarray] | None:
+        """The keys and values of ``prompt``'s tokens but its last, copied from a running row whose
+        tokens begin with them (None: no row's do, or a prompt of one token)."""
+        wanted = prompt[:-1].tolist()
+        if not wanted:
+            return None
+        total = self.batch.mask.shape[1]
+        for index, row in enumerate(self.batch.rows):
+            ran = row.ran()
+            if ran[: len(wanted)] == wanted:
+                start = total - len(ran)  # the row's columns are the last ones (left padding before)
+                return [array[index : index + 1, :, start : start + len(wanted)].copy() for array in self.batch.cache]
+        return None
+
+    def _prefill(self, requests: list[Request], past: list[np.ndarray] | None = None) -> None:
         """The prompts of ``requests`` run as one batch, each distinct prompt once: the rows of one
-        prompt (OpenAI's ``n`` choices, ``best_of``'s draws) share its logits and its cache."""
+        prompt (OpenAI's ``n`` choices, ``best_of``'s draws) share its logits and its cache. With
+        ``past`` (one request: its prompt's keys and values but the last token's), the last token alone."""
         prompts = [tuple(request.ids.tolist()) for request in requests]
         distinct = list(dict.fromkeys(prompts))
-        ids, mask, positions = prompt_inputs([np.asarray(prompt, np.int64) for prompt in distinct])
+        if past is None:
+            ids, mask, positions = prompt_inputs([np.asarray(prompt, np.int64) for prompt in distinct])
+            past = self.graph.empty(len(distinct))
+        else:
+            length = len(requests[0].ids)
+            ids, mask = requests[0].ids[-1:].reshape(1, 1), np.ones((1, length), np.int64)
+            positions = np.array([[length - 1]], np.int64)
+            self.counts["shared"] += 1
         every = int(requests[0].settings.get(PROMPT_SETTING, NO_PROMPT_LOGPROBS)) >= 0
         try:
-            logits, cache = self.graph.run(ids, mask, positions, self.graph.empty(len(distinct)), every=every)
+            logits, cache = self.graph.run(ids, mask, positions, past, every=every)
             if len(distinct) < len(requests):
                 rows_of = [distinct.index(prompt) for prompt in prompts]
                 logits, mask, cache = logits[rows_of], mask[rows_of], [array[rows_of] for array in cache]
@@ -233,6 +275,7 @@ class Scheduler(Loop):
         kept = []
         for i, (row, token, logprob) in enumerate(zip(rows, tokens, logprobs)):
             row.made += 1
+            row.tokens.append(int(token))
             settings = row.request.settings
             ended = token in self.ends and not settings["ignore_eos"] or token in settings.get(STOP_TOKEN_IDS, ())
             last = ended or row.made >= int(row.request.settings["max_new_tokens"])

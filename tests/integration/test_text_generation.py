@@ -34,6 +34,7 @@ from tests.causal_serving import (
     open_stream,
     references_of,
     result,
+    shared_prompt_rows,
     streamed,
     triton_metric,
 )
@@ -366,6 +367,10 @@ def test_openai_s_n_seeded_choices_repeat_themselves_and_are_each_seed_s_own(sta
     assert [choice.text for choice in client.completions.create(**body, n=3).choices] == first
     alone = [client.completions.create(**{**body, "seed": 5 + i}).choices[0].text for i in range(3)]
     assert alone == first and len(set(first)) > 1  # three draws, not one thrice
+    # the prompt is run once: the later choices take the first one's keys and values (Triton's metric)
+    before = shared_prompt_rows(stack, "llama_random")
+    client.completions.create(**{**body, "max_tokens": 100}, n=4, extra_body={"ignore_eos": True})  # none ends early
+    assert shared_prompt_rows(stack, "llama_random") == before + 3
 
 
 def test_a_chat_s_logprobs_are_log_softmax_of_generate_s_logits(stack, references):

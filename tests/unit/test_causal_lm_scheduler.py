@@ -157,6 +157,29 @@ def test_the_rows_of_one_prompt_run_it_once_and_draw_as_alone(causal_lms, graphs
     assert sinks[3].tokens == generate(causal_lms("llama")[1], other, max_new_tokens=4, do_sample=False)
 
 
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_a_prompt_a_running_row_began_with_runs_only_its_last_token(causal_lms, graphs, kind):
+    """Rows of one prompt arriving a step apart (the router starts OpenAI's ``n`` choices one after
+    another): the later ones take the running row's keys and values of the prompt and run its last
+    token alone; each answer is what it is alone."""
+    folder, model = causal_lms(kind)
+    prompt = [12, 40, 41, 200, 7, 9]
+    recorded = Recorded(graphs[kind])
+    steps = Scheduler(folder, recorded)
+    first, second, longer = Collect(), Collect(), Collect()
+    steps.submit(request(prompt, first, max_new_tokens=8))
+    steps.turn(block=False)
+    steps.turn(block=False)  # the first row has run its prompt and two steps
+    made = list(first.tokens)
+    steps.submit(request(prompt, second, seed=6, **SAMPLING))
+    steps.submit(request(prompt + made[:2], longer, max_new_tokens=5))  # its tokens so far begin this one
+    turns_until_done(steps, [first, second, longer])
+    assert steps.counts["shared"] == 2 and recorded.shapes[3:5] == [(1, 1), (1, 1)]
+    assert first.tokens == generate(model, prompt, max_new_tokens=8, do_sample=False)
+    assert second.tokens == drawn(lambda: scheduler(causal_lms, graphs, kind), prompt, 6, SAMPLING).tokens
+    assert longer.tokens == generate(model, prompt + made[:2], max_new_tokens=5, do_sample=False)
+
+
 SAMPLING = {"do_sample": True, "temperature": 0.7, "top_k": 40, "top_p": 0.9, "max_new_tokens": 16}
 
 

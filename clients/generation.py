@@ -70,6 +70,7 @@ class Generation:
         special_ids: frozenset[int],
         seed: int | None = None,
         prompt_ids: Sequence[int] = (),
+        last_prompt_id: int | None = None,
     ) -> None:
         self.stream = stream
         self.text_stream = text
@@ -80,6 +81,7 @@ class Generation:
         self.seed = seed
         self.tokens: list[Token] = []
         self.prompt_ids = tuple(prompt_ids)  # where the prompt's log-probabilities were asked
+        self.last_prompt_id = last_prompt_id  # the token before the first generated (a token's text after it)
         self.prefill: list[Token] = []  # then the prompt's tokens, with them (the first has none: NaN)
         self.finish_reason: str | None = None
         self.started = time.perf_counter()

@@ -175,10 +175,16 @@ class TextGenerationClient(TextClient[None]):
         text = self.tokenizer.decode(list(ids), skip_special_tokens=True)
         return clean_up_tokenization(text) if self.clean_up else text
 
-    def token_text(self, token_id: int) -> str:
-        """One token alone, decoded with its special tokens (OpenAI's ``logprobs.content[].token``; a
-        token that holds part of a character's bytes decodes to U+FFFD)."""
-        return self.tokenizer.decode([int(token_id)], skip_special_tokens=False)
+    def token_text(self, token_id: int, before: int | None = None) -> str:
+        """A token's text, decoded with its special tokens (OpenAI's ``logprobs.content[].token``): what
+        it adds after the token ``before`` it (a SentencePiece token's leading space kept, which it
+        loses decoded alone), else alone; a token that holds part of a character's bytes is U+FFFD."""
+        alone = self.tokenizer.decode([int(token_id)], skip_special_tokens=False)
+        if before is None:
+            return alone
+        head = self.tokenizer.decode([int(before)], skip_special_tokens=False)
+        pair = self.tokenizer.decode([int(before), int(token_id)], skip_special_tokens=False)
+        return pair[len(head) :] if pair.startswith(head) and len(pair) > len(head) else alone
 
     def encode_text(self, text: Any, where: str) -> list[int]:
         """A text as ``tokenizer(text)`` encodes it (the tokenizer's special tokens, a BOS, included)."""
@@ -276,6 +282,7 @@ class TextGenerationClient(TextClient[None]):
             special_ids=self.special_ids,
             seed=seed,
             prompt_ids=ask.ids if int(ask.settings[PROMPT_LOGPROBS]) >= 0 else (),
+            last_prompt_id=ask.ids[-1],
         )
 
     def preprocess(self, item: Any, where: str, options: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], None]:

@@ -116,6 +116,16 @@ def triton_metric(stack: Stack, outcome: str, model: str) -> float:
     return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(key))
 
 
+def token_text(tokenizer, token: int, before: int | None) -> str:
+    """A token's text as OpenAI's logprobs write it: what it adds to the decode after the token before
+    it (a SentencePiece token keeps its leading space), else its decode alone."""
+    alone = tokenizer.decode([token])
+    if before is None:
+        return alone
+    head, pair = tokenizer.decode([before]), tokenizer.decode([before, token])
+    return pair[len(head) :] if pair.startswith(head) and len(pair) > len(head) else alone
+
+
 def shared_prompt_rows(stack: Stack, model: str) -> float:
     """Triton's count of the model's rows whose prompt another row ran for them."""
     text = requests.get(f"http://127.0.0.1:{stack.triton_ports[2]}/metrics", timeout=10).text

@@ -40,17 +40,19 @@ def tgi_details(call: GenerationCall, generation: Generation, tokens: bool = Tru
         "seed": generation.seed,
     }
     if tokens:
-        prefill = [tgi_prefill(call, t) for t in generation.prefill]  # decoder_input_details
+        befores = [None, *(t.id for t in generation.prefill[:-1])]
+        prefill = [tgi_prefill(call, t, b) for t, b in zip(generation.prefill, befores)]  # decoder_input_details
         details |= {"prefill": prefill, "tokens": [tgi_token(t) for t in generation.tokens]}
         if any(t.top for t in generation.tokens):  # TGI's top_n_tokens
             details["top_tokens"] = [[tgi_alternative(generation, *top) for top in t.top] for t in generation.tokens]
     return details
 
 
-def tgi_prefill(call: GenerationCall, token: Token) -> dict[str, Any]:
-    """A prompt token as TGI's ``details.prefill`` writes it, its text alone with special tokens' (the
-    first has no log-probability: null)."""
-    return {"id": token.id, "text": call.client.token_text(token.id), "logprob": _logprob(token.logprob)}
+def tgi_prefill(call: GenerationCall, token: Token, before: int | None) -> dict[str, Any]:
+    """A prompt token as TGI's ``details.prefill`` writes it, its text after the token ``before`` it,
+    special tokens' included (the first has no log-probability: null)."""
+    text = call.client.token_text(token.id, before)
+    return {"id": token.id, "text": text, "logprob": _logprob(token.logprob)}
 
 
 def tgi_alternative(generation: Generation, token_id: int, value: float) -> dict[str, Any]:
@@ -79,21 +81,26 @@ def _chat_head(call: GenerationCall, ident: str, created: int, kind: str) -> dic
     return {"id": ident, "object": kind, "created": created, "model": call.client.name}
 
 
-def _entry(call: GenerationCall, token_id: int, value: float) -> dict[str, Any]:
-    text = call.client.token_text(token_id)
+def _entry(call: GenerationCall, token_id: int, value: float, before: int | None) -> dict[str, Any]:
+    text = call.client.token_text(token_id, before)
     logprob = _logprob(value)
     return {"token": text, "logprob": NO_LOGPROB if logprob is None else logprob, "bytes": list(text.encode("utf-8"))}
 
 
-def logprob_entry(call: GenerationCall, token: Token) -> dict[str, Any]:
+def logprob_entry(call: GenerationCall, token: Token, before: int | None) -> dict[str, Any]:
     """One token of OpenAI's ``logprobs.content``: its text alone, its log-probability (OpenAI's -9999.0
     for none), its text's UTF-8 bytes, and the ``top_logprobs`` asked for, likeliest first."""
-    return {**_entry(call, token.id, token.logprob), "top_logprobs": [_entry(call, *top) for top in token.top]}
+    entry = _entry(call, token.id, token.logprob, before)
+    return {**entry, "top_logprobs": [_entry(call, *top, before) for top in token.top]}
 
 
-def chat_logprobs(call: GenerationCall, tokens: Sequence[Token]) -> dict[str, Any] | None:
-    """A chat choice's ``logprobs``: each token's entry, where the body asked for them."""
-    return {"content": [logprob_entry(call, token) for token in tokens]} if call.logprobs else None
+def chat_logprobs(call: GenerationCall, tokens: Sequence[Token], before: int | None) -> dict[str, Any] | None:
+    """A chat choice's ``logprobs``: each token's entry (its text after the token before it; the
+    first's, after ``before``), where the body asked for them."""
+    if not call.logprobs:
+        return None
+    befores = [before, *(token.id for token in tokens[:-1])]
+    return {"content": [logprob_entry(call, token, b) for token, b in zip(tokens, befores)]}
 
 
 def choices_usage(call: GenerationCall, generations: Sequence[Generation]) -> dict[str, int]:
@@ -136,7 +143,7 @@ def chat_answer(call: GenerationCall, generations: Sequence[Generation]) -> dict
             {
                 "index": index,
                 "message": message,
-                "logprobs": chat_logprobs(call, generation.tokens),
+                "logprobs": chat_logprobs(call, generation.tokens, generation.last_prompt_id),
                 "finish_reason": finish_reason(generation, calls),
             }
         )
@@ -165,17 +172,22 @@ def answered(call: GenerationCall, generations: Sequence[Generation]) -> list[Ge
     return [g for group in groups for g in sorted(group, key=per_token, reverse=True)[: call.best]]
 
 
-def completion_logprobs(call: GenerationCall, tokens: Sequence[Token], offset: int = 0) -> dict[str, Any]:
-    """A completions choice's ``logprobs`` over ``tokens``: each token's text alone, its log-probability
-    (the prompt's first: null), its likeliest alternatives with the token itself (``{text: logprob}``,
-    null for the prompt's first), and its text's offset in the choice's text (from ``offset``)."""
-    texts = [call.client.token_text(token.id) for token in tokens]
+def completion_logprobs(
+    call: GenerationCall, tokens: Sequence[Token], before: int | None, offset: int = 0
+) -> dict[str, Any]:
+    """A completions choice's ``logprobs`` over ``tokens``: each token's text (after the token before
+    it; the first's, after ``before``), its log-probability (the prompt's first: null), its likeliest
+    alternatives with the token itself (``{text: logprob}``, null for the prompt's first), and its
+    text's offset in the choice's text (from ``offset``: the texts before it, summed)."""
+    befores = [before, *(token.id for token in tokens[:-1])]
+    texts = [call.client.token_text(token.id, b) for token, b in zip(tokens, befores)]
     offsets, tops = [], []
-    for token, text in zip(tokens, texts):
+    for token, text, b in zip(tokens, texts, befores):
         offsets.append(offset)
         offset += len(text)
         first = not math.isfinite(token.logprob) and not token.top  # the prompt's first token
-        tops.append(None if first else {**{call.client.token_text(i): v for i, v in token.top}, text: token.logprob})
+        top = {call.client.token_text(i, b): v for i, v in token.top}
+        tops.append(None if first else {**top, text: token.logprob})
     return {
         "tokens": texts,
         "token_logprobs": [_logprob(token.logprob) for token in tokens],
@@ -188,10 +200,11 @@ def completion_choice(call: GenerationCall, index: int, generation: Generation, 
     """One choice of a ``text_completion``: its text (after the prompt's, with ``echo``), its
     ``logprobs`` where asked (the prompt's tokens first, with ``echo``)."""
     tokens = [*generation.prefill, *generation.tokens] if call.echo else generation.tokens
+    before = None if call.echo else generation.last_prompt_id
     return {
         "index": index,
         "text": prompt + generation.text if call.echo else generation.text,
-        "logprobs": completion_logprobs(call, tokens) if call.logprobs else None,
+        "logprobs": completion_logprobs(call, tokens, before) if call.logprobs else None,
         "finish_reason": OPENAI_FINISH[generation.finish_reason or LENGTH],
     }
 
@@ -247,10 +260,12 @@ def chat_events(call: GenerationCall, generation: Generation, tokens: Iterator[T
         return {**head, "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]}
 
     yield chunk({"role": "assistant", "content": ""})
+    before = generation.last_prompt_id
     for token in tokens:
         text = split.push(token.text) if split is not None else token.text
         if text or call.logprobs:  # asked, every token has its chunk: its log-probability
-            yield chunk({"content": text}, logprobs=chat_logprobs(call, [token]))
+            yield chunk({"content": text}, logprobs=chat_logprobs(call, [token], before))
+        before = token.id
     calls: list[ToolCall] = []
     if split is not None:
         rest, found = split.finish()
@@ -269,12 +284,13 @@ def completion_events(call: GenerationCall, generation: Generation, tokens: Iter
     """OpenAI's completions stream: the prompt with ``echo``, a ``text_completion`` chunk a token that
     makes text (every token, with ``logprobs``), the finish reason (the usage, asked), then ``[DONE]``."""
     head = _chat_head(call, f"cmpl-{uuid.uuid4().hex}", int(time.time()), "text_completion")
-    offset = 0
+    offset, before = 0, None if call.echo else generation.last_prompt_id
 
     def chunk(text: str, finish: str | None = None, logprobs: Sequence[Token] = ()) -> dict[str, Any]:
-        nonlocal offset
-        found = completion_logprobs(call, logprobs, offset) if call.logprobs and logprobs else None
+        nonlocal offset, before
+        found = completion_logprobs(call, logprobs, before, offset) if call.logprobs and logprobs else None
         offset += sum(len(token) for token in found["tokens"]) if found else 0
+        before = logprobs[-1].id if logprobs else before
         return {**head, "choices": [{"index": 0, "text": text, "logprobs": found, "finish_reason": finish}]}
 
     for index, token in enumerate(tokens):

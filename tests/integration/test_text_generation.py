@@ -36,6 +36,7 @@ from tests.causal_serving import (
     result,
     shared_prompt_rows,
     streamed,
+    token_text,
     triton_metric,
 )
 from tests.references import served_copy
@@ -393,11 +394,13 @@ def test_a_chat_s_logprobs_are_log_softmax_of_generate_s_logits(stack, reference
         model="llama_random", messages=messages, max_tokens=8, temperature=0, logprobs=True, top_logprobs=5
     )
     content = answer.choices[0].logprobs.content
-    assert [entry.token for entry in content] == [tokenizer.decode([t]) for t in new]
+    befores = [ids[0, -1].item(), *new[:-1]]  # each token's text is what it adds after the one before
+    assert [entry.token for entry in content] == [token_text(tokenizer, t, b) for t, b in zip(new, befores)]
     np.testing.assert_allclose([entry.logprob for entry in content], wanted, rtol=0, atol=1e-4)
-    for entry, logits in zip(content, out.logits):  # each token's five likeliest, likeliest first
+    for entry, logits, before in zip(content, out.logits, befores):  # each token's five likeliest, likeliest first
         top = torch.log_softmax(logits[0].double(), -1).topk(5)
-        assert [alternative.token for alternative in entry.top_logprobs] == [tokenizer.decode([t]) for t in top.indices]
+        texts = [token_text(tokenizer, t, before) for t in top.indices.tolist()]
+        assert [alternative.token for alternative in entry.top_logprobs] == texts
         np.testing.assert_allclose([a.logprob for a in entry.top_logprobs], top.values.numpy(), rtol=0, atol=1e-4)
 
 
@@ -589,12 +592,16 @@ def test_the_prompt_s_log_probabilities_are_log_softmax_of_the_model_s_logits(st
     ).choices[0]
     assert choice.text == PROMPTS[2] + answer["generated_text"]
     found = choice.logprobs
-    assert found.tokens[: len(prompt)] == [tokenizer.decode([token]) for token in prompt]
+    befores = [None, *prompt[:-1]]
+    assert found.tokens[: len(prompt)] == [token_text(tokenizer, t, b) for t, b in zip(prompt, befores)]
+    assert "".join(found.tokens[: len(prompt)]) == tokenizer.decode(prompt)  # each piece with its spaces
     assert found.token_logprobs[0] is None and found.top_logprobs[0] is None
     np.testing.assert_allclose(found.token_logprobs[1 : len(prompt)], wanted, rtol=0, atol=1e-4)
     for position, alternatives in enumerate(found.top_logprobs[1 : len(prompt)]):
         best = scores[position].topk(3)
+        before = prompt[position]
         expected = {
-            tokenizer.decode([token]): value for token, value in zip(best.indices.tolist(), best.values.tolist())
+            token_text(tokenizer, token, before): value
+            for token, value in zip(best.indices.tolist(), best.values.tolist())
         }
         assert {text: alternatives[text] for text in expected} == pytest.approx(expected, abs=1e-4)

@@ -4,7 +4,10 @@ until its requests end (the tests: ``tests/unit/test_causal_lm_scheduler*.py``).
 
 from __future__ import annotations
 
+import json
+import shutil
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -126,3 +129,17 @@ def check_the_waiting_bound(steps, model, clock: list[float]) -> None:
     assert waits[0] == 2.0 and waits[1] >= 1.0 and steps.counts["busy"] == 2 and steps.counts["finished"] == 2
     for prompt, sink in (([5, 6, 7], first), ([8, 9], second)):
         assert sink.error is None and sink.tokens == generate(model, prompt, max_new_tokens=4, do_sample=False)
+
+
+def ending_at_a_new_token(causal_lms, tmp_path: Path, prompt: list[int]) -> tuple[object, int, list[int]]:
+    """``tmp_path`` made a copy of the tiny Llama's folder (its config files) whose end-of-sequence ids
+    are a token that greedy generation from ``prompt`` first makes at its third token or later: (the
+    model, that token, the 12 tokens greedy generation makes without it ending)."""
+    folder, model = causal_lms("llama")
+    free = generate(model, prompt, max_new_tokens=12, do_sample=False, eos_token_id=None)
+    end = next(token for i, token in enumerate(free) if i >= 2 and token not in free[:i])  # ends it at i + 1
+    for name in ("config.json", "generation_config.json"):
+        shutil.copy(folder / name, tmp_path / name)
+    config = json.loads((tmp_path / "generation_config.json").read_text())
+    (tmp_path / "generation_config.json").write_text(json.dumps(config | {"eos_token_id": [end, 2]}))
+    return model, end, free

@@ -7,7 +7,6 @@ a failed run): ``test_causal_lm_scheduler_endings.py``."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from tests.causal_scheduling import (
     WAIT_S,
     Collect,
     drawn,
+    ending_at_a_new_token,
     generate,
     prompts,
     request,
@@ -199,14 +199,8 @@ def test_a_seeded_request_draws_the_same_alone_batched_and_as_generate(causal_lm
 
 
 def test_an_end_of_sequence_token_ends_its_row_and_is_sent(causal_lms, graphs, tmp_path):
-    folder, model = causal_lms("llama")
     prompt = [20, 21, 22]
-    free = generate(model, prompt, max_new_tokens=12, do_sample=False, eos_token_id=None)
-    end = next(token for i, token in enumerate(free) if i >= 2 and token not in free[:i])
-    for name in ("config.json", "generation_config.json"):
-        shutil.copy(folder / name, tmp_path / name)
-    config = json.loads((tmp_path / "generation_config.json").read_text())
-    (tmp_path / "generation_config.json").write_text(json.dumps(config | {"eos_token_id": [end, 2]}))
+    model, end, _ = ending_at_a_new_token(causal_lms, tmp_path, prompt)
     steps = Scheduler(tmp_path, graphs["llama"])
     ended, other = Collect(), Collect()
     other_prompt = next(p for p in prompts(20, 1) if end not in generate(model, p, max_new_tokens=12, do_sample=False))

@@ -8,9 +8,6 @@ the row; beam search refuses what it would not read."""
 
 from __future__ import annotations
 
-import json
-import shutil
-
 import numpy as np
 import pytest
 import torch
@@ -18,7 +15,15 @@ import torch
 from app.triton.causal_lm_requests import Refused
 from app.triton.causal_lm_scheduler import Scheduler
 from app.triton.causal_lm_tokens import OpenAIPenalties, processors
-from tests.causal_scheduling import Collect, drawn, generate, request, scheduler, turns_until_done
+from tests.causal_scheduling import (
+    Collect,
+    drawn,
+    ending_at_a_new_token,
+    generate,
+    request,
+    scheduler,
+    turns_until_done,
+)
 
 NEUTRAL = {"repetition_penalty": 1.0, "do_sample": False, "min_new_tokens": 0}
 
@@ -57,14 +62,8 @@ def test_a_greedy_row_with_penalties_is_generate_with_them(causal_lms, graphs):
 
 
 def test_min_new_tokens_holds_the_end_back_and_ignore_eos_runs_past_it(causal_lms, graphs, tmp_path):
-    folder, model = causal_lms("llama")
     prompt = [20, 21, 22]
-    free = generate(model, prompt, max_new_tokens=12, do_sample=False, eos_token_id=None)
-    end = next(token for i, token in enumerate(free) if i >= 2 and token not in free[:i])  # ends it at i + 1
-    for name in ("config.json", "generation_config.json"):
-        shutil.copy(folder / name, tmp_path / name)
-    config = json.loads((tmp_path / "generation_config.json").read_text())
-    (tmp_path / "generation_config.json").write_text(json.dumps(config | {"eos_token_id": [end, 2]}))
+    model, end, free = ending_at_a_new_token(causal_lms, tmp_path, prompt)
     steps = Scheduler(tmp_path, graphs["llama"])
     held, past = Collect(), Collect()
     steps.submit(request(prompt, held, max_new_tokens=12, min_new_tokens=10))

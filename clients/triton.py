@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -118,6 +118,12 @@ def translate_error(
     return None
 
 
+def unreachable(error: grpc.RpcError) -> bool:
+    """Whether a call failed because Triton could not be reached (gRPC's UNAVAILABLE, not a model's)."""
+    code = error.code() if callable(getattr(error, "code", None)) else None
+    return code == grpc.StatusCode.UNAVAILABLE and isinstance(translate_error(error), TritonUnavailable)
+
+
 class TritonClient:
     """Inference and readiness calls to one Triton over gRPC, safe to share between threads."""
 
@@ -211,8 +217,7 @@ class TritonClient:
                 response = stub.ModelInfer(request, timeout=self.timeout_s)
                 break
             except grpc.RpcError as error:
-                unreachable = error.code() == grpc.StatusCode.UNAVAILABLE
-                if not last and unreachable and isinstance(translate_error(error, model), TritonUnavailable):
+                if not last and unreachable(error):
                     self._renew(stub)
                     continue
                 self._raise(error, model, version, self.timeout_s)
@@ -228,13 +233,21 @@ class TritonClient:
     ) -> TritonStream:
         """A decoupled model's answers to one request, as they come: an iterator of output dicts,
         started now (several streams started together run together in Triton). ``close()`` cancels
-        the call, which ends the request in Triton; errors are translated as ``infer``'s are."""
+        the call, which ends the request in Triton; errors are translated as ``infer``'s are, and a
+        stream that finds Triton unreachable before its first answer is started once more on a new
+        channel, as ``infer`` calls again."""
         request = _request(model, inputs, output_names, version)
         # the final flag comes even where the model sends it without a response of its own
         request.parameters[EMPTY_FINAL].bool_param = True
         timeout = self.timeout_s if timeout_s is None else timeout_s
-        call = self._stub().ModelStreamInfer(iter([request]), timeout=timeout)
-        return TritonStream(call, self, model, output_names, version, timeout)
+        stub = self._stub()
+
+        def again() -> Any:
+            self._renew(stub)
+            return self._stub().ModelStreamInfer(iter([request]), timeout=timeout)
+
+        call = stub.ModelStreamInfer(iter([request]), timeout=timeout)
+        return TritonStream(call, self, model, output_names, version, timeout, again)
 
     def model_states(self) -> dict[str, str]:
         """Each model in Triton's repository index with its state; READY when any version is."""
@@ -264,6 +277,7 @@ class TritonStream:
         output_names: Sequence[str],
         version: str | None,
         timeout_s: float,
+        again: Callable[[], Any] | None = None,
     ) -> None:
         self.call = call
         self.client = client
@@ -272,6 +286,7 @@ class TritonStream:
         self.version = version or ""
         self.timeout_s = timeout_s
         self.done = False
+        self.again = again  # the call started once more on a new channel (Triton unreachable, nothing answered)
 
     def __iter__(self) -> TritonStream:
         return self
@@ -284,8 +299,12 @@ class TritonStream:
                 self.done = True
                 break
             except grpc.RpcError as error:
+                if self.again is not None and unreachable(error):
+                    self.call, self.again = self.again(), None
+                    continue
                 self.done = True
                 self.client._raise(error, self.model, self.version or None, self.timeout_s)
+            self.again = None  # an answer came: the request reached Triton, it is never sent twice
             if answer.error_message:
                 self.close()
                 error = InferenceServerException(answer.error_message, status="StatusCode.INTERNAL")

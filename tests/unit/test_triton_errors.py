@@ -300,6 +300,33 @@ def test_an_inference_answers_at_once_when_triton_comes_back():
         server.stop(0)
 
 
+class StreamServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
+    def ModelStreamInfer(self, request_iterator, context):
+        for request in request_iterator:
+            answer = service_pb2.ModelInferResponse(model_name=request.model_name, model_version="1")
+            answer.outputs.add(name="token_id", datatype="INT64", shape=[1])
+            answer.raw_output_contents.append(np.array([7], dtype=np.int64).tobytes())
+            answer.parameters["triton_final_response"].bool_param = True
+            yield service_pb2.ModelStreamInferResponse(infer_response=answer)
+
+
+def test_a_stream_answers_at_once_when_triton_comes_back():
+    port = free_ports(1)[0]
+    client = TritonClient(f"127.0.0.1:{port}", timeout_s=5, ping_timeout_s=0.5)
+    inputs = {"input_ids": np.array([1, 2], np.int64)}
+    for _ in range(4):  # nothing listens yet: refused (started twice each), and the channel backs off
+        with pytest.raises(TritonUnavailable):
+            list(client.stream("chat", inputs, ["token_id"]))
+    server = grpc.server(ThreadPoolExecutor(2))
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(StreamServicer(), server)
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    try:  # the first stream after it is back answers, not one a backoff later
+        assert [answer["token_id"].tolist() for answer in client.stream("chat", inputs, ["token_id"])] == [[7]]
+    finally:
+        server.stop(0)
+
+
 def test_real_channel_refused_and_hanging():
     port = free_ports(1)[0]
     client = TritonClient(f"127.0.0.1:{port}", timeout_s=0.5, ping_timeout_s=0.5)

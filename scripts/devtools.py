@@ -261,9 +261,13 @@ class Stack:
         return requests.get(f"{self.url}/ping", timeout=timeout)
 
     def wait_healthy(self, timeout: float = 180.0) -> float:
-        """Seconds from start until /ping said 200."""
+        """Seconds from start until /ping said 200, and its own Triton's HTTP port answers too: Triton
+        starts its gRPC service (what /ping asks) a moment before its HTTP one, which the tests and
+        KServe v2 bodies call."""
         try:
-            wait_http("127.0.0.1", self.port, "/ping", timeout, self.proc)
+            waited = wait_http("127.0.0.1", self.port, "/ping", timeout, self.proc)
+            if TRITON_GRPC_URL not in self.env_extra:
+                wait_http("127.0.0.1", self.triton_ports[0], "/v2/health/live", timeout - waited, self.proc)
         except (RuntimeError, TimeoutError) as error:
             raise RuntimeError(f"serve: {error}; log:\n{self.log_tail()}") from None
         return time.monotonic() - self.started_at

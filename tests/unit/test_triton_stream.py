@@ -111,7 +111,14 @@ def test_errors_are_translated(client):
     with pytest.raises(InferenceTimeout):
         next(found)
     assert call.cancelled
-    found, _ = stream(client, [RpcError(grpc.StatusCode.UNAVAILABLE, "connection refused")])
+    refused = RpcError(grpc.StatusCode.UNAVAILABLE, "connection refused")
+    found, _ = stream(client, [refused, refused])  # started once more on a new channel: refused again
+    with pytest.raises(TritonUnavailable):
+        next(found)
+    found, call = stream(client, [refused, response(5, final=True)])  # back: the second start answers
+    assert [int(outputs["token_id"][0]) for outputs in found] == [5]
+    found, _ = stream(client, [response(5), refused, response(6)])  # once answered, never sent twice
+    next(found)
     with pytest.raises(TritonUnavailable):
         next(found)
     found, _ = stream(client, [RpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline")])

@@ -117,7 +117,8 @@ MAX_STOP_TOKEN_IDS = 16
 TOKEN_ID, LOGPROB = "token_id", "logprob"
 # each response's alternatives: the top_logprobs likeliest tokens and their log-probabilities (none: [0])
 ALTERNATIVE_IDS, ALTERNATIVE_LOGPROBS = "alternative_ids", "alternative_logprobs"
-# the first response's: each prompt token's log-probability, and the likeliest tokens a position
+# the first response's: each prompt token's log-probability, and the likeliest tokens a position (the
+# setting that asks for them has the same name)
 PROMPT_LOGPROBS = "prompt_logprobs"
 PROMPT_ALTERNATIVE_IDS, PROMPT_ALTERNATIVE_LOGPROBS = "prompt_alternative_ids", "prompt_alternative_logprobs"
 NO_PROMPT_LOGPROBS = -1
@@ -177,7 +178,7 @@ SETTINGS = (
     Setting("top_logprobs", "INT32", 0, 0, MAX_TOP_LOGPROBS),
     # the prompt's log-probabilities (TGI's decoder_input_details, OpenAI completions' echo with
     # logprobs), with that many alternatives a position
-    Setting("prompt_logprobs", "INT32", NO_PROMPT_LOGPROBS, NO_PROMPT_LOGPROBS, MAX_TOP_LOGPROBS),
+    Setting(PROMPT_LOGPROBS, "INT32", NO_PROMPT_LOGPROBS, NO_PROMPT_LOGPROBS, MAX_TOP_LOGPROBS),
 )
 SETTING_NAMES = tuple(s.name for s in SETTINGS)
 # What the openvino engine takes at the neutral value only: GenAI has no min-p or typical-p warper, and
@@ -189,14 +190,14 @@ OPENVINO_NEUTRAL = {
     "presence_penalty": 0.0,
     "frequency_penalty": 0.0,
     "top_logprobs": 0,
-    "prompt_logprobs": NO_PROMPT_LOGPROBS,
+    PROMPT_LOGPROBS: NO_PROMPT_LOGPROBS,
 }
 BEAMS_NEUTRAL = {
     "presence_penalty": 0.0,
     "frequency_penalty": 0.0,
     "ignore_eos": False,
     "top_logprobs": 0,
-    "prompt_logprobs": NO_PROMPT_LOGPROBS,
+    PROMPT_LOGPROBS: NO_PROMPT_LOGPROBS,
     "logit_bias": (),
     "stop_token_ids": (),
 }

@@ -39,14 +39,13 @@ from pathlib import Path
 
 import numpy as np
 
-from app.core.causal_lm_contract import MAX_RUNNING_ROWS, NO_PROMPT_LOGPROBS, STOP_TOKEN_IDS
+from app.core.causal_lm_contract import MAX_RUNNING_ROWS, NO_PROMPT_LOGPROBS, PROMPT_LOGPROBS, STOP_TOKEN_IDS
 from app.triton.causal_lm_loop import Loop
 from app.triton.causal_lm_requests import Closed, Late, Request
 from app.triton.causal_lm_session import Graph, prompt_inputs
 from app.triton.causal_lm_tokens import Chooser, choose
 
 LOG = logging.getLogger(__name__)
-PROMPT_SETTING = "prompt_logprobs"
 
 
 @dataclass(eq=False)
@@ -62,6 +61,22 @@ class Row:
         """The tokens whose keys and values its cache holds: the prompt, and each token made but the
         last (which the next step runs)."""
         return [*self.request.ids.tolist(), *self.tokens[:-1]]
+
+    def held(self) -> int:
+        """How many tokens its cache holds (``ran``'s count)."""
+        return len(self.request.ids) + max(0, self.made - 1)
+
+    def begins(self, tokens: list[int]) -> bool:
+        """Whether the tokens its cache holds begin with ``tokens`` (the cheap checks first: their count,
+        the first token)."""
+        if self.held() < len(tokens) or int(self.request.ids[0]) != tokens[0]:
+            return False
+        return self.ran()[: len(tokens)] == tokens
+
+
+def scores_prompt(request: Request) -> bool:
+    """Whether ``request`` asks for its prompt's log-probabilities."""
+    return int(request.settings.get(PROMPT_LOGPROBS, NO_PROMPT_LOGPROBS)) >= 0
 
 
 def left_padded(array: np.ndarray, total: int, axis: int) -> np.ndarray:
@@ -130,7 +145,7 @@ def prompt_logprobs(request: Request, logits: np.ndarray) -> None:
     scores = scores - scores.max(-1, keepdims=True)
     scores -= np.log(np.exp(scores).sum(-1, keepdims=True))
     chosen = scores[np.arange(len(scores)), request.ids[1:]]
-    k = min(int(request.settings[PROMPT_SETTING]), scores.shape[-1])
+    k = min(int(request.settings[PROMPT_LOGPROBS]), scores.shape[-1])
     top = np.argpartition(-scores, k - 1, axis=-1)[:, :k] if k else np.zeros((len(scores), 0), np.int64)
     values = np.take_along_axis(scores, top, -1)
     order = np.argsort(-values, axis=-1, kind="stable")
@@ -179,7 +194,7 @@ class Scheduler(Loop):
         alone (its every position's logits: ``[tokens, vocabulary]``, not a batch's padded length); a
         prompt that a running row's tokens begin with (OpenAI's ``n`` choices, ``best_of``'s draws
         arriving a step apart) runs only its last token, over that row's keys and values before it."""
-        scored = [int(request.settings.get(PROMPT_SETTING, NO_PROMPT_LOGPROBS)) >= 0 for request in requests]
+        scored = [scores_prompt(request) for request in requests]
         plain, reused = [], []
         for request, asked in zip(requests, scored):
             if asked:
@@ -202,9 +217,8 @@ class Scheduler(Loop):
             return None
         total = self.batch.mask.shape[1]
         for index, row in enumerate(self.batch.rows):
-            ran = row.ran()
-            if ran[: len(wanted)] == wanted:
-                start = total - len(ran)  # the row's columns are the last ones (left padding before)
+            if row.begins(wanted):
+                start = total - row.held()  # the row's columns are the last ones (left padding before)
                 return [array[index : index + 1, :, start : start + len(wanted)].copy() for array in self.batch.cache]
         return None
 
@@ -222,7 +236,7 @@ class Scheduler(Loop):
             ids, mask = requests[0].ids[-1:].reshape(1, 1), np.ones((1, length), np.int64)
             positions = np.array([[length - 1]], np.int64)
             self.counts["shared"] += 1
-        every = int(requests[0].settings.get(PROMPT_SETTING, NO_PROMPT_LOGPROBS)) >= 0
+        every = scores_prompt(requests[0])
         try:
             logits, cache = self.graph.run(ids, mask, positions, past, every=every)
             if len(distinct) < len(requests):
